@@ -1,0 +1,188 @@
+/* tpu/hal.h - hardware abstraction layer: driver, device (memory + queue),
+ * event. Everything above the HAL (runtime, bridge, graph executor) talks to
+ * devices only through these vtables, so a second driver (PJRT) plugs in
+ * without changes above this line.
+ *
+ * Model
+ * - A driver owns N devices ("chips"). Devices are borrowed from the driver
+ *   and live as long as it does.
+ * - Device memory is addressed by `void*` device pointers. For the host
+ *   driver these are dereferenceable host addresses inside the chip's budget;
+ *   for other drivers they are opaque and only HAL calls may touch them.
+ * - Each device has ONE in-order asynchronous queue. submit() returns before
+ *   the work runs; works run one after another on the device's worker. Errors
+ *   returned by a work are kept (the first one, with the work's name) and
+ *   returned by the next synchronize()/copy_d2h() on that device, after which
+ *   the device is usable again.
+ * - Memory is cached per device: deallocate() returns a block to the cache;
+ *   because the queue is in order, a cached block can be handed out again at
+ *   once (work that used it was queued before any work using the new owner).
+ */
+#ifndef TPU_HAL_H_
+#define TPU_HAL_H_
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "tpu/base.h"
+#include "tpu/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct tpu_hal_driver_t tpu_hal_driver_t;
+typedef struct tpu_hal_device_t tpu_hal_device_t;
+typedef struct tpu_hal_event_t tpu_hal_event_t;
+
+/* ---- Work submitted to a queue -------------------------------------------
+ * run(ctx) executes on the device's worker thread; cleanup(ctx), if not NULL,
+ * is called exactly once afterwards. Works queued after a failing one still
+ * run (kernels must not crash on garbage data, only report). `name` is
+ * copied at submit. */
+typedef tpu_status_t (*tpu_hal_work_fn_t)(void* ctx);
+typedef struct tpu_hal_work_t {
+  const char* name;            /* e.g. "aten::index_select"; may be NULL */
+  tpu_hal_work_fn_t run;       /* required */
+  void (*cleanup)(void* ctx);  /* optional; frees ctx */
+  void* ctx;                   /* owned by the queue after a successful OR
+                                  failed submit (cleanup is always called) */
+} tpu_hal_work_t;
+
+/* ---- Statistics ----------------------------------------------------------- */
+typedef struct tpu_hal_memory_stats_t {
+  uint64_t allocated_bytes;       /* bytes in blocks handed to users now */
+  uint64_t reserved_bytes;        /* allocated + cached, counted in budget */
+  uint64_t peak_allocated_bytes;  /* since creation or reset_peak */
+  uint64_t peak_reserved_bytes;
+  uint64_t requested_bytes;       /* sum of sizes asked (before rounding) */
+  uint64_t num_allocs;            /* allocate() calls that succeeded */
+  uint64_t num_frees;             /* deallocate() calls */
+  uint64_t num_cache_hits;        /* allocations served from the cache */
+  uint64_t num_segments;          /* blocks currently reserved */
+  uint64_t num_device_allocs;     /* blocks taken from the budget, ever */
+  uint64_t num_device_frees;      /* blocks returned to the budget, ever */
+  uint64_t num_ooms;              /* allocations that failed with OOM */
+  uint64_t budget_bytes;          /* the chip's memory size */
+} tpu_hal_memory_stats_t;
+
+typedef struct tpu_hal_device_properties_t {
+  char name[64];           /* e.g. "TPU host virtual chip" */
+  char driver[16];         /* e.g. "host" */
+  int32_t index;           /* ordinal within its driver */
+  int32_t compute_units;   /* threads kernels may use */
+  uint64_t total_memory;   /* budget in bytes */
+} tpu_hal_device_properties_t;
+
+/* ---- Event ---------------------------------------------------------------
+ * Marks a point in a device queue. An event that was never recorded counts
+ * as complete. Re-recording moves the marker. */
+typedef struct tpu_hal_event_vtable_t {
+  void (*destroy)(tpu_object_t* object);
+  bool (*query)(tpu_hal_event_t* event); /* true if complete */
+  /* Blocks until complete. */
+  tpu_status_t (*synchronize)(tpu_hal_event_t* event);
+  /* Milliseconds between two completed events' completion times;
+   * FAILED_PRECONDITION if either is not recorded+complete or timing off. */
+  tpu_status_t (*elapsed_ms)(tpu_hal_event_t* start, tpu_hal_event_t* end,
+                             double* out_ms);
+} tpu_hal_event_vtable_t;
+
+struct tpu_hal_event_t {
+  tpu_object_t base;
+};
+
+/* ---- Device ---------------------------------------------------------------- */
+typedef struct tpu_hal_device_vtable_t {
+  void (*destroy)(tpu_object_t* object);
+  void (*query_properties)(tpu_hal_device_t* device,
+                           tpu_hal_device_properties_t* out_properties);
+
+  /* Memory. allocate(0) returns a NULL pointer and TPU_OK. On exhaustion of
+   * the budget (after releasing cached blocks) returns OUT_OF_MEMORY whose
+   * message names the device, requested bytes, free bytes and budget. */
+  tpu_status_t (*allocate)(tpu_hal_device_t* device, size_t size,
+                           void** out_ptr);
+  void (*deallocate)(tpu_hal_device_t* device, void* ptr); /* NULL-safe */
+  /* Waits for the queue to drain, then returns every cached block. */
+  void (*empty_cache)(tpu_hal_device_t* device);
+  void (*memory_stats)(tpu_hal_device_t* device,
+                       tpu_hal_memory_stats_t* out_stats);
+  void (*reset_peak_stats)(tpu_hal_device_t* device);
+  void (*reset_accumulated_stats)(tpu_hal_device_t* device);
+  /* Free = budget - reserved + cached-unused; total = budget. */
+  void (*memory_info)(tpu_hal_device_t* device, uint64_t* out_free,
+                      uint64_t* out_total);
+  /* True if `ptr` lies inside a live allocation of this device. */
+  bool (*owns_pointer)(tpu_hal_device_t* device, const void* ptr);
+
+  /* Queue. */
+  tpu_status_t (*submit)(tpu_hal_device_t* device, const tpu_hal_work_t* work);
+  /* Waits for all submitted work; returns (and clears) the first error a
+   * work reported since the last synchronize, annotated with its name. */
+  tpu_status_t (*synchronize)(tpu_hal_device_t* device);
+
+  /* Copies. h2d returns once `src` may be reused (the host driver stages the
+   * bytes); the write is ordered after earlier work. d2h waits for earlier
+   * work, copies, and returns any pending queue error. d2d is queued. */
+  tpu_status_t (*copy_h2d)(tpu_hal_device_t* device, void* dst,
+                           const void* src, size_t size);
+  tpu_status_t (*copy_d2h)(tpu_hal_device_t* device, void* dst,
+                           const void* src, size_t size);
+  tpu_status_t (*copy_d2d)(tpu_hal_device_t* device, void* dst,
+                           const void* src, size_t size);
+
+  /* Events. create returns a new event with refcount 1 (caller releases). */
+  tpu_status_t (*create_event)(tpu_hal_device_t* device, bool enable_timing,
+                               tpu_hal_event_t** out_event);
+  tpu_status_t (*record_event)(tpu_hal_device_t* device,
+                               tpu_hal_event_t* event);
+  /* Later work on `device` waits until `event` (possibly recorded on another
+   * device of the same driver) completes. */
+  tpu_status_t (*wait_event)(tpu_hal_device_t* device, tpu_hal_event_t* event);
+  /* True if every submitted work has finished. */
+  bool (*query_idle)(tpu_hal_device_t* device);
+} tpu_hal_device_vtable_t;
+
+struct tpu_hal_device_t {
+  tpu_object_t base;
+};
+
+/* ---- Driver ----------------------------------------------------------------- */
+typedef struct tpu_hal_driver_vtable_t {
+  void (*destroy)(tpu_object_t* object);
+  const char* (*name)(tpu_hal_driver_t* driver); /* static string */
+  int32_t (*device_count)(tpu_hal_driver_t* driver);
+  /* Borrowed pointer, valid while the driver lives; NULL if out of range. */
+  tpu_hal_device_t* (*device)(tpu_hal_driver_t* driver, int32_t index);
+} tpu_hal_driver_vtable_t;
+
+struct tpu_hal_driver_t {
+  tpu_object_t base;
+};
+
+/* ---- Convenience dispatchers (inline, no logic) ---------------------------- */
+#define TPU_HAL_VT(obj, type) ((const type*)((obj)->base.vtable))
+#define tpu_hal_device_vt(d) TPU_HAL_VT(d, tpu_hal_device_vtable_t)
+#define tpu_hal_driver_vt(d) TPU_HAL_VT(d, tpu_hal_driver_vtable_t)
+#define tpu_hal_event_vt(e) TPU_HAL_VT(e, tpu_hal_event_vtable_t)
+
+/* ---- Host driver (runtime/drivers/host) ------------------------------------
+ * The embedded default driver: virtual chips backed by host memory, each with
+ * its own budget, its own worker thread (the queue) and a block cache. */
+typedef struct tpu_host_driver_options_t {
+  size_t struct_size;          /* sizeof(tpu_host_driver_options_t) */
+  int32_t device_count;        /* >= 1 */
+  uint64_t memory_per_device;  /* budget in bytes per chip, > 0 */
+  int32_t compute_units;       /* reported in properties */
+} tpu_host_driver_options_t;
+
+/* Creates the host driver. The caller owns the result (release it). */
+tpu_status_t tpu_host_driver_create(const tpu_host_driver_options_t* options,
+                                    tpu_hal_driver_t** out_driver);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* TPU_HAL_H_ */

@@ -1,0 +1,62 @@
+/* registry.c - the table of native kernels: every family file exports an
+ * entry array and its length; lookup is by full schema name. The table is
+ * constant data, built by the linker: no registration at start-up. */
+#include <string.h>
+
+#include "kernels/kutil.h"
+
+#define TPU_K_FAMILY(f)                         \
+  extern const tpu_k_entry_t tpu_k_##f##_entries[]; \
+  extern const size_t tpu_k_##f##_count;
+TPU_K_FAMILY(copy)
+TPU_K_FAMILY(elementwise)
+TPU_K_FAMILY(random)
+TPU_K_FAMILY(reduce)
+TPU_K_FAMILY(linalg)
+TPU_K_FAMILY(index)
+#undef TPU_K_FAMILY
+
+typedef struct {
+  const tpu_k_entry_t* entries;
+  const size_t* count;
+} tpu_k_family_t;
+
+static const tpu_k_family_t kFamilies[] = {
+    {tpu_k_copy_entries, &tpu_k_copy_count},
+    {tpu_k_elementwise_entries, &tpu_k_elementwise_count},
+    {tpu_k_random_entries, &tpu_k_random_count},
+    {tpu_k_reduce_entries, &tpu_k_reduce_count},
+    {tpu_k_linalg_entries, &tpu_k_linalg_count},
+    {tpu_k_index_entries, &tpu_k_index_count},
+};
+#define TPU_K_NUM_FAMILIES (sizeof(kFamilies) / sizeof(kFamilies[0]))
+
+const tpu_k_entry_t* tpu_k_lookup(const char* name) {
+  if (!name) return NULL;
+  for (size_t f = 0; f < TPU_K_NUM_FAMILIES; ++f) {
+    for (size_t i = 0; i < *kFamilies[f].count; ++i) {
+      if (strcmp(kFamilies[f].entries[i].name, name) == 0) return &kFamilies[f].entries[i];
+    }
+  }
+  return NULL;
+}
+
+size_t tpu_k_entry_count(void) {
+  size_t n = 0;
+  for (size_t f = 0; f < TPU_K_NUM_FAMILIES; ++f) n += *kFamilies[f].count;
+  return n;
+}
+
+const tpu_k_entry_t* tpu_k_entry_at(size_t index) {
+  for (size_t f = 0; f < TPU_K_NUM_FAMILIES; ++f) {
+    if (index < *kFamilies[f].count) return &kFamilies[f].entries[index];
+    index -= *kFamilies[f].count;
+  }
+  return NULL;
+}
+
+uint64_t tpu_k_random_counters(const tpu_k_call_t* call) {
+  uint64_t n = 0;
+  for (int32_t i = 0; i < call->num_outputs; ++i) n += (uint64_t)tpu_tensor_numel(&call->outputs[i]);
+  return n * 4u;
+}
