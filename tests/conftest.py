@@ -1,0 +1,32 @@
+"""Test session setup: two virtual chips with a small budget, so multi-chip
+and out-of-memory behaviour are tested quickly. Must run before torch loads
+the tpu backend (the runtime reads these at initialisation)."""
+import os
+
+os.environ.setdefault("TORCH_TPU_HOST_DEVICES", "2")
+os.environ.setdefault("TORCH_TPU_HOST_MEMORY", "2G")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+import torch_tpu  # noqa: E402,F401
+
+
+@pytest.fixture
+def no_fallback(monkeypatch):
+    """Any op that would run on the CPU fallback raises instead."""
+    monkeypatch.setenv("TORCH_TPU_FALLBACK", "error")
+    yield
+
+
+@pytest.fixture(autouse=True)
+def _sync_after_test():
+    yield
+    # Surface (and clear) any asynchronous error a test left behind, so it
+    # does not leak into the next test.
+    for i in range(torch.tpu.device_count()):
+        try:
+            torch.tpu.synchronize(i)
+        except Exception:
+            pass

@@ -1,0 +1,51 @@
+"""torch_tpu: a native PyTorch device named "tpu", backed by a C11 runtime.
+
+`import torch` alone loads it (entry point group `torch.backends`; set
+TORCH_DEVICE_BACKEND_AUTOLOAD=0 to disable). Then::
+
+    x = torch.randn(4, 4, device="tpu")
+    torch.tpu.synchronize()
+
+See README.md for the environment variables and the status of each feature.
+"""
+
+
+def _autoload():
+    """Entry point of the `torch.backends` group; importing this package does
+    the registration. Defined before `import torch` because torch calls it
+    while this module may still be initialising (`import torch_tpu` first
+    imports torch, which autoloads this entry point)."""
+
+
+import torch  # noqa: E402
+
+from . import _C  # the C runtime binding
+from . import _bridge  # registers allocator, guard, hooks and ATen kernels
+
+__all__ = ["fallback_report", "reset_fallback_report", "native_ops"]
+
+if torch._C._get_privateuse1_backend_name() != "tpu":
+    torch.utils.rename_privateuse1_backend("tpu")
+
+from . import tpu as _tpu_module  # noqa: E402
+
+if not hasattr(torch, "tpu"):
+    torch._register_device_module("tpu", _tpu_module)
+    torch.utils.generate_methods_for_privateuse1_backend(for_tensor=True, for_module=True, for_storage=True)
+
+_C.init()
+
+
+def fallback_report():
+    """{ATen op name: number of times it ran on the CPU fallback}."""
+    return _C.fallback_report()
+
+
+def reset_fallback_report():
+    """Clears the counters behind fallback_report()."""
+    _C.fallback_reset()
+
+
+def native_ops():
+    """Names of the ATen ops that have a native C kernel."""
+    return list(_C.native_ops())

@@ -1,0 +1,62 @@
+// bridge.h - shared declarations of the PyTorch bridge (C++17).
+//
+// The bridge translates between PyTorch's C++ registration ABI and the C
+// runtime (runtime/include/tpu/*.h). It holds no math and no policy: memory,
+// queues, kernels and counters live in the runtime.
+#pragma once
+
+#include <ATen/ATen.h>
+#include <c10/core/CachingDeviceAllocator.h>
+
+extern "C" {
+#include "tpu/hal.h"
+#include "tpu/kernels.h"
+#include "tpu/runtime.h"
+#include "tpu/status.h"
+}
+
+namespace torch_tpu {
+
+constexpr c10::DeviceType kTpu = c10::DeviceType::PrivateUse1;
+
+// Throws the C++ exception matching the status code (and frees the status):
+// OUT_OF_MEMORY -> c10::OutOfMemoryError (torch.OutOfMemoryError),
+// INVALID_ARGUMENT -> c10::ValueError, UNIMPLEMENTED -> NotImplementedError,
+// OUT_OF_RANGE -> c10::IndexError, others -> c10::Error (RuntimeError).
+[[noreturn]] void throw_status(tpu_status_t status);
+inline void check(tpu_status_t status) {
+  if (status != TPU_OK) throw_status(status);
+}
+
+// Initialises the runtime on first use (idempotent).
+void ensure_runtime();
+// Borrowed device `index` (throws on a bad index).
+tpu_hal_device_t* device(c10::DeviceIndex index);
+c10::DeviceIndex current_device();
+
+// The device allocator (registered for PrivateUse1).
+c10::DeviceAllocator* allocator();
+// Pinned host allocator (for pin_memory()).
+c10::Allocator* pinned_allocator();
+
+// The default generator of a device, and the Philox (seed, offset) reserve.
+const at::Generator& default_generator(c10::DeviceIndex index);
+at::Generator make_generator(c10::DeviceIndex index);
+// Reserves `counters` Philox counters from `gen` (or the device's default
+// generator when it is undefined); returns the seed and first counter.
+void reserve_random(std::optional<at::Generator> gen, c10::DeviceIndex index,
+                    uint64_t counters, uint64_t* out_seed, uint64_t* out_offset);
+
+// Converts a tpu (or any) tensor to the kernel ABI view. Throws if the rank
+// exceeds TPU_MAX_DIMS or the dtype has no tpu equivalent.
+tpu_tensor_t to_kernel_tensor(const at::Tensor& t);
+tpu_dtype_t to_tpu_dtype(c10::ScalarType type);  // TPU_DTYPE_INVALID if none
+
+// Runs the native kernel `entry` for a tpu -> tpu copy (with cast).
+void native_copy(const at::Tensor& dst, const at::Tensor& src);
+
+// Allocates a new tpu tensor.
+at::Tensor empty_strided_tpu(c10::IntArrayRef size, c10::IntArrayRef stride,
+                             c10::ScalarType dtype, c10::DeviceIndex index);
+
+}  // namespace torch_tpu

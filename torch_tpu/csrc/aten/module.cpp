@@ -1,0 +1,19 @@
+// module.cpp - torch_tpu._bridge: importing it registers the kernels, the
+// allocator, the guard and the hooks; it exposes the few entry points that
+// need PyTorch's C++ types (generators).
+#include <torch/csrc/Generator.h>
+#include <torch/extension.h>
+
+#include "bridge.h"
+
+namespace torch_tpu {
+void register_hooks();
+}
+
+PYBIND11_MODULE(_bridge, m) {
+  torch_tpu::register_hooks();
+  m.def("default_generator", [](int index) {
+    const at::Generator& g = torch_tpu::default_generator(static_cast<c10::DeviceIndex>(index));
+    return py::reinterpret_steal<py::object>(THPGenerator_initDefaultGenerator(g));
+  });
+}

