@@ -1,0 +1,119 @@
+/* Private to the host driver: the pieces a virtual chip is made of.
+ *
+ * A device = an allocator (budget + block cache) + a queue (one worker
+ * thread running tpu_hal_work_t in FIFO order). The allocator consults the
+ * queue's completion counter so that it only returns a cached block to the
+ * system once every work queued before the block was freed has finished.
+ * Nothing here is visible outside runtime/drivers/host. */
+#ifndef TPU_DRIVERS_HOST_INTERNAL_H_
+#define TPU_DRIVERS_HOST_INTERNAL_H_
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "tpu/hal.h"
+
+#define TPU_HOST_WORK_NAME_MAX 128 /* including the NUL */
+#define TPU_HOST_SMALL_MAX (1u << 20)    /* requests up to this round to 512 B */
+#define TPU_HOST_SMALL_ROUND 512u
+#define TPU_HOST_LARGE_ROUND (2u << 20)  /* larger ones round to 2 MiB */
+#define TPU_HOST_SMALL_ALIGN 64u
+#define TPU_HOST_LARGE_ALIGN 4096u
+/* h2d copies up to this size are staged and returned at once; larger ones
+ * are queued reading the caller's buffer and waited for. */
+#define TPU_HOST_STAGING_MAX ((size_t)8 << 20)
+
+/* ---- Queue -------------------------------------------------------------- */
+typedef struct tpu_host_work_node_t {
+  struct tpu_host_work_node_t* next;
+  tpu_hal_work_fn_t run;
+  void (*cleanup)(void* ctx);
+  void* ctx;
+  char name[TPU_HOST_WORK_NAME_MAX];
+} tpu_host_work_node_t;
+
+typedef struct tpu_host_queue_t {
+  pthread_mutex_t mu;
+  pthread_cond_t work_cv; /* worker waits for work */
+  pthread_cond_t done_cv; /* waiters for completion */
+  tpu_host_work_node_t* head;
+  tpu_host_work_node_t* tail;
+  uint64_t submitted; /* tickets handed out (under mu) */
+  uint64_t completed; /* works finished; written under mu, read atomically */
+  int waiters;
+  bool stop;
+  bool started;
+  tpu_status_t error; /* first error since the last take, annotated */
+  pthread_t thread;
+  int32_t device_index;
+} tpu_host_queue_t;
+
+/* Starts the worker thread. On failure nothing needs deinit. */
+tpu_status_t tpu_host_queue_init(tpu_host_queue_t* q, int32_t device_index);
+/* Drains, stops and joins the worker, drops any pending error. */
+void tpu_host_queue_deinit(tpu_host_queue_t* q);
+/* Allocates a node for `work` (name copied); NULL if out of memory. */
+tpu_host_work_node_t* tpu_host_work_node_new(const tpu_hal_work_t* work);
+/* Appends a node (never fails); returns its ticket (1-based sequence). */
+uint64_t tpu_host_queue_push(tpu_host_queue_t* q, tpu_host_work_node_t* node);
+/* Validates and queues `work`; its cleanup runs even when this fails. */
+tpu_status_t tpu_host_queue_submit(tpu_host_queue_t* q, const tpu_hal_work_t* work,
+                                   uint64_t* out_ticket);
+/* Blocks until work `ticket` has finished. No-op on the worker thread. */
+void tpu_host_queue_wait_ticket(tpu_host_queue_t* q, uint64_t ticket);
+/* Blocks until everything submitted so far has finished (see above). */
+void tpu_host_queue_wait_idle(tpu_host_queue_t* q);
+/* Returns and clears the pending error (TPU_OK if none). */
+tpu_status_t tpu_host_queue_take_error(tpu_host_queue_t* q);
+bool tpu_host_queue_is_idle(tpu_host_queue_t* q);
+bool tpu_host_queue_on_worker(const tpu_host_queue_t* q);
+uint64_t tpu_host_queue_submitted(tpu_host_queue_t* q);
+uint64_t tpu_host_queue_completed(const tpu_host_queue_t* q);
+
+/* ---- Allocator ------------------------------------------------------------ */
+typedef struct tpu_host_block_t {
+  char* ptr;
+  size_t size;        /* rounded; counted in the budget */
+  size_t requested;   /* size asked by the user (live blocks) */
+  uint64_t free_ticket; /* queue submitted-count when it was freed */
+  bool live;
+} tpu_host_block_t;
+
+typedef struct tpu_host_allocator_t {
+  pthread_mutex_t mu;
+  int32_t device_index;
+  tpu_host_queue_t* queue; /* borrowed: the same device's queue */
+  tpu_host_block_t** by_addr; /* every reserved block, sorted by ptr */
+  size_t num_blocks, cap_blocks;
+  tpu_host_block_t** cache;   /* cached blocks, sorted by (size, ptr) */
+  size_t num_cached, cap_cached;
+  uint64_t cached_bytes;
+  tpu_hal_memory_stats_t stats; /* budget_bytes is the budget */
+} tpu_host_allocator_t;
+
+void tpu_host_allocator_init(tpu_host_allocator_t* a, int32_t device_index, uint64_t budget,
+                             tpu_host_queue_t* queue);
+/* Frees every block, live or cached. The queue must be idle. */
+void tpu_host_allocator_deinit(tpu_host_allocator_t* a);
+tpu_status_t tpu_host_allocator_allocate(tpu_host_allocator_t* a, size_t size, void** out_ptr);
+void tpu_host_allocator_deallocate(tpu_host_allocator_t* a, void* ptr);
+void tpu_host_allocator_empty_cache(tpu_host_allocator_t* a);
+void tpu_host_allocator_stats(tpu_host_allocator_t* a, tpu_hal_memory_stats_t* out);
+void tpu_host_allocator_reset_peak(tpu_host_allocator_t* a);
+void tpu_host_allocator_reset_accumulated(tpu_host_allocator_t* a);
+void tpu_host_allocator_info(tpu_host_allocator_t* a, uint64_t* out_free, uint64_t* out_total);
+/* True if [ptr, ptr+size) lies inside one live block (size 0: ptr inside). */
+bool tpu_host_allocator_contains(tpu_host_allocator_t* a, const void* ptr, size_t size);
+
+/* ---- Events ------------------------------------------------------------------ */
+tpu_status_t tpu_host_event_create(bool enable_timing, tpu_hal_event_t** out_event);
+bool tpu_host_event_is_host(const tpu_hal_event_t* event);
+tpu_status_t tpu_host_event_record(tpu_host_queue_t* q, tpu_hal_event_t* event);
+tpu_status_t tpu_host_event_wait(tpu_host_queue_t* q, tpu_hal_event_t* event);
+
+/* "1.50 GiB" style; `decimals` digits after the point. */
+void tpu_host_format_bytes(char* buf, size_t cap, uint64_t bytes, int decimals);
+
+#endif /* TPU_DRIVERS_HOST_INTERNAL_H_ */
