@@ -351,6 +351,129 @@ c10::IValue meta_ivalue(const c10::IValue& v) {
   return v;
 }
 
+// ---- output metadata -----------------------------------------------------------
+// Output sizes/strides/dtype come from PyTorch's meta function for the op.
+// Many meta functions are Python (torch._meta_registrations / _refs), far
+// slower than the kernel, so results are memoised per op, keyed by
+// everything a meta function can see: each argument's kind, dtype, sizes,
+// strides, wrapped-number flag and scalar values. Errors are never cached.
+
+struct OutMeta {
+  std::vector<int64_t> sizes;
+  std::vector<int64_t> strides;
+  c10::ScalarType dtype;
+};
+
+constexpr size_t kMetaMemoLimit = 4096;  // entries per op before a reset
+std::mutex g_meta_mu;
+std::unordered_map<const OpPlan*, std::unordered_map<std::string, std::vector<OutMeta>>> g_meta_memo;
+
+template <typename T>
+void put(std::string& key, const T& v) {
+  key.append(reinterpret_cast<const char*>(&v), sizeof(T));
+}
+
+void put_tensor(std::string& key, const at::Tensor& t) {
+  if (!t.defined()) {
+    key.push_back('U');
+    return;
+  }
+  key.push_back(t.device().type() == kTpu ? 'T' : 'C');
+  key.push_back(static_cast<char>(t.scalar_type()));
+  key.push_back(t.unsafeGetTensorImpl()->is_wrapped_number() ? 'w' : '-');
+  put(key, static_cast<int32_t>(t.dim()));
+  for (int64_t d = 0; d < t.dim(); ++d) {
+    put(key, t.size(d));
+    put(key, t.stride(d));
+  }
+}
+
+// False when an argument kind is not understood (then: no memo).
+bool meta_key(std::string& key, c10::ArrayRef<c10::IValue> args) {
+  for (const c10::IValue& v : args) {
+    if (v.isTensor()) {
+      put_tensor(key, v.toTensor());
+    } else if (v.isTensorList()) {
+      key.push_back('L');
+      for (const auto& t : v.toTensorVector()) put_tensor(key, t);
+      key.push_back(';');
+    } else if (v.isOptionalTensorList()) {
+      key.push_back('O');
+      for (const auto& t : v.toOptionalTensorList()) {
+        std::optional<at::Tensor> ot = t;
+        put_tensor(key, ot.has_value() ? *ot : at::Tensor());
+      }
+      key.push_back(';');
+    } else if (v.isNone()) {
+      key.push_back('n');
+    } else if (v.isBool()) {
+      key.push_back(v.toBool() ? 'B' : 'b');
+    } else if (v.isInt()) {
+      key.push_back('i');
+      put(key, v.toInt());
+    } else if (v.isDouble()) {
+      key.push_back('d');
+      put(key, v.toDouble());
+    } else if (v.isIntList()) {
+      key.push_back('I');
+      for (int64_t x : v.toIntVector()) put(key, x);
+      key.push_back(';');
+    } else if (v.isDoubleList()) {
+      key.push_back('D');
+      for (double x : v.toDoubleVector()) put(key, x);
+      key.push_back(';');
+    } else if (v.isString()) {
+      key.push_back('s');
+      key.append(v.toStringRef());
+      key.push_back('\0');
+    } else if (v.isDevice()) {
+      key.push_back('v');
+      put(key, v.toDevice().index());
+    } else if (v.isGenerator()) {
+      key.push_back('g');
+    } else {
+      return false;
+    }
+  }
+  return true;
+}
+
+std::vector<OutMeta> run_meta(const c10::OperatorHandle& op, c10::ArrayRef<c10::IValue> args,
+                              c10::DeviceIndex index) {
+  torch::jit::Stack meta;
+  meta.reserve(args.size());
+  for (const c10::IValue& v : args) meta.push_back(meta_ivalue(v));
+  {
+    c10::DeviceGuard guard(c10::Device(kTpu, index));
+    op.callBoxed(&meta);
+  }
+  std::vector<OutMeta> out;
+  for (const c10::IValue& r : meta) {
+    const at::Tensor m = r.toTensor();
+    out.push_back(OutMeta{m.sizes().vec(), m.strides().vec(), m.scalar_type()});
+  }
+  return out;
+}
+
+std::vector<OutMeta> output_meta(const c10::OperatorHandle& op, const OpPlan& plan,
+                                 c10::ArrayRef<c10::IValue> args, c10::DeviceIndex index) {
+  thread_local std::string key;
+  key.clear();
+  if (!meta_key(key, args)) return run_meta(op, args, index);
+  {
+    std::lock_guard<std::mutex> lock(g_meta_mu);
+    auto& memo = g_meta_memo[&plan];
+    auto it = memo.find(key);
+    if (it != memo.end()) return it->second;
+  }
+  std::vector<OutMeta> fresh = run_meta(op, args, index);  // may throw: not cached
+  std::lock_guard<std::mutex> lock(g_meta_mu);
+  auto& memo = g_meta_memo[&plan];
+  if (memo.size() >= kMetaMemoLimit) memo.clear();
+  memo.emplace(key, fresh);
+  return fresh;
+}
+
 // Adds the tensor to the work's kernel view; cpu 0-dim tensors are uploaded.
 const tpu_tensor_t* add_tensor(Work& w, const at::Tensor& t, c10::DeviceIndex index,
                                std::vector<at::Tensor>& keep) {
@@ -469,23 +592,14 @@ void run_native(const c10::OperatorHandle& op, const OpPlan& plan, torch::jit::S
   }
   c10::DeviceIndex index = dev.has_value() ? dev->index() : current_device();
 
-  // Output metadata from PyTorch's meta function.
-  torch::jit::Stack meta;
-  meta.reserve(nargs);
   size_t ntensors = 0;
-  for (const c10::IValue& v : args) {
-    meta.push_back(meta_ivalue(v));
-    ntensors += count_tensors(v);
-  }
-  {
-    c10::DeviceGuard guard(c10::Device(kTpu, index));
-    op.callBoxed(&meta);
-  }
+  for (const c10::IValue& v : args) ntensors += count_tensors(v);
+  const std::vector<OutMeta> metas = output_meta(op, plan, args, index);
 
   auto w = std::make_unique<Work>();
   w->entry = plan.entry;
   w->call.op = plan.name.c_str();
-  w->tensors.reserve(ntensors + meta.size());
+  w->tensors.reserve(ntensors + metas.size());
   w->values.resize(nargs);
   w->ints.reserve(nargs);
   w->doubles.reserve(nargs);
@@ -493,15 +607,15 @@ void run_native(const c10::OperatorHandle& op, const OpPlan& plan, torch::jit::S
   std::vector<at::Tensor> keep;
 
   std::vector<at::Tensor> outputs;
-  for (size_t i = 0; i < meta.size(); ++i) {
-    const at::Tensor m = meta[i].toTensor();
+  for (size_t i = 0; i < metas.size(); ++i) {
+    const OutMeta& m = metas[i];
     int alias = plan.out_alias[i];
     if (alias >= 0) {
       at::Tensor out = args[alias].toTensor();
-      if (out.sizes() != m.sizes()) tpu_resize_(out, m.sizes(), std::nullopt);
+      if (out.sizes() != c10::IntArrayRef(m.sizes)) tpu_resize_(out, m.sizes, std::nullopt);
       outputs.push_back(out);
     } else {
-      outputs.push_back(empty_strided_tpu(m.sizes(), m.strides(), m.scalar_type(), index));
+      outputs.push_back(empty_strided_tpu(m.sizes, m.strides, m.dtype, index));
     }
   }
   for (size_t i = 0; i < nargs; ++i) {
