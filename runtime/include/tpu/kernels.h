@@ -83,7 +83,7 @@ typedef enum tpu_k_value_kind_e {
   TPU_K_INT = 2,     /* v.i  (int, SymInt, int Scalar, MemoryFormat, Layout) */
   TPU_K_DOUBLE = 3,  /* v.d  (float, float Scalar) */
   TPU_K_BOOL = 4,    /* v.b  (bool, bool Scalar) */
-  TPU_K_INTS = 5,    /* v.ints (int[], SymInt[]) */
+  TPU_K_INTS = 5,    /* v.ints (int[], SymInt[], bool[] as 0/1) */
   TPU_K_TENSORS = 6, /* v.tensors (Tensor[] and Tensor?[]: an absent entry has
                         data == NULL and dtype == TPU_DTYPE_INVALID) */
   TPU_K_STRING = 7,  /* v.s (e.g. rounding_mode, approximate) */

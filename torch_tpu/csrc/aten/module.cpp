@@ -8,10 +8,14 @@
 
 namespace torch_tpu {
 void register_hooks();
+std::vector<std::string> register_native_kernels();
 }
 
 PYBIND11_MODULE(_bridge, m) {
   torch_tpu::register_hooks();
+  torch_tpu::register_native_kernels();
+  m.def("unknown_native_ops", [] { return torch_tpu::register_native_kernels(); },
+        "C kernel table entries whose schema this torch does not have (should be empty)");
   m.def("default_generator", [](int index) {
     const at::Generator& g = torch_tpu::default_generator(static_cast<c10::DeviceIndex>(index));
     return py::reinterpret_steal<py::object>(THPGenerator_initDefaultGenerator(g));

@@ -418,6 +418,10 @@ bool meta_key(std::string& key, c10::ArrayRef<c10::IValue> args) {
       key.push_back('I');
       for (int64_t x : v.toIntVector()) put(key, x);
       key.push_back(';');
+    } else if (v.isBoolList()) {
+      key.push_back('Z');
+      for (bool x : v.toBoolList()) key.push_back(x ? '1' : '0');
+      key.push_back(';');
     } else if (v.isDoubleList()) {
       key.push_back('D');
       for (double x : v.toDoubleVector()) put(key, x);
@@ -543,6 +547,13 @@ void fill_value(Work& w, tpu_k_value_t& out, const c10::Argument& arg, const c10
   } else if (v.isDouble()) {
     out.kind = TPU_K_DOUBLE;
     out.v.d = v.toDouble();
+  } else if (v.isBoolList()) {
+    std::vector<int64_t> ints;
+    for (bool b : v.toBoolList()) ints.push_back(b ? 1 : 0);
+    w.ints.push_back(std::move(ints));
+    out.kind = TPU_K_INTS;
+    out.v.ints.data = w.ints.back().data();
+    out.v.ints.len = static_cast<int64_t>(w.ints.back().size());
   } else if (v.isIntList() || v.isSymIntList()) {
     std::vector<int64_t> ints;
     if (v.isIntList()) {
@@ -685,6 +696,39 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
 
 TORCH_LIBRARY_IMPL(_, PrivateUse1, m) {
   m.fallback(torch::CppFunction::makeFromBoxedFunction<&tpu_boxed_fallback>());
+}
+
+// Registers every op of the C kernel table explicitly for PrivateUse1, so a
+// native kernel wins over ATen's CompositeExplicitAutograd implementations
+// (which would otherwise run first and decompose, e.g. native_layer_norm).
+// Skipped: ops with a CompositeImplicitAutograd kernel (they decompose before
+// reaching any backend and have no autograd formula of their own) and
+// aten::copy_ (its composite kernel routes through _copy_from, which handles
+// cross-device copies). Returns the table entries PyTorch does not know.
+std::vector<std::string> register_native_kernels() {
+  static torch::Library* lib = nullptr;
+  static std::vector<std::string> unknown;
+  if (lib != nullptr) return unknown;
+  lib = new torch::Library(torch::Library::IMPL, "aten", c10::DispatchKey::PrivateUse1, __FILE__, __LINE__);
+  for (size_t i = 0; i < tpu_k_entry_count(); ++i) {
+    std::string full = tpu_k_entry_at(i)->name;
+    if (full.rfind("aten::", 0) != 0 || full == "aten::copy_") continue;
+    std::string name = full.substr(6);
+    auto dot = name.find('.');
+    std::string base = dot == std::string::npos ? name : name.substr(0, dot);
+    std::string overload = dot == std::string::npos ? "" : name.substr(dot + 1);
+    auto op = c10::Dispatcher::singleton().findSchema({"aten::" + base, overload});
+    if (!op.has_value()) {
+      unknown.push_back(full);
+      continue;
+    }
+    if (op->hasKernelForDispatchKey(c10::DispatchKey::CompositeImplicitAutograd) ||
+        op->hasKernelForDispatchKey(c10::DispatchKey::PrivateUse1)) {
+      continue;
+    }
+    lib->impl(name.c_str(), torch::CppFunction::makeFromBoxedFunction<&tpu_boxed_fallback>());
+  }
+  return unknown;
 }
 
 }  // namespace torch_tpu
