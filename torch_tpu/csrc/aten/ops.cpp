@@ -507,6 +507,21 @@ void fill_value(Work& w, tpu_k_value_t& out, const c10::Argument& arg, const c10
   if (v.isTensor()) {
     const at::Tensor& t = v.toTensor();
     if (!t.defined()) return;
+    if (t.device().type() == c10::DeviceType::CPU && t.unsafeGetTensorImpl()->is_wrapped_number()) {
+      // A Python scalar PyTorch wrapped into a tensor: passed as a scalar.
+      c10::Scalar sc = t.item();
+      if (sc.isBoolean()) {
+        out.kind = TPU_K_BOOL;
+        out.v.b = sc.toBool();
+      } else if (sc.isIntegral(false)) {
+        out.kind = TPU_K_INT;
+        out.v.i = sc.toLong();
+      } else {
+        out.kind = TPU_K_DOUBLE;
+        out.v.d = sc.toDouble();
+      }
+      return;
+    }
     out.kind = TPU_K_TENSOR;
     out.v.tensor = add_tensor(w, t, index, keep);
   } else if (v.isTensorList() || v.isOptionalTensorList()) {
