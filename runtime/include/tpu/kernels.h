@@ -131,6 +131,16 @@ typedef struct tpu_k_call_t {
 
 typedef tpu_status_t (*tpu_k_fn_t)(const tpu_k_call_t* call);
 
+/* Output shapes of data-dependent ops (nonzero, unique, masked_select, ...),
+ * which PyTorch's meta functions cannot compute. Called synchronously on the
+ * caller's thread after the device queue has drained, with call->outputs
+ * NULL and num_outputs set. May read input data (the host driver's memory is
+ * host-addressable; a driver whose memory is not must stage the inputs to
+ * the host first). Writes each output's dtype, ndim and sizes into
+ * `out_shapes[0..num_outputs)`; data and strides are ignored: the caller
+ * allocates contiguous outputs, then queues run(). */
+typedef tpu_status_t (*tpu_k_shape_fn_t)(const tpu_k_call_t* call, tpu_tensor_t* out_shapes);
+
 enum {
   TPU_K_FLAG_RANDOM = 1u << 0, /* consumes random numbers */
 };
@@ -140,6 +150,7 @@ typedef struct tpu_k_entry_t {
   tpu_k_fn_t run;
   tpu_k_fn_t check; /* may be NULL */
   uint32_t flags;
+  tpu_k_shape_fn_t shape; /* only for data-dependent output shapes; else NULL */
 } tpu_k_entry_t;
 
 /* Finds the native kernel of an op; NULL when there is none. */

@@ -51,6 +51,7 @@ void reserve_random(std::optional<at::Generator> gen, c10::DeviceIndex index,
 // exceeds TPU_MAX_DIMS or the dtype has no tpu equivalent.
 tpu_tensor_t to_kernel_tensor(const at::Tensor& t);
 tpu_dtype_t to_tpu_dtype(c10::ScalarType type);  // TPU_DTYPE_INVALID if none
+c10::ScalarType from_tpu_dtype(tpu_dtype_t type);  // throws on INVALID
 
 // Runs the native kernel `entry` for a tpu -> tpu copy (with cast).
 void native_copy(const at::Tensor& dst, const at::Tensor& src);

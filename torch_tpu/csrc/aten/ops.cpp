@@ -595,6 +595,35 @@ void fill_value(Work& w, tpu_k_value_t& out, const c10::Argument& arg, const c10
   }
 }
 
+// Output metadata of a data-dependent op: drain the queue (inputs must be
+// final), then let the kernel's shape() read the data. Outputs are contiguous.
+std::vector<OutMeta> dynamic_output_meta(Work& w, size_t nouts, c10::DeviceIndex index) {
+  tpu_hal_device_t* d = device(index);
+  check(tpu_hal_device_vt(d)->synchronize(d));
+  w.call.op = w.call.op ? w.call.op : "";
+  w.call.args = w.values.data();
+  w.call.num_args = static_cast<int32_t>(w.values.size());
+  w.call.outputs = nullptr;
+  w.call.num_outputs = static_cast<int32_t>(nouts);
+  w.call.pool = tpu_runtime_threadpool();
+  if (w.entry->check) {
+    tpu_status_t st = w.entry->check(&w.call);
+    if (st != TPU_OK) throw_status(tpu_status_annotate(st, "%s", w.call.op));
+  }
+  std::vector<tpu_tensor_t> shapes(nouts);
+  tpu_status_t st = w.entry->shape(&w.call, shapes.data());
+  if (st != TPU_OK) throw_status(tpu_status_annotate(st, "%s", w.call.op));
+  std::vector<OutMeta> out;
+  for (const tpu_tensor_t& t : shapes) {
+    TORCH_CHECK(t.ndim >= 0 && t.ndim <= TPU_MAX_DIMS, w.call.op, ": kernel returned rank ", t.ndim);
+    std::vector<int64_t> sizes(t.sizes, t.sizes + t.ndim);
+    c10::ScalarType dtype = from_tpu_dtype(static_cast<tpu_dtype_t>(t.dtype));
+    auto strides = c10::contiguous_strides(sizes);
+    out.push_back(OutMeta{sizes, std::vector<int64_t>(strides.begin(), strides.end()), dtype});
+  }
+  return out;
+}
+
 void run_native(const c10::OperatorHandle& op, const OpPlan& plan, torch::jit::Stack* stack) {
   const auto& schema = op.schema();
   const size_t nargs = schema.arguments().size();
@@ -620,18 +649,27 @@ void run_native(const c10::OperatorHandle& op, const OpPlan& plan, torch::jit::S
 
   size_t ntensors = 0;
   for (const c10::IValue& v : args) ntensors += count_tensors(v);
-  const std::vector<OutMeta> metas = output_meta(op, plan, args, index);
+  const size_t nouts = schema.returns().size();
 
   auto w = std::make_unique<Work>();
   w->entry = plan.entry;
   w->call.op = plan.name.c_str();
-  w->tensors.reserve(ntensors + metas.size());
+  w->tensors.reserve(ntensors + nouts);
   w->values.resize(nargs);
   w->ints.reserve(nargs);
   w->doubles.reserve(nargs);
   w->strings.reserve(nargs);
   std::vector<at::Tensor> keep;
+  for (size_t i = 0; i < nargs; ++i) {
+    fill_value(*w, w->values[i], schema.arguments()[i], args[i], index, keep, plan.name);
+  }
 
+  std::vector<OutMeta> metas;
+  if (plan.entry->shape != nullptr) {
+    metas = dynamic_output_meta(*w, nouts, index);
+  } else {
+    metas = output_meta(op, plan, args, index);
+  }
   std::vector<at::Tensor> outputs;
   for (size_t i = 0; i < metas.size(); ++i) {
     const OutMeta& m = metas[i];
@@ -643,9 +681,6 @@ void run_native(const c10::OperatorHandle& op, const OpPlan& plan, torch::jit::S
     } else {
       outputs.push_back(empty_strided_tpu(m.sizes, m.strides, m.dtype, index));
     }
-  }
-  for (size_t i = 0; i < nargs; ++i) {
-    fill_value(*w, w->values[i], schema.arguments()[i], args[i], index, keep, plan.name);
   }
   const tpu_tensor_t* first_out = w->tensors.data() + w->tensors.size();
   for (const at::Tensor& o : outputs) {
@@ -698,6 +733,10 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("as_strided", TORCH_FN(tpu_as_strided));
   m.impl("view", TORCH_FN(tpu_view));
   m.impl("_reshape_alias", TORCH_FN(tpu_reshape_alias));
+  // Views ATen implements per backend (metadata only, no data touched).
+  m.impl("unfold", TORCH_FN(at::native::unfold));
+  m.impl("view_as_real", TORCH_FN(at::native::view_as_real));
+  m.impl("view_as_complex", TORCH_FN(at::native::view_as_complex));
   m.impl("resize_", TORCH_FN(tpu_resize_));
   m.impl("_copy_from", TORCH_FN(tpu_copy_from));
   m.impl("_copy_from_and_resize", TORCH_FN(tpu_copy_from_and_resize));

@@ -59,6 +59,22 @@ tpu_dtype_t to_tpu_dtype(c10::ScalarType type) {
   }
 }
 
+c10::ScalarType from_tpu_dtype(tpu_dtype_t type) {
+  switch (type) {
+    case TPU_DTYPE_F32: return at::kFloat;
+    case TPU_DTYPE_F64: return at::kDouble;
+    case TPU_DTYPE_F16: return at::kHalf;
+    case TPU_DTYPE_BF16: return at::kBFloat16;
+    case TPU_DTYPE_I64: return at::kLong;
+    case TPU_DTYPE_I32: return at::kInt;
+    case TPU_DTYPE_I16: return at::kShort;
+    case TPU_DTYPE_I8: return at::kChar;
+    case TPU_DTYPE_U8: return at::kByte;
+    case TPU_DTYPE_BOOL: return at::kBool;
+    default: TORCH_CHECK(false, "tpu: kernel reported an invalid dtype ", static_cast<int>(type));
+  }
+}
+
 tpu_tensor_t to_kernel_tensor(const at::Tensor& t) {
   tpu_tensor_t out{};
   TORCH_CHECK_NOT_IMPLEMENTED(t.dim() <= TPU_MAX_DIMS, "tpu: tensors of rank ", t.dim(),
