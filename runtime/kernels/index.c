@@ -1,7 +1,1644 @@
-/* index.c - kernel family "index" (see tpu/kernels.h for the ABI). */
+/* index.c - kernel family "index" (see tpu/kernels.h for the ABI):
+ * index_select, gather, scatter(_add), advanced indexing (index.Tensor,
+ * index_put_), embedding backward, cat/stack, flip/roll, triu/tril,
+ * arange/linspace, repeat_interleave, sort, topk.
+ *
+ * Index tensors are validated in a first pass (nothing is read out of bounds;
+ * an out-of-range index returns OUT_OF_RANGE naming the op, the index and the
+ * size), then data moves through kutil's strided iterator. */
+#include <math.h>
+#include <string.h>
+
 #include "kernels/kutil.h"
 
+static size_t ix_es(const tpu_tensor_t* t) { return tpu_dtype_size((tpu_dtype_t)t->dtype); }
+static bool ix_dtype_ok(int dt) { return dt > TPU_DTYPE_INVALID && dt < TPU_DTYPE_COUNT_; }
+static bool ix_is_index_dt(int dt) { return dt == TPU_DTYPE_I64 || dt == TPU_DTYPE_I32; }
+/* Index tensor dtype check: int64/int32, or any integer dtype when empty. */
+static bool ix_index_ok(const tpu_tensor_t* t) {
+  return ix_is_index_dt(t->dtype) || (tpu_tensor_numel(t) == 0 && t->dtype != TPU_DTYPE_INVALID &&
+                                      !tpu_dtype_is_floating((tpu_dtype_t)t->dtype));
+}
+static bool ix_is_int_dt(int dt) { return !tpu_dtype_is_floating((tpu_dtype_t)dt); }
+
+static inline int64_t ix_ld_index(const char* p, int dt) {
+  return dt == TPU_DTYPE_I64 ? *(const int64_t*)p : (int64_t)*(const int32_t*)p;
+}
+
+static tpu_status_t ix_oob(const tpu_k_call_t* call, int64_t idx, int dim, int64_t size) {
+  return TPU_ERROR(TPU_STATUS_OUT_OF_RANGE, "%s: index %lld is out of bounds for dimension %d with size %lld",
+                   call->op, (long long)idx, dim, (long long)size);
+}
+
+static bool ix_same_shape(const tpu_tensor_t* a, const tpu_tensor_t* b) {
+  if (a->ndim != b->ndim) return false;
+  for (int32_t d = 0; d < a->ndim; ++d)
+    if (a->sizes[d] != b->sizes[d]) return false;
+  return true;
+}
+
+static bool ix_same_view(const tpu_tensor_t* a, const tpu_tensor_t* b) {
+  if (a->data != b->data || !ix_same_shape(a, b)) return false;
+  for (int32_t d = 0; d < a->ndim; ++d)
+    if (a->sizes[d] > 1 && a->strides[d] != b->strides[d]) return false;
+  return true;
+}
+
+/* t with dim `dim` removed (data unchanged). */
+static tpu_tensor_t ix_drop_dim(const tpu_tensor_t* t, int32_t dim) {
+  tpu_tensor_t v = *t;
+  if (t->ndim == 0) return v;
+  for (int32_t d = dim; d + 1 < t->ndim; ++d) {
+    v.sizes[d] = t->sizes[d + 1];
+    v.strides[d] = t->strides[d + 1];
+  }
+  v.ndim = t->ndim - 1;
+  return v;
+}
+
+/* ---- strided copy with conversion ------------------------------------------- */
+
+typedef struct {
+  int ddt, sdt;
+  int64_t es;
+  bool add; /* dst += src */
+} ix_cp_t;
+
+static void ix_copy_inner(void* ctx, char** p, const int64_t* st, int64_t n) {
+  const ix_cp_t* c = (const ix_cp_t*)ctx;
+  char* d = p[0];
+  const char* s = p[1];
+  int64_t ds = st[0], ss = st[1];
+  if (c->add) {
+    if (ix_is_int_dt(c->ddt) && ix_is_int_dt(c->sdt)) {
+      for (int64_t i = 0; i < n; ++i) {
+        uint64_t v = (uint64_t)tpu_ku_load_i64(d + i * ds, c->ddt) + (uint64_t)tpu_ku_load_i64(s + i * ss, c->sdt);
+        tpu_ku_store_i64(d + i * ds, c->ddt, (int64_t)v);
+      }
+    } else if (c->ddt == TPU_DTYPE_F32 && c->sdt == TPU_DTYPE_F32) {
+      for (int64_t i = 0; i < n; ++i) *(float*)(d + i * ds) += *(const float*)(s + i * ss);
+    } else {
+      for (int64_t i = 0; i < n; ++i)
+        tpu_ku_store_f64(d + i * ds, c->ddt, tpu_ku_load_f64(d + i * ds, c->ddt) + tpu_ku_load_f64(s + i * ss, c->sdt));
+    }
+    return;
+  }
+  if (c->ddt == c->sdt) {
+    int64_t es = c->es;
+    if (ds == es && ss == es) {
+      memcpy(d, s, (size_t)(n * es));
+      return;
+    }
+    switch (es) {
+      case 1: for (int64_t i = 0; i < n; ++i) *(uint8_t*)(d + i * ds) = *(const uint8_t*)(s + i * ss); break;
+      case 2: for (int64_t i = 0; i < n; ++i) *(uint16_t*)(d + i * ds) = *(const uint16_t*)(s + i * ss); break;
+      case 4: for (int64_t i = 0; i < n; ++i) *(uint32_t*)(d + i * ds) = *(const uint32_t*)(s + i * ss); break;
+      default: for (int64_t i = 0; i < n; ++i) *(uint64_t*)(d + i * ds) = *(const uint64_t*)(s + i * ss); break;
+    }
+    return;
+  }
+  if (ix_is_int_dt(c->sdt)) {
+    for (int64_t i = 0; i < n; ++i) tpu_ku_store_i64(d + i * ds, c->ddt, tpu_ku_load_i64(s + i * ss, c->sdt));
+  } else {
+    for (int64_t i = 0; i < n; ++i) tpu_ku_store_f64(d + i * ds, c->ddt, tpu_ku_load_f64(s + i * ss, c->sdt));
+  }
+}
+
+/* One element. */
+static inline void ix_copy1(const ix_cp_t* c, char* d, const char* s) {
+  if (!c->add && c->ddt == c->sdt) {
+    switch (c->es) {
+      case 1: *(uint8_t*)d = *(const uint8_t*)s; return;
+      case 2: *(uint16_t*)d = *(const uint16_t*)s; return;
+      case 4: *(uint32_t*)d = *(const uint32_t*)s; return;
+      default: *(uint64_t*)d = *(const uint64_t*)s; return;
+    }
+  }
+  char* p[2] = {d, (char*)s};
+  int64_t z[2] = {0, 0};
+  ix_copy_inner((void*)c, p, z, 1);
+}
+
+static ix_cp_t ix_cp(const tpu_tensor_t* dst, const tpu_tensor_t* src, bool add) {
+  ix_cp_t c = {dst->dtype, src->dtype, (int64_t)ix_es(dst), add};
+  return c;
+}
+
+/* dst <- src (src broadcast to dst's shape). */
+static tpu_status_t ix_copy(const tpu_tensor_t* dst, const tpu_tensor_t* src, tpu_threadpool_t* pool,
+                            const char* op) {
+  if (tpu_tensor_numel(dst) == 0) return TPU_OK;
+  tpu_ku_iter_t it;
+  const tpu_tensor_t* ops[2] = {dst, src};
+  TPU_RETURN_IF_ERROR(tpu_ku_iter_init(&it, 2, ops, op));
+  ix_cp_t c = ix_cp(dst, src, false);
+  tpu_ku_iter_parallel(&it, pool, 32768, ix_copy_inner, &c);
+  return TPU_OK;
+}
+
+/* Validates every element of an index tensor against [-size, size) (wrap)
+ * or [0, size). */
+typedef struct {
+  int dt;
+  int64_t size;
+  bool wrap, bad;
+  int64_t bad_value;
+} ix_val_t;
+
+static void ix_validate_inner(void* ctx, char** p, const int64_t* st, int64_t n) {
+  ix_val_t* v = (ix_val_t*)ctx;
+  if (v->bad) return;
+  int64_t lo = v->wrap ? -v->size : 0;
+  for (int64_t i = 0; i < n; ++i) {
+    int64_t x = ix_ld_index(p[0] + i * st[0], v->dt);
+    if (x < lo || x >= v->size) {
+      v->bad = true;
+      v->bad_value = x;
+      return;
+    }
+  }
+}
+
+static tpu_status_t ix_validate(const tpu_k_call_t* call, const tpu_tensor_t* index, int64_t size, int dim,
+                                bool wrap) {
+  if (tpu_tensor_numel(index) == 0) return TPU_OK;
+  tpu_ku_iter_t it;
+  TPU_RETURN_IF_ERROR(tpu_ku_iter_init(&it, 1, &index, call->op));
+  ix_val_t v = {index->dtype, size, wrap, false, 0};
+  tpu_ku_iter_run(&it, 0, it.numel, ix_validate_inner, &v);
+  if (v.bad) return ix_oob(call, v.bad_value, dim, size);
+  return TPU_OK;
+}
+
+/* ---- index_select ----------------------------------------------------------- */
+
+static tpu_status_t ix_dim_arg(const tpu_k_call_t* call, int ai, int32_t ndim, int32_t* out) {
+  if (ai >= call->num_args || call->args[ai].kind != TPU_K_INT)
+    return TPU_KU_INVALID(call, "expected an int dim (argument %d)", ai);
+  return tpu_ku_wrap_dim(call, call->args[ai].v.i, ndim, out);
+}
+
+static tpu_status_t ix_select_check(const tpu_k_call_t* call) {
+  const tpu_tensor_t* self = tpu_ku_tensor(call, 0);
+  const tpu_tensor_t* index = tpu_ku_tensor(call, 2);
+  if (!self || !index || call->num_outputs < 1) return TPU_KU_INVALID(call, "expected self, dim, index");
+  if (!ix_dtype_ok(self->dtype)) return tpu_ku_unsupported_dtype(call, self->dtype);
+  if (!ix_index_ok(index)) return tpu_ku_unsupported_dtype(call, index->dtype);
+  if (index->ndim > 1) return TPU_KU_INVALID(call, "index_select(): Index is supposed to be a vector");
+  int32_t dim;
+  TPU_RETURN_IF_ERROR(ix_dim_arg(call, 1, self->ndim, &dim));
+  const tpu_tensor_t* out = &call->outputs[0];
+  if (out->dtype != self->dtype) return TPU_KU_INVALID(call, "output dtype differs from self");
+  int64_t n = tpu_tensor_numel(index);
+  if (self->ndim == 0) {
+    if (out->ndim > 1 || tpu_tensor_numel(out) != n) return TPU_KU_INVALID(call, "bad output shape");
+    return TPU_OK;
+  }
+  if (out->ndim != self->ndim) return TPU_KU_INVALID(call, "bad output rank");
+  for (int32_t d = 0; d < self->ndim; ++d)
+    if (out->sizes[d] != (d == dim ? n : self->sizes[d])) return TPU_KU_INVALID(call, "bad output shape");
+  return TPU_OK;
+}
+
+typedef struct {
+  tpu_ku_iter_t it; /* slice copy, bases replaced per item */
+  ix_cp_t cp;
+  const char* out;
+  const char* src;
+  int64_t ostride, sstride; /* bytes along dim */
+  const char* index;
+  int64_t istride;
+  int idt;
+  int64_t size;
+} ix_sel_t;
+
+static void ix_select_body(void* ctx, int64_t b, int64_t e) {
+  const ix_sel_t* c = (const ix_sel_t*)ctx;
+  tpu_ku_iter_t it = c->it;
+  for (int64_t i = b; i < e; ++i) {
+    int64_t x = ix_ld_index(c->index + i * c->istride, c->idt);
+    if (x < 0) x += c->size;
+    it.base[0] = (char*)c->out + i * c->ostride;
+    it.base[1] = (char*)c->src + x * c->sstride;
+    tpu_ku_iter_run(&it, 0, it.numel, ix_copy_inner, (void*)&c->cp);
+  }
+}
+
+static tpu_status_t ix_select_run(const tpu_k_call_t* call) {
+  TPU_RETURN_IF_ERROR(ix_select_check(call));
+  const tpu_tensor_t* self = tpu_ku_tensor(call, 0);
+  const tpu_tensor_t* index = tpu_ku_tensor(call, 2);
+  const tpu_tensor_t* out = &call->outputs[0];
+  int32_t dim;
+  TPU_RETURN_IF_ERROR(ix_dim_arg(call, 1, self->ndim, &dim));
+  int64_t n = tpu_tensor_numel(index);
+  int64_t size = self->ndim ? self->sizes[dim] : 1;
+  TPU_RETURN_IF_ERROR(ix_validate(call, index, size, dim, false));
+  if (tpu_tensor_numel(out) == 0) return TPU_OK;
+  ix_sel_t c;
+  tpu_tensor_t ov = ix_drop_dim(out, self->ndim ? dim : 0), sv = ix_drop_dim(self, dim);
+  if (self->ndim == 0) {
+    ov.ndim = 0;
+    sv.ndim = 0;
+  }
+  const tpu_tensor_t* ops[2] = {&ov, &sv};
+  TPU_RETURN_IF_ERROR(tpu_ku_iter_init(&c.it, 2, ops, call->op));
+  c.cp = ix_cp(out, self, false);
+  c.out = (const char*)out->data;
+  c.src = (const char*)self->data;
+  c.ostride = out->ndim ? out->strides[self->ndim ? dim : 0] * (int64_t)ix_es(out) : 0;
+  c.sstride = self->ndim ? self->strides[dim] * (int64_t)ix_es(self) : 0;
+  c.index = (const char*)index->data;
+  c.istride = index->ndim ? index->strides[0] * (int64_t)ix_es(index) : 0;
+  c.idt = index->dtype;
+  c.size = size;
+  int64_t grain = 16384 / (c.it.numel + 1) + 1;
+  tpu_parallel_for(call->pool, n, grain, ix_select_body, &c);
+  return TPU_OK;
+}
+
+/* ---- gather / scatter ---------------------------------------------------------- */
+
+/* self viewed with index's sizes, stride along dim zeroed (the index picks). */
+static tpu_tensor_t ix_along_view(const tpu_tensor_t* t, const tpu_tensor_t* index, int32_t dim) {
+  tpu_tensor_t v = *t;
+  for (int32_t d = 0; d < index->ndim; ++d) v.sizes[d] = index->sizes[d];
+  v.ndim = index->ndim;
+  if (v.ndim > 0) v.strides[dim] = 0;
+  return v;
+}
+
+static tpu_status_t ix_gs_shapes(const tpu_k_call_t* call, const tpu_tensor_t* self, const tpu_tensor_t* index,
+                                 const tpu_tensor_t* src, int32_t dim) {
+  int32_t sn = self->ndim ? self->ndim : 1, in = index->ndim ? index->ndim : 1;
+  if (tpu_tensor_numel(index) == 0) return TPU_OK;
+  if (sn != in) return TPU_KU_INVALID(call, "Index tensor must have the same number of dimensions as input tensor");
+  for (int32_t d = 0; d < index->ndim && self->ndim; ++d) {
+    if (d != dim && index->sizes[d] > self->sizes[d])
+      return TPU_KU_INVALID(call, "Size does not match at dimension %d expected index [%lld] to be smaller than self [%lld] apart from dimension %d",
+                            (int)d, (long long)index->sizes[d], (long long)self->sizes[d], (int)dim);
+    if (src && src->ndim == index->ndim && index->sizes[d] > src->sizes[d])
+      return TPU_KU_INVALID(call, "Size does not match at dimension %d expected index [%lld] to be smaller than src [%lld]",
+                            (int)d, (long long)index->sizes[d], (long long)src->sizes[d]);
+  }
+  if (src && src->ndim != index->ndim && !(src->ndim <= 1 && index->ndim <= 1))
+    return TPU_KU_INVALID(call, "Index tensor must have the same number of dimensions as src tensor");
+  return TPU_OK;
+}
+
+static tpu_status_t ix_gather_check(const tpu_k_call_t* call) {
+  const tpu_tensor_t* self = tpu_ku_tensor(call, 0);
+  const tpu_tensor_t* index = tpu_ku_tensor(call, 2);
+  if (!self || !index || call->num_outputs < 1) return TPU_KU_INVALID(call, "expected self, dim, index");
+  if (!ix_dtype_ok(self->dtype)) return tpu_ku_unsupported_dtype(call, self->dtype);
+  if (!ix_index_ok(index)) return tpu_ku_unsupported_dtype(call, index->dtype);
+  int32_t dim;
+  TPU_RETURN_IF_ERROR(ix_dim_arg(call, 1, self->ndim, &dim));
+  TPU_RETURN_IF_ERROR(ix_gs_shapes(call, self, index, NULL, dim));
+  const tpu_tensor_t* out = &call->outputs[0];
+  if (tpu_tensor_numel(out) != tpu_tensor_numel(index) || (out->ndim != index->ndim && tpu_tensor_numel(out) > 1))
+    return TPU_KU_INVALID(call, "output must have the index's shape");
+  return TPU_OK;
+}
+
+typedef struct {
+  int idt;
+  int64_t dstride; /* bytes per index step in the data operand */
+  ix_cp_t cp;
+  bool scatter;    /* else gather */
+  bool value;      /* scatter a scalar */
+  double vd;
+  int64_t vi;
+  bool vint;
+} ix_gs_t;
+
+/* gather: p0 out, p1 index, p2 self-view; scatter: p0 index, p1 out-view, p2 src */
+static void ix_gs_inner(void* ctx, char** p, const int64_t* st, int64_t n) {
+  const ix_gs_t* c = (const ix_gs_t*)ctx;
+  for (int64_t i = 0; i < n; ++i) {
+    if (!c->scatter) {
+      int64_t x = ix_ld_index(p[1] + i * st[1], c->idt);
+      ix_copy1(&c->cp, p[0] + i * st[0], p[2] + i * st[2] + x * c->dstride);
+    } else {
+      int64_t x = ix_ld_index(p[0] + i * st[0], c->idt);
+      char* d = p[1] + i * st[1] + x * c->dstride;
+      if (c->value) {
+        if (c->cp.add) {
+          if (c->vint && ix_is_int_dt(c->cp.ddt))
+            tpu_ku_store_i64(d, c->cp.ddt, (int64_t)((uint64_t)tpu_ku_load_i64(d, c->cp.ddt) + (uint64_t)c->vi));
+          else
+            tpu_ku_store_f64(d, c->cp.ddt, tpu_ku_load_f64(d, c->cp.ddt) + c->vd);
+        } else if (c->vint) {
+          tpu_ku_store_i64(d, c->cp.ddt, c->vi);
+        } else {
+          tpu_ku_store_f64(d, c->cp.ddt, c->vd);
+        }
+      } else {
+        ix_copy1(&c->cp, d, p[2] + i * st[2]);
+      }
+    }
+  }
+}
+
+static tpu_status_t ix_gather_run(const tpu_k_call_t* call) {
+  TPU_RETURN_IF_ERROR(ix_gather_check(call));
+  const tpu_tensor_t* self = tpu_ku_tensor(call, 0);
+  const tpu_tensor_t* index = tpu_ku_tensor(call, 2);
+  const tpu_tensor_t* out = &call->outputs[0];
+  int32_t dim;
+  TPU_RETURN_IF_ERROR(ix_dim_arg(call, 1, self->ndim, &dim));
+  if (tpu_tensor_numel(index) == 0) return TPU_OK;
+  int64_t size = self->ndim ? self->sizes[dim] : 1;
+  TPU_RETURN_IF_ERROR(ix_validate(call, index, size, dim, false));
+  tpu_tensor_t sv = ix_along_view(self, index, dim), ov = *out;
+  if (ov.ndim != index->ndim) { /* 0-dim vs 1-element */
+    ov = *index;
+    ov.data = out->data;
+    ov.dtype = out->dtype;
+    for (int32_t d = 0; d < ov.ndim; ++d) ov.strides[d] = 0;
+  }
+  const tpu_tensor_t* ops[3] = {&ov, index, &sv};
+  tpu_ku_iter_t it;
+  TPU_RETURN_IF_ERROR(tpu_ku_iter_init(&it, 3, ops, call->op));
+  ix_gs_t c;
+  memset(&c, 0, sizeof(c));
+  c.idt = index->dtype;
+  c.dstride = self->ndim ? self->strides[dim] * (int64_t)ix_es(self) : 0;
+  c.cp = ix_cp(out, self, false);
+  tpu_ku_iter_parallel(&it, call->pool, 16384, ix_gs_inner, &c);
+  return TPU_OK;
+}
+
+/* scatter family: (self, dim, index, src|value[, out]) */
+
+static tpu_status_t ix_scatter_check(const tpu_k_call_t* call) {
+  const tpu_tensor_t* self = tpu_ku_tensor(call, 0);
+  const tpu_tensor_t* index = tpu_ku_tensor(call, 2);
+  const tpu_tensor_t* src = tpu_ku_tensor(call, 3);
+  bool value = strstr(call->op, ".value") != NULL;
+  if (!self || !index || (!value && !src) || call->num_outputs < 1)
+    return TPU_KU_INVALID(call, "expected self, dim, index, src");
+  if (!ix_dtype_ok(self->dtype)) return tpu_ku_unsupported_dtype(call, self->dtype);
+  if (!ix_index_ok(index)) return tpu_ku_unsupported_dtype(call, index->dtype);
+  if (src && !ix_dtype_ok(src->dtype)) return tpu_ku_unsupported_dtype(call, src->dtype);
+  int32_t dim;
+  TPU_RETURN_IF_ERROR(ix_dim_arg(call, 1, self->ndim, &dim));
+  TPU_RETURN_IF_ERROR(ix_gs_shapes(call, self, index, value ? NULL : src, dim));
+  if (!ix_same_shape(&call->outputs[0], self)) return TPU_KU_INVALID(call, "output shape differs from self");
+  return TPU_OK;
+}
+
+static tpu_status_t ix_scatter_run(const tpu_k_call_t* call) {
+  TPU_RETURN_IF_ERROR(ix_scatter_check(call));
+  const tpu_tensor_t* self = tpu_ku_tensor(call, 0);
+  const tpu_tensor_t* index = tpu_ku_tensor(call, 2);
+  const tpu_tensor_t* out = &call->outputs[0];
+  bool value = strstr(call->op, ".value") != NULL;
+  bool add = strstr(call->op, "scatter_add") != NULL;
+  int32_t dim;
+  TPU_RETURN_IF_ERROR(ix_dim_arg(call, 1, self->ndim, &dim));
+  int64_t size = self->ndim ? self->sizes[dim] : 1;
+  TPU_RETURN_IF_ERROR(ix_validate(call, index, size, dim, false));
+  if (!ix_same_view(out, self)) TPU_RETURN_IF_ERROR(ix_copy(out, self, call->pool, call->op));
+  if (tpu_tensor_numel(index) == 0) return TPU_OK;
+  tpu_tensor_t ov = ix_along_view(out, index, dim);
+  if (self->ndim == 0) ov.ndim = 0;
+  ix_gs_t c;
+  memset(&c, 0, sizeof(c));
+  c.idt = index->dtype;
+  c.scatter = true;
+  c.dstride = out->ndim ? out->strides[dim] * (int64_t)ix_es(out) : 0;
+  tpu_tensor_t sv;
+  if (value) {
+    c.value = true;
+    c.vd = tpu_ku_double(call, 3, 0.0);
+    c.vi = tpu_ku_int(call, 3, 0);
+    c.vint = call->args[3].kind != TPU_K_DOUBLE;
+    c.cp = ix_cp(out, out, add);
+    sv = *index; /* placeholder operand, never read */
+  } else {
+    const tpu_tensor_t* src = tpu_ku_tensor(call, 3);
+    sv = *src;
+    for (int32_t d = 0; d < index->ndim && d < sv.ndim; ++d) sv.sizes[d] = index->sizes[d];
+    if (sv.ndim != index->ndim) { /* 0-dim/1-element mix */
+      sv = *index;
+      sv.data = src->data;
+      sv.dtype = src->dtype;
+      for (int32_t d = 0; d < sv.ndim; ++d) sv.strides[d] = 0;
+    }
+    c.cp = ix_cp(out, src, add);
+  }
+  const tpu_tensor_t* ops[3] = {index, &ov, &sv};
+  tpu_ku_iter_t it;
+  TPU_RETURN_IF_ERROR(tpu_ku_iter_init(&it, 3, ops, call->op));
+  tpu_ku_iter_run(&it, 0, it.numel, ix_gs_inner, &c); /* serial: duplicates */
+  return TPU_OK;
+}
+
+/* ---- advanced indexing ----------------------------------------------------------- */
+
+typedef struct {
+  int32_t nidx;
+  const tpu_tensor_t* idx[TPU_MAX_DIMS]; /* NULL: None */
+  int32_t first, last, ndef;
+  bool adjacent, mask;
+  int32_t nb; /* broadcast index rank (mask: 1) */
+  int64_t bsz[TPU_MAX_DIMS];
+  int64_t bnumel;
+  int32_t res_nd, posb;
+  int64_t res_sz[TPU_MAX_DIMS];
+  int32_t kept[TPU_MAX_DIMS], nkept; /* non-indexed self dims, in order */
+} ix_adv_t;
+
+static tpu_status_t ix_adv_setup(const tpu_k_call_t* call, const tpu_tensor_t* self, int ai, ix_adv_t* a) {
+  memset(a, 0, sizeof(*a));
+  if (ai >= call->num_args || call->args[ai].kind != TPU_K_TENSORS)
+    return TPU_KU_INVALID(call, "expected indices as Tensor?[]");
+  const tpu_tensor_t* list = call->args[ai].v.tensors.data;
+  int64_t len = call->args[ai].v.tensors.len;
+  if (len > self->ndim)
+    return TPU_ERROR(TPU_STATUS_OUT_OF_RANGE, "%s: too many indices for tensor of dimension %d (got %lld)", call->op,
+                     (int)self->ndim, (long long)len);
+  a->nidx = (int32_t)len;
+  a->first = -1;
+  for (int32_t j = 0; j < a->nidx; ++j) {
+    const tpu_tensor_t* t = &list[j];
+    if (t->dtype == TPU_DTYPE_INVALID) continue;
+    a->idx[j] = t;
+    if (a->first < 0) a->first = j;
+    a->last = j;
+    a->ndef++;
+    if (t->dtype == TPU_DTYPE_BOOL || t->dtype == TPU_DTYPE_U8) a->mask = true;
+    else if (!ix_is_index_dt(t->dtype))
+      return TPU_KU_INVALID(call, "tensors used as indices must be long, int, byte or bool tensors (got %s)",
+                            tpu_dtype_name((tpu_dtype_t)t->dtype));
+  }
+  if (a->ndef == 0) return TPU_ERROR(TPU_STATUS_UNIMPLEMENTED, "%s: indexing without index tensors", call->op);
+  a->adjacent = true;
+  for (int32_t j = a->first; j <= a->last; ++j)
+    if (!a->idx[j]) a->adjacent = false;
+  if (a->mask) {
+    if (a->ndef != 1)
+      return TPU_ERROR(TPU_STATUS_UNIMPLEMENTED, "%s: a bool/byte mask index combined with other indices is not supported on tpu",
+                       call->op);
+    const tpu_tensor_t* m = a->idx[a->first];
+    if (m->ndim < 1 || a->first + m->ndim > self->ndim)
+      return TPU_ERROR(TPU_STATUS_OUT_OF_RANGE, "%s: too many indices for tensor of dimension %d", call->op, (int)self->ndim);
+    for (int32_t j = 0; j < m->ndim; ++j)
+      if (m->sizes[j] != self->sizes[a->first + j])
+        return TPU_ERROR(TPU_STATUS_OUT_OF_RANGE,
+                         "%s: The shape of the mask [%lld] at index %d does not match the shape of the indexed tensor [%lld] at index %d",
+                         call->op, (long long)m->sizes[j], (int)j, (long long)self->sizes[a->first + j],
+                         (int)(a->first + j));
+    a->last = a->first + m->ndim - 1;
+    a->nb = 1;
+    a->bsz[0] = -1; /* count of true values, known from the output or a scan */
+    for (int32_t d = 0; d < self->ndim; ++d)
+      if (d < a->first || d > a->last) a->kept[a->nkept++] = d;
+    a->posb = a->first;
+  } else {
+    for (int32_t j = a->first; j <= a->last; ++j) {
+      const tpu_tensor_t* t = a->idx[j];
+      if (!t) continue;
+      if (t->ndim > a->nb) {
+        int32_t grow = t->ndim - a->nb;
+        for (int32_t d = a->nb - 1; d >= 0; --d) a->bsz[d + grow] = a->bsz[d];
+        for (int32_t d = 0; d < grow; ++d) a->bsz[d] = 1;
+        a->nb = t->ndim;
+      }
+      int32_t off = a->nb - t->ndim;
+      for (int32_t d = 0; d < t->ndim; ++d) {
+        int64_t s = t->sizes[d], *b = &a->bsz[off + d];
+        if (*b == 1) *b = s;
+        else if (s != 1 && s != *b)
+          return TPU_KU_INVALID(call, "shape mismatch: indexing tensors could not be broadcast together");
+      }
+    }
+    a->bnumel = 1;
+    for (int32_t d = 0; d < a->nb; ++d) a->bnumel *= a->bsz[d];
+    for (int32_t d = 0; d < self->ndim; ++d)
+      if (d >= a->nidx || !a->idx[d]) a->kept[a->nkept++] = d;
+    a->posb = a->adjacent ? a->first : 0;
+  }
+  /* result shape */
+  int32_t k = 0, r = 0;
+  for (; k < a->nkept && a->kept[k] < a->posb && a->adjacent; ++k) a->res_sz[r++] = self->sizes[a->kept[k]];
+  for (int32_t d = 0; d < a->nb; ++d) a->res_sz[r++] = a->bsz[d];
+  for (; k < a->nkept; ++k) a->res_sz[r++] = self->sizes[a->kept[k]];
+  a->res_nd = r;
+  if (!a->adjacent) a->posb = 0;
+  else {
+    /* posb in result coordinates = number of kept dims before first */
+    int32_t before = 0;
+    for (int32_t q = 0; q < a->nkept; ++q)
+      if (a->kept[q] < a->first) before++;
+    a->posb = before;
+  }
+  return TPU_OK;
+}
+
+/* Result-shaped views of the slice (non-indexed dims) of `t` (a tensor of the
+ * result shape, or self when from_self). */
+static tpu_tensor_t ix_adv_slice(const ix_adv_t* a, const tpu_tensor_t* t, bool from_self) {
+  tpu_tensor_t v = *t;
+  v.ndim = a->nkept;
+  for (int32_t q = 0; q < a->nkept; ++q) {
+    int32_t d;
+    if (from_self) {
+      d = a->kept[q];
+    } else {
+      d = q < a->posb ? q : q + a->nb;
+    }
+    v.sizes[q] = t->sizes[d];
+    v.strides[q] = t->strides[d];
+  }
+  return v;
+}
+
+static tpu_status_t ix_adv_validate(const tpu_k_call_t* call, const tpu_tensor_t* self, const ix_adv_t* a) {
+  if (a->mask) return TPU_OK;
+  for (int32_t j = 0; j < a->nidx; ++j)
+    if (a->idx[j]) TPU_RETURN_IF_ERROR(ix_validate(call, a->idx[j], self->sizes[j], j, true));
+  return TPU_OK;
+}
+
+/* Offset (bytes) into self chosen by broadcast position b. */
+static int64_t ix_adv_src_offset(const ix_adv_t* a, const tpu_tensor_t* self, int64_t b) {
+  int64_t bidx[TPU_MAX_DIMS];
+  for (int32_t d = a->nb - 1; d >= 0; --d) {
+    bidx[d] = b % a->bsz[d];
+    b /= a->bsz[d];
+  }
+  int64_t off = 0;
+  for (int32_t j = a->first; j <= a->last; ++j) {
+    const tpu_tensor_t* t = a->idx[j];
+    if (!t) continue;
+    int32_t o = a->nb - t->ndim;
+    int64_t io = 0;
+    for (int32_t d = 0; d < t->ndim; ++d)
+      if (t->sizes[d] != 1) io += bidx[o + d] * t->strides[d];
+    int64_t x = ix_ld_index((const char*)t->data + io * (int64_t)ix_es(t), t->dtype);
+    if (x < 0) x += self->sizes[j];
+    off += x * self->strides[j];
+  }
+  return off * (int64_t)ix_es(self);
+}
+
+/* Offset (bytes) of broadcast position b in a result-shaped tensor. */
+static int64_t ix_adv_res_offset(const ix_adv_t* a, const tpu_tensor_t* r, int64_t b) {
+  int64_t off = 0;
+  for (int32_t d = a->nb - 1; d >= 0; --d) {
+    int64_t bi = b % a->bsz[d];
+    b /= a->bsz[d];
+    off += bi * r->strides[a->posb + d];
+  }
+  return off * (int64_t)ix_es(r);
+}
+
+/* Mask mode: offset into self of the mask position with flat index m. */
+static int64_t ix_mask_src_offset(const ix_adv_t* a, const tpu_tensor_t* self, int64_t m) {
+  const tpu_tensor_t* mk = a->idx[a->first];
+  int64_t off = 0;
+  for (int32_t d = mk->ndim - 1; d >= 0; --d) {
+    off += (m % mk->sizes[d]) * self->strides[a->first + d];
+    m /= mk->sizes[d];
+  }
+  return off * (int64_t)ix_es(self);
+}
+
+static bool ix_mask_at(const tpu_tensor_t* mk, int64_t m) {
+  int64_t off = 0;
+  for (int32_t d = mk->ndim - 1; d >= 0; --d) {
+    off += (m % mk->sizes[d]) * mk->strides[d];
+    m /= mk->sizes[d];
+  }
+  return ((const uint8_t*)mk->data)[off] != 0;
+}
+
+static int64_t ix_mask_count(const tpu_tensor_t* mk) {
+  int64_t n = tpu_tensor_numel(mk), c = 0;
+  for (int64_t m = 0; m < n; ++m) c += ix_mask_at(mk, m);
+  return c;
+}
+
+static tpu_status_t ix_index_check(const tpu_k_call_t* call) {
+  const tpu_tensor_t* self = tpu_ku_tensor(call, 0);
+  if (!self || call->num_outputs < 1) return TPU_KU_INVALID(call, "expected self and indices");
+  if (!ix_dtype_ok(self->dtype)) return tpu_ku_unsupported_dtype(call, self->dtype);
+  ix_adv_t a;
+  TPU_RETURN_IF_ERROR(ix_adv_setup(call, self, 1, &a));
+  const tpu_tensor_t* out = &call->outputs[0];
+  if (out->dtype != self->dtype) return TPU_KU_INVALID(call, "output dtype differs from self");
+  if (out->ndim != a.res_nd) return TPU_KU_INVALID(call, "output has %d dims, expected %d", (int)out->ndim, (int)a.res_nd);
+  for (int32_t d = 0; d < a.res_nd; ++d)
+    if (a.res_sz[d] >= 0 && out->sizes[d] != a.res_sz[d])
+      return TPU_KU_INVALID(call, "output size %lld at dim %d, expected %lld", (long long)out->sizes[d], (int)d,
+                            (long long)a.res_sz[d]);
+  return TPU_OK;
+}
+
+typedef struct {
+  const ix_adv_t* a;
+  const tpu_tensor_t* self;
+  const tpu_tensor_t* res;
+  tpu_ku_iter_t it;
+  ix_cp_t cp;
+} ix_idx_t;
+
+static void ix_index_body(void* ctx, int64_t b0, int64_t b1) {
+  const ix_idx_t* c = (const ix_idx_t*)ctx;
+  tpu_ku_iter_t it = c->it;
+  for (int64_t b = b0; b < b1; ++b) {
+    it.base[0] = (char*)c->res->data + ix_adv_res_offset(c->a, c->res, b);
+    it.base[1] = (char*)c->self->data + ix_adv_src_offset(c->a, c->self, b);
+    tpu_ku_iter_run(&it, 0, it.numel, ix_copy_inner, (void*)&c->cp);
+  }
+}
+
+static tpu_status_t ix_index_run(const tpu_k_call_t* call) {
+  TPU_RETURN_IF_ERROR(ix_index_check(call));
+  const tpu_tensor_t* self = tpu_ku_tensor(call, 0);
+  const tpu_tensor_t* out = &call->outputs[0];
+  ix_adv_t a;
+  TPU_RETURN_IF_ERROR(ix_adv_setup(call, self, 1, &a));
+  TPU_RETURN_IF_ERROR(ix_adv_validate(call, self, &a));
+  if (a.mask) {
+    const tpu_tensor_t* mk = a.idx[a.first];
+    int64_t nnz = ix_mask_count(mk);
+    if (nnz != out->sizes[a.posb])
+      return TPU_KU_INVALID(call, "mask selects %lld elements but the output has %lld", (long long)nnz,
+                            (long long)out->sizes[a.posb]);
+    a.bsz[0] = nnz;
+  }
+  if (tpu_tensor_numel(out) == 0) return TPU_OK;
+  ix_idx_t c;
+  c.a = &a;
+  c.self = self;
+  c.res = out;
+  tpu_tensor_t dv = ix_adv_slice(&a, out, false), sv = ix_adv_slice(&a, self, true);
+  const tpu_tensor_t* ops[2] = {&dv, &sv};
+  TPU_RETURN_IF_ERROR(tpu_ku_iter_init(&c.it, 2, ops, call->op));
+  c.cp = ix_cp(out, self, false);
+  if (a.mask) {
+    const tpu_tensor_t* mk = a.idx[a.first];
+    int64_t n = tpu_tensor_numel(mk), k = 0;
+    for (int64_t m = 0; m < n; ++m) {
+      if (!ix_mask_at(mk, m)) continue;
+      c.it.base[0] = (char*)out->data + k * out->strides[a.posb] * (int64_t)ix_es(out);
+      c.it.base[1] = (char*)self->data + ix_mask_src_offset(&a, self, m);
+      tpu_ku_iter_run(&c.it, 0, c.it.numel, ix_copy_inner, &c.cp);
+      ++k;
+    }
+    return TPU_OK;
+  }
+  int64_t grain = 16384 / (c.it.numel + 1) + 1;
+  tpu_parallel_for(call->pool, a.bnumel, grain, ix_index_body, &c);
+  return TPU_OK;
+}
+
+/* index_put_(self, indices, values, accumulate) / index_put / _index_put_impl_ */
+static tpu_status_t ix_put_check(const tpu_k_call_t* call) {
+  const tpu_tensor_t* self = tpu_ku_tensor(call, 0);
+  const tpu_tensor_t* values = tpu_ku_tensor(call, 2);
+  if (!self || !values || call->num_outputs < 1) return TPU_KU_INVALID(call, "expected self, indices, values");
+  if (!ix_dtype_ok(self->dtype)) return tpu_ku_unsupported_dtype(call, self->dtype);
+  if (!ix_dtype_ok(values->dtype)) return tpu_ku_unsupported_dtype(call, values->dtype);
+  ix_adv_t a;
+  TPU_RETURN_IF_ERROR(ix_adv_setup(call, self, 1, &a));
+  if (!ix_same_shape(&call->outputs[0], self)) return TPU_KU_INVALID(call, "output shape differs from self");
+  if (values->ndim > a.res_nd && tpu_tensor_numel(values) != 1)
+    return TPU_KU_INVALID(call, "values of %d dims cannot be broadcast to the indexing result of %d dims",
+                          (int)values->ndim, (int)a.res_nd);
+  return TPU_OK;
+}
+
+static tpu_status_t ix_put_run(const tpu_k_call_t* call) {
+  TPU_RETURN_IF_ERROR(ix_put_check(call));
+  const tpu_tensor_t* self = tpu_ku_tensor(call, 0);
+  const tpu_tensor_t* values = tpu_ku_tensor(call, 2);
+  const tpu_tensor_t* out = &call->outputs[0];
+  bool acc = tpu_ku_bool(call, 3, false);
+  ix_adv_t a;
+  TPU_RETURN_IF_ERROR(ix_adv_setup(call, self, 1, &a));
+  TPU_RETURN_IF_ERROR(ix_adv_validate(call, self, &a));
+  if (a.mask) {
+    a.bsz[0] = ix_mask_count(a.idx[a.first]);
+    a.res_sz[a.posb] = a.bsz[0];
+    a.bnumel = a.bsz[0];
+  }
+  /* values broadcast to the result shape */
+  tpu_tensor_t rv;
+  memset(&rv, 0, sizeof(rv));
+  rv.data = values->data;
+  rv.dtype = values->dtype;
+  rv.ndim = a.res_nd;
+  if (tpu_tensor_numel(values) == 1 && values->ndim > a.res_nd) {
+    for (int32_t d = 0; d < a.res_nd; ++d) rv.sizes[d] = a.res_sz[d];
+  } else {
+    int32_t off = a.res_nd - values->ndim;
+    for (int32_t d = 0; d < a.res_nd; ++d) {
+      rv.sizes[d] = a.res_sz[d];
+      int32_t j = d - off;
+      if (j < 0) continue;
+      if (values->sizes[j] == a.res_sz[d]) rv.strides[d] = values->strides[j];
+      else if (values->sizes[j] != 1)
+        return TPU_KU_INVALID(call, "shape mismatch: value tensor of size %lld at dim %d cannot be broadcast to indexing result of size %lld",
+                              (long long)values->sizes[j], (int)j, (long long)a.res_sz[d]);
+    }
+  }
+  if (!ix_same_view(out, self)) TPU_RETURN_IF_ERROR(ix_copy(out, self, call->pool, call->op));
+  if (a.bnumel == 0) return TPU_OK;
+  for (int32_t d = 0; d < a.res_nd; ++d)
+    if (a.res_sz[d] == 0) return TPU_OK;
+  tpu_tensor_t dv = ix_adv_slice(&a, out, true), sv = ix_adv_slice(&a, &rv, false);
+  const tpu_tensor_t* ops[2] = {&dv, &sv};
+  tpu_ku_iter_t it;
+  TPU_RETURN_IF_ERROR(tpu_ku_iter_init(&it, 2, ops, call->op));
+  ix_cp_t cp = ix_cp(out, values, acc);
+  if (a.mask) {
+    const tpu_tensor_t* mk = a.idx[a.first];
+    int64_t n = tpu_tensor_numel(mk), k = 0;
+    for (int64_t m = 0; m < n; ++m) {
+      if (!ix_mask_at(mk, m)) continue;
+      it.base[0] = (char*)out->data + ix_mask_src_offset(&a, out, m);
+      it.base[1] = (char*)rv.data + k * rv.strides[a.posb] * (int64_t)ix_es(&rv);
+      tpu_ku_iter_run(&it, 0, it.numel, ix_copy_inner, &cp);
+      ++k;
+    }
+    return TPU_OK;
+  }
+  for (int64_t b = 0; b < a.bnumel; ++b) {
+    it.base[0] = (char*)out->data + ix_adv_src_offset(&a, out, b);
+    it.base[1] = (char*)rv.data + ix_adv_res_offset(&a, &rv, b);
+    tpu_ku_iter_run(&it, 0, it.numel, ix_copy_inner, &cp);
+  }
+  return TPU_OK;
+}
+
+/* ---- embedding_dense_backward ------------------------------------------------- */
+
+typedef struct {
+  const tpu_tensor_t* grad;
+  const tpu_tensor_t* idx;
+  const tpu_tensor_t* out;
+  int64_t n, d, padding;
+  bool scale;
+} ix_emb_t;
+
+static int64_t ix_emb_index(const tpu_tensor_t* idx, int64_t i) {
+  int64_t off = 0;
+  for (int32_t d = idx->ndim - 1; d >= 0; --d) {
+    off += (i % idx->sizes[d]) * idx->strides[d];
+    i /= idx->sizes[d];
+  }
+  return ix_ld_index((const char*)idx->data + off * (int64_t)ix_es(idx), idx->dtype);
+}
+
+static void ix_emb_body(void* ctx, int64_t c0, int64_t c1) {
+  const ix_emb_t* c = (const ix_emb_t*)ctx;
+  const tpu_tensor_t* g = c->grad;
+  const tpu_tensor_t* o = c->out;
+  int64_t ges = (int64_t)ix_es(g), oes = (int64_t)ix_es(o);
+  int32_t gl = g->ndim - 1;
+  for (int64_t i = 0; i < c->n; ++i) {
+    int64_t w = ix_emb_index(c->idx, i);
+    if (w == c->padding) continue;
+    double scale = 1.0;
+    if (c->scale) {
+      int64_t cnt = 0;
+      for (int64_t j = 0; j < c->n; ++j) cnt += ix_emb_index(c->idx, j) == w;
+      scale = 1.0 / (double)cnt;
+    }
+    /* grad row i: grad viewed as [n, d] over its leading dims */
+    int64_t off = 0, r = i;
+    for (int32_t d = gl - 1; d >= 0; --d) {
+      off += (r % g->sizes[d]) * g->strides[d];
+      r /= g->sizes[d];
+    }
+    const char* gr = (const char*)g->data + off * ges;
+    char* orow = (char*)o->data + w * o->strides[0] * oes;
+    for (int64_t k = c0; k < c1; ++k) {
+      const char* gp = gr + k * g->strides[gl] * ges;
+      char* op = orow + k * o->strides[1] * oes;
+      if (o->dtype == TPU_DTYPE_F32 && g->dtype == TPU_DTYPE_F32)
+        *(float*)op += (float)(*(const float*)gp * scale);
+      else
+        tpu_ku_store_f64(op, o->dtype, tpu_ku_load_f64(op, o->dtype) + tpu_ku_load_f64(gp, g->dtype) * scale);
+    }
+  }
+}
+
+static tpu_status_t ix_emb_check(const tpu_k_call_t* call) {
+  const tpu_tensor_t* g = tpu_ku_tensor(call, 0);
+  const tpu_tensor_t* idx = tpu_ku_tensor(call, 1);
+  if (!g || !idx || call->num_outputs < 1) return TPU_KU_INVALID(call, "expected grad_output and indices");
+  if (!tpu_dtype_is_floating((tpu_dtype_t)g->dtype)) return tpu_ku_unsupported_dtype(call, g->dtype);
+  if (!ix_is_index_dt(idx->dtype)) return tpu_ku_unsupported_dtype(call, idx->dtype);
+  const tpu_tensor_t* o = &call->outputs[0];
+  if (!tpu_dtype_is_floating((tpu_dtype_t)o->dtype)) return tpu_ku_unsupported_dtype(call, o->dtype);
+  int64_t nw = tpu_ku_int(call, 2, -1);
+  if (g->ndim != idx->ndim + 1) return TPU_KU_INVALID(call, "grad_output must have indices.dim() + 1 dims");
+  for (int32_t d = 0; d < idx->ndim; ++d)
+    if (g->sizes[d] != idx->sizes[d]) return TPU_KU_INVALID(call, "grad_output and indices shapes differ");
+  if (o->ndim != 2 || o->sizes[0] != nw || o->sizes[1] != g->sizes[g->ndim - 1])
+    return TPU_KU_INVALID(call, "output must be [num_weights, embedding_dim]");
+  return TPU_OK;
+}
+
+static void ix_zero(const tpu_tensor_t* t, tpu_threadpool_t* pool, const char* op);
+
+static tpu_status_t ix_emb_run(const tpu_k_call_t* call) {
+  TPU_RETURN_IF_ERROR(ix_emb_check(call));
+  ix_emb_t c;
+  c.grad = tpu_ku_tensor(call, 0);
+  c.idx = tpu_ku_tensor(call, 1);
+  c.out = &call->outputs[0];
+  c.n = tpu_tensor_numel(c.idx);
+  c.d = c.out->sizes[1];
+  c.padding = tpu_ku_int(call, 3, -1);
+  c.scale = tpu_ku_bool(call, 4, false);
+  TPU_RETURN_IF_ERROR(ix_validate(call, c.idx, c.out->sizes[0], 0, false));
+  ix_zero(c.out, call->pool, call->op);
+  if (c.n == 0 || c.d == 0) return TPU_OK;
+  int64_t grain = 65536 / (c.n + 1) + 1;
+  tpu_parallel_for(call->pool, c.d, grain < 8 ? 8 : grain, ix_emb_body, &c);
+  return TPU_OK;
+}
+
+/* ---- zero fill ------------------------------------------------------------------ */
+
+static void ix_zero_inner(void* ctx, char** p, const int64_t* st, int64_t n) {
+  int64_t es = *(const int64_t*)ctx;
+  if (st[0] == es) {
+    memset(p[0], 0, (size_t)(n * es));
+    return;
+  }
+  for (int64_t i = 0; i < n; ++i) memset(p[0] + i * st[0], 0, (size_t)es);
+}
+
+static void ix_zero(const tpu_tensor_t* t, tpu_threadpool_t* pool, const char* op) {
+  if (tpu_tensor_numel(t) == 0) return;
+  tpu_ku_iter_t it;
+  tpu_status_t s = tpu_ku_iter_init(&it, 1, &t, op);
+  if (s) { /* cannot happen for a valid tensor */
+    tpu_status_free(s);
+    return;
+  }
+  int64_t es = (int64_t)ix_es(t);
+  tpu_ku_iter_parallel(&it, pool, 65536, ix_zero_inner, &es);
+}
+
+/* ---- cat / stack ------------------------------------------------------------------ */
+
+static bool ix_cat_skip(const tpu_tensor_t* t) { return t->ndim == 1 && t->sizes[0] == 0; }
+
+static tpu_status_t ix_cat_check(const tpu_k_call_t* call) {
+  bool stack = strstr(call->op, "stack") != NULL;
+  if (call->num_args < 1 || call->args[0].kind != TPU_K_TENSORS || call->num_outputs < 1)
+    return TPU_KU_INVALID(call, "expected a tensor list");
+  const tpu_tensor_t* list = call->args[0].v.tensors.data;
+  int64_t n = call->args[0].v.tensors.len;
+  const tpu_tensor_t* out = &call->outputs[0];
+  if (!ix_dtype_ok(out->dtype)) return tpu_ku_unsupported_dtype(call, out->dtype);
+  if (n == 0) return TPU_KU_INVALID(call, "expected a non-empty list of Tensors");
+  int32_t dim;
+  TPU_RETURN_IF_ERROR(tpu_ku_wrap_dim(call, tpu_ku_int(call, 1, 0), stack ? out->ndim : out->ndim, &dim));
+  int64_t total = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const tpu_tensor_t* t = &list[i];
+    if (!ix_dtype_ok(t->dtype)) return tpu_ku_unsupported_dtype(call, t->dtype);
+    if (stack) {
+      if (t->ndim + 1 != out->ndim) return TPU_KU_INVALID(call, "stack expects each tensor to be equal size");
+      for (int32_t d = 0, j = 0; d < out->ndim; ++d) {
+        if (d == dim) continue;
+        if (t->sizes[j++] != out->sizes[d]) return TPU_KU_INVALID(call, "stack expects each tensor to be equal size");
+      }
+      continue;
+    }
+    if (ix_cat_skip(t) && out->ndim != 1) continue;
+    if (t->ndim != out->ndim)
+      return TPU_KU_INVALID(call, "Tensors must have same number of dimensions: got %d and %d", (int)out->ndim,
+                            (int)t->ndim);
+    for (int32_t d = 0; d < out->ndim; ++d)
+      if (d != dim && t->sizes[d] != out->sizes[d])
+        return TPU_KU_INVALID(call, "Sizes of tensors must match except in dimension %d. Expected size %lld but got size %lld for tensor number %lld in the list.",
+                              (int)dim, (long long)out->sizes[d], (long long)t->sizes[d], (long long)i);
+    total += out->ndim ? t->sizes[dim] : 1;
+  }
+  if (stack) {
+    if (out->sizes[dim] != n) return TPU_KU_INVALID(call, "output size along dim %d must be %lld", (int)dim, (long long)n);
+  } else if (out->ndim == 0 || out->sizes[dim] != total) {
+    return TPU_KU_INVALID(call, "output size along dim %d must be %lld", (int)dim, (long long)total);
+  }
+  return TPU_OK;
+}
+
+static tpu_status_t ix_cat_run(const tpu_k_call_t* call) {
+  TPU_RETURN_IF_ERROR(ix_cat_check(call));
+  bool stack = strstr(call->op, "stack") != NULL;
+  const tpu_tensor_t* list = call->args[0].v.tensors.data;
+  int64_t n = call->args[0].v.tensors.len;
+  const tpu_tensor_t* out = &call->outputs[0];
+  int32_t dim;
+  TPU_RETURN_IF_ERROR(tpu_ku_wrap_dim(call, tpu_ku_int(call, 1, 0), out->ndim, &dim));
+  int64_t pos = 0, es = (int64_t)ix_es(out);
+  for (int64_t i = 0; i < n; ++i) {
+    const tpu_tensor_t* t = &list[i];
+    tpu_tensor_t dv = *out;
+    if (stack) {
+      dv = ix_drop_dim(out, dim);
+      dv.data = (char*)out->data + i * out->strides[dim] * es;
+    } else {
+      if (ix_cat_skip(t) && out->ndim != 1) continue;
+      dv.sizes[dim] = t->sizes[dim];
+      dv.data = (char*)out->data + pos * out->strides[dim] * es;
+      pos += t->sizes[dim];
+    }
+    if (tpu_tensor_numel(&dv) == 0) continue;
+    TPU_RETURN_IF_ERROR(ix_copy(&dv, t, call->pool, call->op));
+  }
+  return TPU_OK;
+}
+
+/* ---- flip / roll ------------------------------------------------------------------ */
+
+static tpu_status_t ix_dims_mask(const tpu_k_call_t* call, int ai, int32_t ndim, uint32_t* out_mask) {
+  *out_mask = 0;
+  if (ai >= call->num_args || call->args[ai].kind != TPU_K_INTS) return TPU_KU_INVALID(call, "expected dims as int[]");
+  for (int64_t i = 0; i < call->args[ai].v.ints.len; ++i) {
+    int32_t d;
+    TPU_RETURN_IF_ERROR(tpu_ku_wrap_dim(call, call->args[ai].v.ints.data[i], ndim, &d));
+    if (ndim == 0) continue;
+    if ((*out_mask >> d) & 1u) return TPU_KU_INVALID(call, "dim %d appears multiple times in the list of dims", (int)d);
+    *out_mask |= 1u << d;
+  }
+  return TPU_OK;
+}
+
+static tpu_status_t ix_unary_check(const tpu_k_call_t* call) {
+  const tpu_tensor_t* self = tpu_ku_tensor(call, 0);
+  if (!self || call->num_outputs < 1) return TPU_KU_INVALID(call, "expected self");
+  if (!ix_dtype_ok(self->dtype)) return tpu_ku_unsupported_dtype(call, self->dtype);
+  if (!ix_same_shape(self, &call->outputs[0])) return TPU_KU_INVALID(call, "output shape differs from self");
+  if (self->ndim > 31) return TPU_KU_INVALID(call, "too many dims");
+  return TPU_OK;
+}
+
+static tpu_status_t ix_flip_check(const tpu_k_call_t* call) {
+  TPU_RETURN_IF_ERROR(ix_unary_check(call));
+  uint32_t m;
+  return ix_dims_mask(call, 1, tpu_ku_tensor(call, 0)->ndim, &m);
+}
+
+static tpu_status_t ix_flip_run(const tpu_k_call_t* call) {
+  TPU_RETURN_IF_ERROR(ix_flip_check(call));
+  const tpu_tensor_t* self = tpu_ku_tensor(call, 0);
+  uint32_t mask;
+  TPU_RETURN_IF_ERROR(ix_dims_mask(call, 1, self->ndim, &mask));
+  if (tpu_tensor_numel(self) == 0) return TPU_OK;
+  tpu_tensor_t v = *self;
+  int64_t off = 0;
+  for (int32_t d = 0; d < self->ndim; ++d) {
+    if (!((mask >> d) & 1u)) continue;
+    off += (self->sizes[d] - 1) * self->strides[d];
+    v.strides[d] = -self->strides[d];
+  }
+  v.data = (char*)self->data + off * (int64_t)ix_es(self);
+  return ix_copy(&call->outputs[0], &v, call->pool, call->op);
+}
+
+static tpu_status_t ix_roll_check(const tpu_k_call_t* call) {
+  TPU_RETURN_IF_ERROR(ix_unary_check(call));
+  const tpu_tensor_t* self = tpu_ku_tensor(call, 0);
+  if (call->num_args < 2 || call->args[1].kind != TPU_K_INTS) return TPU_KU_INVALID(call, "expected shifts as int[]");
+  int64_t ns = call->args[1].v.ints.len;
+  int64_t nd = call->num_args > 2 && call->args[2].kind == TPU_K_INTS ? call->args[2].v.ints.len : 0;
+  if (nd == 0 && ns != 1) return TPU_KU_INVALID(call, "shifts must have length 1 when dims is empty (got %lld)", (long long)ns);
+  if (nd > 0 && nd != ns)
+    return TPU_KU_INVALID(call, "shifts and dimensions must align. shifts: %lld, dims:%lld", (long long)ns, (long long)nd);
+  for (int64_t i = 0; i < nd; ++i) {
+    int32_t d;
+    TPU_RETURN_IF_ERROR(tpu_ku_wrap_dim(call, call->args[2].v.ints.data[i], self->ndim, &d));
+  }
+  return TPU_OK;
+}
+
+typedef struct {
+  const tpu_tensor_t* self;
+  const tpu_tensor_t* out;
+  int64_t n, shift;
+  ix_cp_t cp;
+} ix_roll_flat_t;
+
+static int64_t ix_flat_off(const tpu_tensor_t* t, int64_t i) {
+  int64_t off = 0;
+  for (int32_t d = t->ndim - 1; d >= 0; --d) {
+    off += (i % t->sizes[d]) * t->strides[d];
+    i /= t->sizes[d];
+  }
+  return off * (int64_t)ix_es(t);
+}
+
+static void ix_roll_flat_body(void* ctx, int64_t b, int64_t e) {
+  const ix_roll_flat_t* c = (const ix_roll_flat_t*)ctx;
+  for (int64_t i = b; i < e; ++i) {
+    int64_t j = i - c->shift;
+    if (j < 0) j += c->n;
+    ix_copy1(&c->cp, (char*)c->out->data + ix_flat_off(c->out, i), (char*)c->self->data + ix_flat_off(c->self, j));
+  }
+}
+
+static tpu_status_t ix_roll_run(const tpu_k_call_t* call) {
+  TPU_RETURN_IF_ERROR(ix_roll_check(call));
+  const tpu_tensor_t* self = tpu_ku_tensor(call, 0);
+  const tpu_tensor_t* out = &call->outputs[0];
+  int64_t numel = tpu_tensor_numel(self);
+  if (numel == 0) return TPU_OK;
+  int64_t nd = call->num_args > 2 && call->args[2].kind == TPU_K_INTS ? call->args[2].v.ints.len : 0;
+  if (nd == 0) {
+    ix_roll_flat_t c = {self, out, numel, 0, ix_cp(out, self, false)};
+    c.shift = call->args[1].v.ints.data[0] % numel;
+    if (c.shift < 0) c.shift += numel;
+    tpu_parallel_for(call->pool, numel, 16384, ix_roll_flat_body, &c);
+    return TPU_OK;
+  }
+  int64_t shift[TPU_MAX_DIMS] = {0};
+  int32_t dims[TPU_MAX_DIMS];
+  int32_t k = 0;
+  for (int64_t i = 0; i < nd; ++i) {
+    int32_t d;
+    TPU_RETURN_IF_ERROR(tpu_ku_wrap_dim(call, call->args[2].v.ints.data[i], self->ndim, &d));
+    if (self->ndim == 0) continue;
+    shift[d] += call->args[1].v.ints.data[i] % self->sizes[d];
+  }
+  for (int32_t d = 0; d < self->ndim; ++d) {
+    shift[d] %= self->sizes[d];
+    if (shift[d] < 0) shift[d] += self->sizes[d];
+    if (shift[d]) dims[k++] = d;
+  }
+  if (k > 12) return TPU_ERROR(TPU_STATUS_UNIMPLEMENTED, "%s: rolling more than 12 dims", call->op);
+  int64_t oes = (int64_t)ix_es(out), ses = (int64_t)ix_es(self);
+  for (uint32_t combo = 0; combo < (1u << k); ++combo) {
+    tpu_tensor_t dv = *out, sv = *self;
+    int64_t doff = 0, soff = 0;
+    bool empty = false;
+    for (int32_t q = 0; q < k; ++q) {
+      int32_t d = dims[q];
+      int64_t n = self->sizes[d], s = shift[d];
+      if ((combo >> q) & 1u) { /* out[0:s] <- self[n-s:n] */
+        dv.sizes[d] = sv.sizes[d] = s;
+        soff += (n - s) * self->strides[d];
+      } else { /* out[s:n] <- self[0:n-s] */
+        dv.sizes[d] = sv.sizes[d] = n - s;
+        doff += s * out->strides[d];
+      }
+      if (dv.sizes[d] == 0) empty = true;
+    }
+    if (empty) continue;
+    dv.data = (char*)out->data + doff * oes;
+    sv.data = (char*)self->data + soff * ses;
+    TPU_RETURN_IF_ERROR(ix_copy(&dv, &sv, call->pool, call->op));
+  }
+  return TPU_OK;
+}
+
+/* ---- triu / tril ----------------------------------------------------------------- */
+
+typedef struct {
+  const tpu_tensor_t* self;
+  const tpu_tensor_t* out;
+  int64_t diag, rows, cols;
+  bool upper, inplace;
+  ix_cp_t cp;
+} ix_tri_t;
+
+static void ix_tri_body(void* ctx, int64_t r0, int64_t r1) {
+  const ix_tri_t* c = (const ix_tri_t*)ctx;
+  const tpu_tensor_t* s = c->self;
+  const tpu_tensor_t* o = c->out;
+  int32_t nd = o->ndim;
+  int64_t ses = (int64_t)ix_es(s), oes = (int64_t)ix_es(o);
+  for (int64_t r = r0; r < r1; ++r) {
+    int64_t i = r % c->rows, b = r / c->rows;
+    int64_t so = 0, oo = 0;
+    for (int32_t d = nd - 3; d >= 0; --d) {
+      int64_t bi = b % o->sizes[d];
+      b /= o->sizes[d];
+      so += bi * s->strides[d];
+      oo += bi * o->strides[d];
+    }
+    so += i * s->strides[nd - 2];
+    oo += i * o->strides[nd - 2];
+    for (int64_t j = 0; j < c->cols; ++j) {
+      bool keep = c->upper ? j - i >= c->diag : j - i <= c->diag;
+      char* op = (char*)o->data + (oo + j * o->strides[nd - 1]) * oes;
+      if (!keep) {
+        memset(op, 0, (size_t)oes);
+      } else if (!c->inplace) {
+        ix_copy1(&c->cp, op, (char*)s->data + (so + j * s->strides[nd - 1]) * ses);
+      }
+    }
+  }
+}
+
+static tpu_status_t ix_tri_check(const tpu_k_call_t* call) {
+  TPU_RETURN_IF_ERROR(ix_unary_check(call));
+  if (tpu_ku_tensor(call, 0)->ndim < 2)
+    return TPU_KU_INVALID(call, "input tensor must have at least 2 dimensions");
+  return TPU_OK;
+}
+
+static tpu_status_t ix_tri_run(const tpu_k_call_t* call) {
+  TPU_RETURN_IF_ERROR(ix_tri_check(call));
+  ix_tri_t c;
+  c.self = tpu_ku_tensor(call, 0);
+  c.out = &call->outputs[0];
+  c.diag = tpu_ku_int(call, 1, 0);
+  c.upper = strstr(call->op, "triu") != NULL;
+  c.inplace = ix_same_view(c.self, c.out);
+  c.rows = c.out->sizes[c.out->ndim - 2];
+  c.cols = c.out->sizes[c.out->ndim - 1];
+  c.cp = ix_cp(c.out, c.self, false);
+  int64_t nrows = c.cols ? tpu_tensor_numel(c.out) / c.cols : 0;
+  if (nrows == 0 || c.cols == 0) return TPU_OK;
+  int64_t grain = 16384 / c.cols + 1;
+  tpu_parallel_for(call->pool, nrows, grain, ix_tri_body, &c);
+  return TPU_OK;
+}
+
+/* ---- arange / linspace ---------------------------------------------------------- */
+
+static double ix_round_to(int dt, double v) {
+  switch (dt) {
+    case TPU_DTYPE_BF16: return tpu_ku_bf16_to_f32(tpu_ku_f32_to_bf16((float)v));
+    case TPU_DTYPE_F16: return tpu_ku_f16_to_f32(tpu_ku_f32_to_f16((float)v));
+    case TPU_DTYPE_F32: return (float)v;
+    default: return v;
+  }
+}
+
+static tpu_status_t ix_range_check(const tpu_k_call_t* call) {
+  if (call->num_outputs < 1) return TPU_KU_INVALID(call, "expected an output");
+  const tpu_tensor_t* out = &call->outputs[0];
+  if (!ix_dtype_ok(out->dtype) || out->dtype == TPU_DTYPE_BOOL) return tpu_ku_unsupported_dtype(call, out->dtype);
+  if (out->ndim != 1) return TPU_KU_INVALID(call, "output must be 1-D (got %d-D)", (int)out->ndim);
+  bool lin = strstr(call->op, "linspace") != NULL;
+  if (lin) {
+    int64_t steps = tpu_ku_int(call, 2, -1);
+    if (steps < 0) return TPU_KU_INVALID(call, "number of steps must be non-negative");
+    if (out->sizes[0] != steps) return TPU_KU_INVALID(call, "output has %lld elements, expected %lld",
+                                                      (long long)out->sizes[0], (long long)steps);
+  } else {
+    double step = tpu_ku_double(call, 2, 1.0);
+    if (step == 0.0) return TPU_KU_INVALID(call, "step must be nonzero");
+  }
+  return TPU_OK;
+}
+
+static tpu_status_t ix_range_run(const tpu_k_call_t* call) {
+  TPU_RETURN_IF_ERROR(ix_range_check(call));
+  const tpu_tensor_t* out = &call->outputs[0];
+  int dt = out->dtype;
+  int64_t n = out->sizes[0], es = (int64_t)ix_es(out), st = out->strides[0] * es;
+  char* p = (char*)out->data;
+  bool lin = strstr(call->op, "linspace") != NULL;
+  bool intout = ix_is_int_dt(dt);
+  if (!lin) {
+    bool int_args = call->args[0].kind != TPU_K_DOUBLE && call->args[2].kind != TPU_K_DOUBLE;
+    if (intout && int_args) {
+      int64_t start = tpu_ku_int(call, 0, 0), step = tpu_ku_int(call, 2, 1);
+      for (int64_t i = 0; i < n; ++i) tpu_ku_store_i64(p + i * st, dt, (int64_t)((uint64_t)start + (uint64_t)step * (uint64_t)i));
+    } else if (dt == TPU_DTYPE_BF16 || dt == TPU_DTYPE_F16) {
+      float start = (float)tpu_ku_double(call, 0, 0), step = (float)tpu_ku_double(call, 2, 1);
+      for (int64_t i = 0; i < n; ++i) tpu_ku_store_f64(p + i * st, dt, start + step * (float)i);
+    } else {
+      double start = tpu_ku_double(call, 0, 0), step = tpu_ku_double(call, 2, 1);
+      for (int64_t i = 0; i < n; ++i) tpu_ku_store_f64(p + i * st, dt, start + step * (double)i);
+    }
+    return TPU_OK;
+  }
+  if (n == 0) return TPU_OK;
+  if (intout) {
+    int64_t s = tpu_ku_int(call, 0, 0), e = tpu_ku_int(call, 1, 0);
+    /* start/end as the output type first, like PyTorch's scalar_t */
+    char tmp[8];
+    tpu_ku_store_i64(tmp, dt, s);
+    s = tpu_ku_load_i64(tmp, dt);
+    tpu_ku_store_i64(tmp, dt, e);
+    e = tpu_ku_load_i64(tmp, dt);
+    if (n == 1) {
+      tpu_ku_store_i64(p, dt, s);
+      return TPU_OK;
+    }
+    double step = ((double)e - (double)s) / (double)(n - 1);
+    int64_t half = n / 2;
+    for (int64_t i = 0; i < n; ++i) {
+      double v = i < half ? (double)s + step * (double)i : (double)e - step * (double)(n - i - 1);
+      tpu_ku_store_f64(p + i * st, dt, v);
+    }
+    return TPU_OK;
+  }
+  double s = ix_round_to(dt, tpu_ku_double(call, 0, 0)), e = ix_round_to(dt, tpu_ku_double(call, 1, 0));
+  if (n == 1) {
+    tpu_ku_store_f64(p, dt, s);
+    return TPU_OK;
+  }
+  int64_t half = n / 2;
+  if (dt == TPU_DTYPE_F64) {
+    double step = (e - s) / (double)(n - 1);
+    for (int64_t i = 0; i < n; ++i)
+      tpu_ku_store_f64(p + i * st, dt, i < half ? s + step * (double)i : e - step * (double)(n - i - 1));
+    return TPU_OK;
+  }
+  /* f32 / f16 / bf16: float math (the half types' vector path), rounded once */
+  float fs = (float)s, fe = (float)e, step = (fe - fs) / (float)(n - 1);
+  for (int64_t i = 0; i < n; ++i)
+    tpu_ku_store_f64(p + i * st, dt, i < half ? fs + step * (float)i : fe - step * (float)(n - i - 1));
+  return TPU_OK;
+}
+
+/* ---- repeat_interleave.Tensor --------------------------------------------------- */
+
+/* check() also runs before shape(), with outputs NULL. */
+static tpu_status_t ix_repeat_check(const tpu_k_call_t* call) {
+  const tpu_tensor_t* r = tpu_ku_tensor(call, 0);
+  if (!r || call->num_outputs < 1) return TPU_KU_INVALID(call, "expected repeats");
+  if (!ix_is_index_dt(r->dtype)) return tpu_ku_unsupported_dtype(call, r->dtype);
+  if (r->ndim > 1) return TPU_KU_INVALID(call, "repeats must be 0-dim or 1-dim tensor");
+  if (!call->outputs) return TPU_OK;
+  const tpu_tensor_t* out = &call->outputs[0];
+  if (out->ndim != 1 || !ix_is_index_dt(out->dtype)) return TPU_KU_INVALID(call, "output must be a 1-D integer tensor");
+  return TPU_OK;
+}
+
+/* Sum of repeats (validated non-negative). */
+static tpu_status_t ix_repeat_total(const tpu_k_call_t* call, const tpu_tensor_t* r, int64_t* out_total) {
+  int64_t n = tpu_tensor_numel(r), rs = r->ndim ? r->strides[0] * (int64_t)ix_es(r) : 0, total = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    int64_t c = ix_ld_index((const char*)r->data + i * rs, r->dtype);
+    if (c < 0) return TPU_KU_INVALID(call, "repeats can not be negative");
+    total += c;
+  }
+  *out_total = total;
+  return TPU_OK;
+}
+
+static tpu_status_t ix_repeat_shape(const tpu_k_call_t* call, tpu_tensor_t* out_shapes) {
+  TPU_RETURN_IF_ERROR(ix_repeat_check(call));
+  const tpu_tensor_t* r = tpu_ku_tensor(call, 0);
+  int64_t total;
+  TPU_RETURN_IF_ERROR(ix_repeat_total(call, r, &total));
+  memset(&out_shapes[0], 0, sizeof(out_shapes[0]));
+  out_shapes[0].dtype = r->dtype;
+  out_shapes[0].ndim = 1;
+  out_shapes[0].sizes[0] = total;
+  out_shapes[0].strides[0] = 1;
+  return TPU_OK;
+}
+
+static tpu_status_t ix_repeat_run(const tpu_k_call_t* call) {
+  TPU_RETURN_IF_ERROR(ix_repeat_check(call));
+  const tpu_tensor_t* r = tpu_ku_tensor(call, 0);
+  const tpu_tensor_t* out = &call->outputs[0];
+  int64_t n = tpu_tensor_numel(r), rs = r->ndim ? r->strides[0] * (int64_t)ix_es(r) : 0, total;
+  TPU_RETURN_IF_ERROR(ix_repeat_total(call, r, &total));
+  if (total != out->sizes[0])
+    return TPU_KU_INVALID(call, "the output has %lld elements but the repeats sum to %lld", (long long)out->sizes[0],
+                          (long long)total);
+  int64_t pos = 0, os = out->strides[0] * (int64_t)ix_es(out);
+  for (int64_t i = 0; i < n; ++i) {
+    int64_t c = ix_ld_index((const char*)r->data + i * rs, r->dtype);
+    for (int64_t j = 0; j < c; ++j, ++pos) tpu_ku_store_i64((char*)out->data + pos * os, out->dtype, i);
+  }
+  return TPU_OK;
+}
+
+/* ---- sort / topk ---------------------------------------------------------------- */
+
+/* Lines of `t` along dim: fn(ctx, byte offset of the line start in each
+ * operand). Operands share the iteration shape (all but dim). */
+typedef struct {
+  int nops;
+  const tpu_tensor_t* ops[3];
+  int32_t dim;
+  int64_t lines;
+} ix_lines_t;
+
+static void ix_line_offsets(const ix_lines_t* l, int64_t line, int64_t* off) {
+  const tpu_tensor_t* t0 = l->ops[0];
+  for (int k = 0; k < l->nops; ++k) off[k] = 0;
+  for (int32_t d = t0->ndim - 1; d >= 0; --d) {
+    if (d == l->dim) continue;
+    int64_t i = line % t0->sizes[d];
+    line /= t0->sizes[d];
+    for (int k = 0; k < l->nops; ++k) off[k] += i * l->ops[k]->strides[d] * (int64_t)ix_es(l->ops[k]);
+  }
+}
+
+/* Ordering key: a before b. Floats: NaN is largest; `desc` reverses the
+ * value order; ties go by index (ascending), which makes every sort stable. */
+#define IX_SORT_IMPL(NAME, T, KT, KEY, ISNAN)                                              \
+  static inline bool NAME##_before(KT a, int64_t ia, KT b, int64_t ib, bool desc) {      \
+    bool na = ISNAN(a), nb = ISNAN(b);                                                   \
+    if (na || nb) {                                                                      \
+      if (na && nb) return ia < ib;                                                      \
+      return desc ? na : nb;                                                             \
+    }                                                                                    \
+    if (a != b) return desc ? a > b : a < b;                                             \
+    return ia < ib;                                                                      \
+  }                                                                                      \
+  static void NAME##_sift(char* v, int64_t vs, char* x, int64_t xs, int64_t root, int64_t n, \
+                          bool desc, bool maxheap) {                                     \
+    T rv = *(T*)(v + root * vs);                                                         \
+    int64_t ri = *(int64_t*)(x + root * xs);                                             \
+    KT rk = KEY(rv);                                                                     \
+    for (;;) {                                                                           \
+      int64_t c = 2 * root + 1;                                                          \
+      if (c >= n) break;                                                                 \
+      KT ck = KEY(*(T*)(v + c * vs));                                                    \
+      int64_t ci = *(int64_t*)(x + c * xs);                                              \
+      if (c + 1 < n) {                                                                   \
+        KT dk = KEY(*(T*)(v + (c + 1) * vs));                                            \
+        int64_t di = *(int64_t*)(x + (c + 1) * xs);                                      \
+        bool pick = maxheap ? NAME##_before(ck, ci, dk, di, desc) : NAME##_before(dk, di, ck, ci, desc); \
+        if (pick) { c++; ck = dk; ci = di; }                                             \
+      }                                                                                  \
+      bool down = maxheap ? NAME##_before(rk, ri, ck, ci, desc) : NAME##_before(ck, ci, rk, ri, desc); \
+      if (!down) break;                                                                  \
+      *(T*)(v + root * vs) = *(T*)(v + c * vs);                                          \
+      *(int64_t*)(x + root * xs) = ci;                                                   \
+      root = c;                                                                          \
+    }                                                                                    \
+    *(T*)(v + root * vs) = rv;                                                           \
+    *(int64_t*)(x + root * xs) = ri;                                                     \
+  }                                                                                      \
+  /* heap sort of (v, x) pairs in place */                                               \
+  static void NAME##_hsort(char* v, int64_t vs, char* x, int64_t xs, int64_t n, bool desc) { \
+    for (int64_t i = n / 2 - 1; i >= 0; --i) NAME##_sift(v, vs, x, xs, i, n, desc, true); \
+    for (int64_t e = n - 1; e > 0; --e) {                                                \
+      T tv = *(T*)v;                                                                     \
+      int64_t ti = *(int64_t*)x;                                                         \
+      *(T*)v = *(T*)(v + e * vs);                                                        \
+      *(int64_t*)x = *(int64_t*)(x + e * xs);                                            \
+      *(T*)(v + e * vs) = tv;                                                            \
+      *(int64_t*)(x + e * xs) = ti;                                                      \
+      NAME##_sift(v, vs, x, xs, 0, e, desc, true);                                       \
+    }                                                                                    \
+  }                                                                                      \
+  static inline void NAME##_swap(char* v, int64_t vs, char* x, int64_t xs, int64_t i, int64_t j) { \
+    T tv = *(T*)(v + i * vs);                                                            \
+    *(T*)(v + i * vs) = *(T*)(v + j * vs);                                               \
+    *(T*)(v + j * vs) = tv;                                                              \
+    int64_t ti = *(int64_t*)(x + i * xs);                                                \
+    *(int64_t*)(x + i * xs) = *(int64_t*)(x + j * xs);                                   \
+    *(int64_t*)(x + j * xs) = ti;                                                        \
+  }                                                                                      \
+  /* introsort: quicksort (Hoare, middle pivot), heap sort past the depth     \
+   * limit, insertion sort for short ranges. (key, index) pairs are distinct. */ \
+  static void NAME##_sort(char* v, int64_t vs, char* x, int64_t xs, int64_t n, bool desc) { \
+    int depth = 0;                                                                       \
+    for (int64_t m = n; m > 1; m >>= 1) depth += 2;                                      \
+    while (n > 16) {                                                                     \
+      if (depth-- <= 0) {                                                                \
+        NAME##_hsort(v, vs, x, xs, n, desc);                                             \
+        return;                                                                          \
+      }                                                                                  \
+      int64_t mid = (n - 1) / 2;                                                         \
+      KT pk = KEY(*(T*)(v + mid * vs));                                                  \
+      int64_t pi = *(int64_t*)(x + mid * xs);                                            \
+      int64_t i = -1, j = n;                                                             \
+      for (;;) {                                                                         \
+        do ++i; while (NAME##_before(KEY(*(T*)(v + i * vs)), *(int64_t*)(x + i * xs), pk, pi, desc)); \
+        do --j; while (NAME##_before(pk, pi, KEY(*(T*)(v + j * vs)), *(int64_t*)(x + j * xs), desc)); \
+        if (i >= j) break;                                                               \
+        NAME##_swap(v, vs, x, xs, i, j);                                                 \
+      }                                                                                  \
+      int64_t nl = j + 1, nr = n - nl;                                                   \
+      if (nl < nr) {                                                                     \
+        NAME##_sort(v, vs, x, xs, nl, desc);                                             \
+        v += nl * vs;                                                                    \
+        x += nl * xs;                                                                    \
+        n = nr;                                                                          \
+      } else {                                                                           \
+        NAME##_sort(v + nl * vs, vs, x + nl * xs, xs, nr, desc);                         \
+        n = nl;                                                                          \
+      }                                                                                  \
+    }                                                                                    \
+    for (int64_t a = 1; a < n; ++a) {                                                    \
+      T av = *(T*)(v + a * vs);                                                          \
+      int64_t ai = *(int64_t*)(x + a * xs);                                              \
+      KT ak = KEY(av);                                                                   \
+      int64_t b = a;                                                                     \
+      while (b > 0 && NAME##_before(ak, ai, KEY(*(T*)(v + (b - 1) * vs)), *(int64_t*)(x + (b - 1) * xs), desc)) { \
+        *(T*)(v + b * vs) = *(T*)(v + (b - 1) * vs);                                     \
+        *(int64_t*)(x + b * xs) = *(int64_t*)(x + (b - 1) * xs);                         \
+        --b;                                                                             \
+      }                                                                                  \
+      *(T*)(v + b * vs) = av;                                                            \
+      *(int64_t*)(x + b * xs) = ai;                                                      \
+    }                                                                                    \
+  }                                                                                      \
+  /* top k of src (n values, stride ss) into (v, x): a heap whose root is the   \
+   * worst kept element, then sorted best-first. */                                      \
+  static void NAME##_topk(const char* src, int64_t ss, int64_t n, char* v, int64_t vs, char* x, \
+                          int64_t xs, int64_t k, bool largest) {                         \
+    bool desc = largest;                                                                 \
+    for (int64_t i = 0; i < n; ++i) {                                                    \
+      T sv = *(const T*)(src + i * ss);                                                  \
+      if (i < k) {                                                                       \
+        *(T*)(v + i * vs) = sv;                                                          \
+        *(int64_t*)(x + i * xs) = i;                                                     \
+        if (i == k - 1)                                                                  \
+          for (int64_t r = k / 2 - 1; r >= 0; --r) NAME##_sift(v, vs, x, xs, r, k, desc, true); \
+        continue;                                                                        \
+      }                                                                                  \
+      if (NAME##_before(KEY(sv), i, KEY(*(T*)v), *(int64_t*)x, desc)) {                  \
+        *(T*)v = sv;                                                                     \
+        *(int64_t*)x = i;                                                                \
+        NAME##_sift(v, vs, x, xs, 0, k, desc, true);                                     \
+      }                                                                                  \
+    }                                                                                    \
+    NAME##_sort(v, vs, x, xs, k, desc);                                                  \
+  }
+
+#define IX_NONAN(x) false
+#define IX_ISNAN(x) ((x) != (x))
+#define IX_ID(x) (x)
+#define IX_BF16(x) tpu_ku_bf16_to_f32(x)
+#define IX_F16(x) tpu_ku_f16_to_f32(x)
+IX_SORT_IMPL(ix_s_f32, float, float, IX_ID, IX_ISNAN)
+IX_SORT_IMPL(ix_s_f64, double, double, IX_ID, IX_ISNAN)
+IX_SORT_IMPL(ix_s_bf16, uint16_t, float, IX_BF16, IX_ISNAN)
+IX_SORT_IMPL(ix_s_f16, uint16_t, float, IX_F16, IX_ISNAN)
+IX_SORT_IMPL(ix_s_i64, int64_t, int64_t, IX_ID, IX_NONAN)
+IX_SORT_IMPL(ix_s_i32, int32_t, int32_t, IX_ID, IX_NONAN)
+IX_SORT_IMPL(ix_s_i16, int16_t, int16_t, IX_ID, IX_NONAN)
+IX_SORT_IMPL(ix_s_i8, int8_t, int8_t, IX_ID, IX_NONAN)
+IX_SORT_IMPL(ix_s_u8, uint8_t, uint8_t, IX_ID, IX_NONAN)
+
+typedef void (*ix_sort_fn)(char*, int64_t, char*, int64_t, int64_t, bool);
+typedef void (*ix_topk_fn)(const char*, int64_t, int64_t, char*, int64_t, char*, int64_t, int64_t, bool);
+
+static bool ix_sort_fns(int dt, ix_sort_fn* s, ix_topk_fn* t) {
+  switch (dt) {
+    case TPU_DTYPE_F32: *s = ix_s_f32_sort; *t = ix_s_f32_topk; return true;
+    case TPU_DTYPE_F64: *s = ix_s_f64_sort; *t = ix_s_f64_topk; return true;
+    case TPU_DTYPE_BF16: *s = ix_s_bf16_sort; *t = ix_s_bf16_topk; return true;
+    case TPU_DTYPE_F16: *s = ix_s_f16_sort; *t = ix_s_f16_topk; return true;
+    case TPU_DTYPE_I64: *s = ix_s_i64_sort; *t = ix_s_i64_topk; return true;
+    case TPU_DTYPE_I32: *s = ix_s_i32_sort; *t = ix_s_i32_topk; return true;
+    case TPU_DTYPE_I16: *s = ix_s_i16_sort; *t = ix_s_i16_topk; return true;
+    case TPU_DTYPE_I8: *s = ix_s_i8_sort; *t = ix_s_i8_topk; return true;
+    case TPU_DTYPE_U8: case TPU_DTYPE_BOOL: *s = ix_s_u8_sort; *t = ix_s_u8_topk; return true;
+    default: return false;
+  }
+}
+
+/* sort: (self, dim, desc) | .stable: (self, stable, dim, desc); outputs values, indices */
+static void ix_sort_args(const tpu_k_call_t* call, int64_t* dim, bool* desc) {
+  bool stable = strstr(call->op, "stable") != NULL;
+  *dim = tpu_ku_int(call, stable ? 2 : 1, -1);
+  *desc = tpu_ku_bool(call, stable ? 3 : 2, false);
+}
+
+static tpu_status_t ix_sort_check(const tpu_k_call_t* call) {
+  const tpu_tensor_t* self = tpu_ku_tensor(call, 0);
+  if (!self || call->num_outputs < 2) return TPU_KU_INVALID(call, "expected self and two outputs");
+  ix_sort_fn s;
+  ix_topk_fn t;
+  if (!ix_sort_fns(self->dtype, &s, &t)) return tpu_ku_unsupported_dtype(call, self->dtype);
+  const tpu_tensor_t* v = &call->outputs[0];
+  const tpu_tensor_t* x = &call->outputs[1];
+  if (v->dtype != self->dtype) return TPU_KU_INVALID(call, "values dtype differs from self");
+  if (x->dtype != TPU_DTYPE_I64) return tpu_ku_unsupported_dtype(call, x->dtype);
+  bool topk = strstr(call->op, "topk") != NULL;
+  int64_t dimv;
+  bool desc;
+  if (topk) {
+    dimv = tpu_ku_int(call, 2, -1);
+  } else {
+    ix_sort_args(call, &dimv, &desc);
+  }
+  int32_t dim;
+  TPU_RETURN_IF_ERROR(tpu_ku_wrap_dim(call, dimv, self->ndim, &dim));
+  if (v->ndim != self->ndim || x->ndim != self->ndim) return TPU_KU_INVALID(call, "outputs must have self's rank");
+  int64_t n = self->ndim ? self->sizes[dim] : 1;
+  int64_t k = topk ? tpu_ku_int(call, 1, -1) : n;
+  if (topk && (k < 0 || k > n)) return TPU_KU_INVALID(call, "selected index k out of range");
+  for (int32_t d = 0; d < self->ndim; ++d) {
+    int64_t want = d == dim ? k : self->sizes[d];
+    if (v->sizes[d] != want || x->sizes[d] != want) return TPU_KU_INVALID(call, "output shape mismatch at dim %d", (int)d);
+  }
+  return TPU_OK;
+}
+
+typedef struct {
+  ix_lines_t l;
+  ix_sort_fn sort;
+  ix_topk_fn topk;
+  bool topk_mode, desc;
+  int64_t n, k;
+  int64_t ss, vs, xs;
+  ix_cp_t cp;
+} ix_sortc_t;
+
+static void ix_sort_body(void* ctx, int64_t b, int64_t e) {
+  const ix_sortc_t* c = (const ix_sortc_t*)ctx;
+  for (int64_t line = b; line < e; ++line) {
+    int64_t off[3];
+    ix_line_offsets(&c->l, line, off);
+    const char* src = (const char*)c->l.ops[0]->data + off[0];
+    char* v = (char*)c->l.ops[1]->data + off[1];
+    char* x = (char*)c->l.ops[2]->data + off[2];
+    if (c->topk_mode) {
+      if (c->k > 0) c->topk(src, c->ss, c->n, v, c->vs, x, c->xs, c->k, c->desc);
+      continue;
+    }
+    for (int64_t i = 0; i < c->n; ++i) {
+      ix_copy1(&c->cp, v + i * c->vs, src + i * c->ss);
+      *(int64_t*)(x + i * c->xs) = i;
+    }
+    c->sort(v, c->vs, x, c->xs, c->n, c->desc);
+  }
+}
+
+static tpu_status_t ix_sort_run(const tpu_k_call_t* call) {
+  TPU_RETURN_IF_ERROR(ix_sort_check(call));
+  const tpu_tensor_t* self = tpu_ku_tensor(call, 0);
+  ix_sortc_t c;
+  memset(&c, 0, sizeof(c));
+  c.topk_mode = strstr(call->op, "topk") != NULL;
+  int64_t dimv;
+  if (c.topk_mode) {
+    dimv = tpu_ku_int(call, 2, -1);
+    c.desc = tpu_ku_bool(call, 3, true);
+  } else {
+    ix_sort_args(call, &dimv, &c.desc);
+  }
+  int32_t dim;
+  TPU_RETURN_IF_ERROR(tpu_ku_wrap_dim(call, dimv, self->ndim, &dim));
+  ix_sort_fns(self->dtype, &c.sort, &c.topk);
+  c.n = self->ndim ? self->sizes[dim] : 1;
+  c.k = c.topk_mode ? tpu_ku_int(call, 1, 0) : c.n;
+  c.l.nops = 3;
+  c.l.ops[0] = self;
+  c.l.ops[1] = &call->outputs[0];
+  c.l.ops[2] = &call->outputs[1];
+  c.l.dim = self->ndim ? dim : -1;
+  if (tpu_tensor_numel(self) == 0 || c.k == 0) return TPU_OK;
+  c.l.lines = tpu_tensor_numel(self) / c.n;
+  int64_t es = (int64_t)ix_es(self);
+  c.ss = self->ndim ? self->strides[dim] * es : 0;
+  c.vs = self->ndim ? call->outputs[0].strides[dim] * es : 0;
+  c.xs = self->ndim ? call->outputs[1].strides[dim] * 8 : 0;
+  c.cp = ix_cp(&call->outputs[0], self, false);
+  tpu_parallel_for(call->pool, c.l.lines, 65536 / (c.n * 8 + 1) + 1, ix_sort_body, &c);
+  return TPU_OK;
+}
+
 const tpu_k_entry_t tpu_k_index_entries[] = {
-    {NULL, NULL, NULL, 0},
+    {"aten::index_select", ix_select_run, ix_select_check, 0, NULL},
+    {"aten::index_select.out", ix_select_run, ix_select_check, 0, NULL},
+    {"aten::gather", ix_gather_run, ix_gather_check, 0, NULL},
+    {"aten::gather.out", ix_gather_run, ix_gather_check, 0, NULL},
+    {"aten::scatter.src", ix_scatter_run, ix_scatter_check, 0, NULL},
+    {"aten::scatter.value", ix_scatter_run, ix_scatter_check, 0, NULL},
+    {"aten::scatter_.src", ix_scatter_run, ix_scatter_check, 0, NULL},
+    {"aten::scatter_.value", ix_scatter_run, ix_scatter_check, 0, NULL},
+    {"aten::scatter.src_out", ix_scatter_run, ix_scatter_check, 0, NULL},
+    {"aten::scatter.value_out", ix_scatter_run, ix_scatter_check, 0, NULL},
+    {"aten::scatter_add", ix_scatter_run, ix_scatter_check, 0, NULL},
+    {"aten::scatter_add_", ix_scatter_run, ix_scatter_check, 0, NULL},
+    {"aten::scatter_add.out", ix_scatter_run, ix_scatter_check, 0, NULL},
+    {"aten::index.Tensor", ix_index_run, ix_index_check, 0, NULL},
+    {"aten::index.Tensor_out", ix_index_run, ix_index_check, 0, NULL},
+    {"aten::index_put_", ix_put_run, ix_put_check, 0, NULL},
+    {"aten::index_put", ix_put_run, ix_put_check, 0, NULL},
+    {"aten::_index_put_impl_", ix_put_run, ix_put_check, 0, NULL},
+    {"aten::embedding_dense_backward", ix_emb_run, ix_emb_check, 0, NULL},
+    {"aten::embedding_dense_backward.out", ix_emb_run, ix_emb_check, 0, NULL},
+    {"aten::cat", ix_cat_run, ix_cat_check, 0, NULL},
+    {"aten::cat.out", ix_cat_run, ix_cat_check, 0, NULL},
+    {"aten::stack", ix_cat_run, ix_cat_check, 0, NULL},
+    {"aten::stack.out", ix_cat_run, ix_cat_check, 0, NULL},
+    {"aten::flip", ix_flip_run, ix_flip_check, 0, NULL},
+    {"aten::flip.out", ix_flip_run, ix_flip_check, 0, NULL},
+    {"aten::roll", ix_roll_run, ix_roll_check, 0, NULL},
+    {"aten::roll.out", ix_roll_run, ix_roll_check, 0, NULL},
+    {"aten::triu", ix_tri_run, ix_tri_check, 0, NULL},
+    {"aten::tril", ix_tri_run, ix_tri_check, 0, NULL},
+    {"aten::triu_", ix_tri_run, ix_tri_check, 0, NULL},
+    {"aten::tril_", ix_tri_run, ix_tri_check, 0, NULL},
+    {"aten::triu.out", ix_tri_run, ix_tri_check, 0, NULL},
+    {"aten::tril.out", ix_tri_run, ix_tri_check, 0, NULL},
+    {"aten::arange.start_out", ix_range_run, ix_range_check, 0, NULL},
+    {"aten::linspace.out", ix_range_run, ix_range_check, 0, NULL},
+    {"aten::repeat_interleave.Tensor", ix_repeat_run, ix_repeat_check, 0, ix_repeat_shape},
+    {"aten::sort", ix_sort_run, ix_sort_check, 0, NULL},
+    {"aten::sort.values", ix_sort_run, ix_sort_check, 0, NULL},
+    {"aten::sort.stable", ix_sort_run, ix_sort_check, 0, NULL},
+    {"aten::sort.values_stable", ix_sort_run, ix_sort_check, 0, NULL},
+    {"aten::topk", ix_sort_run, ix_sort_check, 0, NULL},
+    {"aten::topk.values", ix_sort_run, ix_sort_check, 0, NULL},
 };
-const size_t tpu_k_index_count = 0;
+const size_t tpu_k_index_count = sizeof(tpu_k_index_entries) / sizeof(tpu_k_index_entries[0]);

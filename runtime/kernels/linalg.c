@@ -1,7 +1,665 @@
-/* linalg.c - kernel family "linalg" (see tpu/kernels.h for the ABI). */
+/* linalg.c - kernel family "linalg" (see tpu/kernels.h for the ABI): mm, bmm,
+ * addmm, baddbmm, addmv, mv, dot.
+ *
+ * float32/f16/bf16: packed, cache-blocked GEMM (MRxNR register tiles,
+ * KCxNC B panels, MCxKC A blocks, all on the stack), inputs converted to f32
+ * while packing, f32 accumulation. M==1 / N==1 use a GEMV that streams the
+ * matrix once. f64 and integer dtypes use plain loops. */
+#include <stdlib.h>
+#include <string.h>
+
 #include "kernels/kutil.h"
 
-const tpu_k_entry_t tpu_k_linalg_entries[] = {
-    {NULL, NULL, NULL, 0},
+#if defined(__x86_64__)
+#define LA_X86 1
+/* arch/x86_64/gemm_avx2.c */
+void tpu_k_avx2_sgemm_6x16(int64_t kc, const float* a, const float* b, float* c, int64_t ldc,
+                           int accumulate, int mr, int nr);
+void tpu_k_avx2_pack_b_rows(int64_t kc, int64_t nc, const void* b, int dt, int64_t rs,
+                            float* dst);
+void tpu_k_avx2_pack_b_cols(int64_t kc, int64_t nc, const void* b, int dt, int64_t cs,
+                            float* dst);
+void tpu_k_avx2_to_f32(int64_t n, const void* src, int dt, float* dst);
+void tpu_k_avx2_gemv_nk(int64_t nn, int64_t kc, const void* b, int dt, int64_t ldb,
+                        const float* x, float* acc);
+void tpu_k_avx2_gemv_kn(int64_t nn, int64_t kc, const void* b, int dt, int64_t ldb,
+                        const float* x, float* acc);
+#else
+#define LA_X86 0
+#endif
+
+enum {
+  LA_MR = 6,
+  LA_NR = 16,
+  LA_KC = 128,
+  LA_NC = 256,  /* B panel columns (direct path) */
+  LA_MC = 96,   /* A block rows */
+  LA_NCB = 128, /* tile columns when accumulating into a scratch tile */
+  LA_GV_NB = 1024, /* max GEMV columns per task */
+  LA_GV_KB = 2048,
 };
-const size_t tpu_k_linalg_count = 0;
+
+static int64_t la_min(int64_t a, int64_t b) { return a < b ? a : b; }
+static int64_t la_cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+static bool la_use_avx2(void) {
+#if LA_X86
+  const char* isa = getenv("TORCH_TPU_KERNEL_ISA");
+  if (isa && strcmp(isa, "generic") == 0) return false;
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+         __builtin_cpu_supports("f16c");
+#else
+  return false;
+#endif
+}
+
+static bool la_is_half_or_f32(int dt) {
+  return dt == TPU_DTYPE_F32 || dt == TPU_DTYPE_BF16 || dt == TPU_DTYPE_F16;
+}
+
+static inline float la_ldf(const char* p, int dt) {
+  switch (dt) {
+    case TPU_DTYPE_F32: return *(const float*)p;
+    case TPU_DTYPE_BF16: return tpu_ku_bf16_to_f32(*(const uint16_t*)p);
+    case TPU_DTYPE_F16: return tpu_ku_f16_to_f32(*(const uint16_t*)p);
+    default: return (float)tpu_ku_load_f64(p, dt);
+  }
+}
+
+static inline void la_stf(char* p, int dt, float v) {
+  switch (dt) {
+    case TPU_DTYPE_F32: *(float*)p = v; break;
+    case TPU_DTYPE_BF16: *(uint16_t*)p = tpu_ku_f32_to_bf16(v); break;
+    case TPU_DTYPE_F16: *(uint16_t*)p = tpu_ku_f32_to_f16(v); break;
+    default: tpu_ku_store_f64(p, dt, v); break;
+  }
+}
+
+/* ---- problem description --------------------------------------------------- */
+
+/* A (batched) matrix view; strides in elements. */
+typedef struct {
+  const char* p;
+  int32_t dt;
+  int32_t es;
+  int64_t bs, rs, cs;
+} la_mat_t;
+
+static inline const char* la_at(const la_mat_t* m, int64_t b, int64_t r, int64_t c) {
+  return m->p + (b * m->bs + r * m->rs + c * m->cs) * (int64_t)m->es;
+}
+
+/* C[b] = beta * bias[b] + alpha * A[b] @ B[b]; A is MxK, B is KxN. */
+typedef struct {
+  int64_t batch, M, N, K;
+  la_mat_t a, b, c, bias; /* bias.p == NULL: none (or beta == 0) */
+  double alpha, beta;
+  int64_t alpha_i, beta_i;
+  bool avx2;
+  /* packed-path decomposition */
+  bool direct; /* accumulate straight into C (f32, unit column stride) */
+  int64_t mchunk, nchunk, mtiles, ntiles;
+  int64_t gv_nb; /* GEMV columns per task */
+} la_gemm_t;
+
+static la_mat_t la_mat(const tpu_tensor_t* t, int64_t rows, int64_t cols) {
+  la_mat_t m;
+  m.p = (const char*)t->data;
+  m.dt = t->dtype;
+  m.es = (int32_t)tpu_dtype_size((tpu_dtype_t)t->dtype);
+  m.bs = m.rs = m.cs = 0;
+  if (t->ndim == 3) {
+    m.bs = t->strides[0];
+    m.rs = t->strides[1];
+    m.cs = t->strides[2];
+  } else if (t->ndim == 2) {
+    m.rs = t->strides[0];
+    m.cs = t->strides[1];
+  }
+  if (rows == 1) m.rs = 1; /* degenerate dims: any stride; 1 keeps layout tests simple */
+  if (cols == 1) m.cs = 1;
+  return m;
+}
+
+/* Bias `t` broadcast (right-aligned) to [batch?, rows, cols] of rank `nd`. */
+static la_mat_t la_bias(const tpu_tensor_t* t, int nd) {
+  la_mat_t m;
+  int64_t st[3] = {0, 0, 0};
+  int off = nd - t->ndim;
+  for (int d = 0; d < t->ndim; ++d) st[off + d] = t->sizes[d] == 1 ? 0 : t->strides[d];
+  m.p = (const char*)t->data;
+  m.dt = t->dtype;
+  m.es = (int32_t)tpu_dtype_size((tpu_dtype_t)t->dtype);
+  if (nd == 3) {
+    m.bs = st[0]; m.rs = st[1]; m.cs = st[2];
+  } else {
+    m.bs = 0; m.rs = st[0]; m.cs = st[1];
+  }
+  return m;
+}
+
+static void la_transpose(la_gemm_t* g) {
+  int64_t t = g->M;
+  g->M = g->N;
+  g->N = t;
+  la_mat_t a = g->a;
+  g->a = g->b;
+  g->b = a;
+  t = g->a.rs; g->a.rs = g->a.cs; g->a.cs = t;
+  t = g->b.rs; g->b.rs = g->b.cs; g->b.cs = t;
+  t = g->c.rs; g->c.rs = g->c.cs; g->c.cs = t;
+  t = g->bias.rs; g->bias.rs = g->bias.cs; g->bias.cs = t;
+}
+
+/* ---- packing ------------------------------------------------------------------ */
+
+/* dst: ceil(nc/NR) panels of kc x NR floats (zero padded). */
+static void la_pack_b(const la_gemm_t* g, int64_t bi, int64_t pc, int64_t kc, int64_t n0,
+                      int64_t nc, float* dst) {
+  const la_mat_t* B = &g->b;
+  const char* src = la_at(B, bi, pc, n0);
+#if LA_X86
+  if (g->avx2 && la_is_half_or_f32(B->dt)) {
+    if (B->cs == 1 || nc == 1) {
+      tpu_k_avx2_pack_b_rows(kc, nc, src, B->dt, B->rs, dst);
+      return;
+    }
+    if (B->rs == 1 || kc == 1) {
+      tpu_k_avx2_pack_b_cols(kc, nc, src, B->dt, B->cs, dst);
+      return;
+    }
+  }
+#endif
+  int64_t es = B->es;
+  for (int64_t j0 = 0; j0 < nc; j0 += LA_NR) {
+    int64_t nr = la_min(LA_NR, nc - j0);
+    float* d = dst + j0 * kc;
+    if (B->dt == TPU_DTYPE_F32 && B->cs == 1 && nr == LA_NR) {
+      for (int64_t k = 0; k < kc; ++k)
+        memcpy(d + k * LA_NR, src + (k * B->rs + j0) * es, LA_NR * sizeof(float));
+      continue;
+    }
+    for (int64_t j = 0; j < nr; ++j) {
+      const char* s = src + (j0 + j) * B->cs * es;
+      for (int64_t k = 0; k < kc; ++k) d[k * LA_NR + j] = la_ldf(s + k * B->rs * es, B->dt);
+    }
+    for (int64_t j = nr; j < LA_NR; ++j)
+      for (int64_t k = 0; k < kc; ++k) d[k * LA_NR + j] = 0.0f;
+  }
+}
+
+/* dst: ceil(mc/MR) panels of kc x MR floats (zero padded), scaled by alpha. */
+static void la_pack_a(const la_gemm_t* g, int64_t bi, int64_t ic, int64_t mc, int64_t pc,
+                      int64_t kc, float* dst) {
+  const la_mat_t* A = &g->a;
+  const char* src = la_at(A, bi, ic, pc);
+  int64_t es = A->es;
+  float alpha = (float)g->alpha;
+  for (int64_t i0 = 0; i0 < mc; i0 += LA_MR) {
+    int64_t mr = la_min(LA_MR, mc - i0);
+    float* d = dst + i0 * kc;
+    for (int64_t i = 0; i < mr; ++i) {
+      const char* s = src + (i0 + i) * A->rs * es;
+      if (A->dt == TPU_DTYPE_F32 && A->cs == 1) {
+        const float* sf = (const float*)s;
+        for (int64_t k = 0; k < kc; ++k) d[k * LA_MR + i] = sf[k];
+      } else {
+        for (int64_t k = 0; k < kc; ++k) d[k * LA_MR + i] = la_ldf(s + k * A->cs * es, A->dt);
+      }
+    }
+    for (int64_t i = mr; i < LA_MR; ++i)
+      for (int64_t k = 0; k < kc; ++k) d[k * LA_MR + i] = 0.0f;
+    if (alpha != 1.0f)
+      for (int64_t k = 0; k < kc * LA_MR; ++k) d[k] *= alpha;
+  }
+}
+
+static void la_micro_generic(int64_t kc, const float* a, const float* b, float* c, int64_t ldc,
+                             int accumulate, int mr, int nr) {
+  float acc[LA_MR][LA_NR];
+  memset(acc, 0, sizeof(acc));
+  for (int64_t k = 0; k < kc; ++k) {
+    const float* bk = b + k * LA_NR;
+    for (int i = 0; i < LA_MR; ++i) {
+      float ai = a[k * LA_MR + i];
+      for (int j = 0; j < LA_NR; ++j) acc[i][j] += ai * bk[j];
+    }
+  }
+  for (int i = 0; i < mr; ++i) {
+    float* cr = c + i * ldc;
+    if (accumulate) {
+      for (int j = 0; j < nr; ++j) cr[j] += acc[i][j];
+    } else {
+      for (int j = 0; j < nr; ++j) cr[j] = acc[i][j];
+    }
+  }
+}
+
+/* C[m0:m1, n0:n1] (= C ptr, row stride ldc, unit column stride, float)
+ * (+)= alpha * A @ B over all of K. `acc0`: accumulate onto C's contents. */
+static void la_sgemm_block(const la_gemm_t* g, int64_t bi, int64_t m0, int64_t m1, int64_t n0,
+                           int64_t n1, float* C, int64_t ldc, bool acc0) {
+  _Alignas(64) float bpack[LA_KC * LA_NC];
+  _Alignas(64) float apack[LA_MC * LA_KC];
+  int64_t nc = n1 - n0;
+  for (int64_t pc = 0; pc < g->K; pc += LA_KC) {
+    int64_t kc = la_min(LA_KC, g->K - pc);
+    int accumulate = (pc > 0 || acc0) ? 1 : 0;
+    la_pack_b(g, bi, pc, kc, n0, nc, bpack);
+    for (int64_t ic = m0; ic < m1; ic += LA_MC) {
+      int64_t mc = la_min(LA_MC, m1 - ic);
+      la_pack_a(g, bi, ic, mc, pc, kc, apack);
+      for (int64_t jr = 0; jr < nc; jr += LA_NR) {
+        int nr = (int)la_min(LA_NR, nc - jr);
+        for (int64_t ir = 0; ir < mc; ir += LA_MR) {
+          int mr = (int)la_min(LA_MR, mc - ir);
+          float* cp = C + (ic - m0 + ir) * ldc + jr;
+#if LA_X86
+          if (g->avx2) {
+            tpu_k_avx2_sgemm_6x16(kc, apack + ir * kc, bpack + jr * kc, cp, ldc, accumulate, mr, nr);
+            continue;
+          }
+#endif
+          la_micro_generic(kc, apack + ir * kc, bpack + jr * kc, cp, ldc, accumulate, mr, nr);
+        }
+      }
+    }
+  }
+}
+
+static inline float la_bias_f(const la_gemm_t* g, int64_t bi, int64_t m, int64_t n) {
+  return (float)g->beta * la_ldf(la_at(&g->bias, bi, m, n), g->bias.dt);
+}
+
+static void la_sgemm_task(const la_gemm_t* g, int64_t t) {
+  int64_t per_batch = g->mtiles * g->ntiles;
+  int64_t bi = t / per_batch, r = t % per_batch;
+  int64_t m0 = (r / g->ntiles) * g->mchunk, n0 = (r % g->ntiles) * g->nchunk;
+  int64_t m1 = la_min(g->M, m0 + g->mchunk), n1 = la_min(g->N, n0 + g->nchunk);
+  if (g->direct) {
+    float* C = (float*)la_at(&g->c, bi, m0, n0);
+    int64_t ldc = g->c.rs;
+    bool acc0 = false;
+    if (g->bias.p) {
+      bool same = g->bias.p == g->c.p && g->bias.dt == TPU_DTYPE_F32 && g->bias.bs == g->c.bs &&
+                  g->bias.rs == g->c.rs && g->bias.cs == g->c.cs;
+      if (!(same && g->beta == 1.0)) {
+        for (int64_t m = m0; m < m1; ++m)
+          for (int64_t n = n0; n < n1; ++n) C[(m - m0) * ldc + (n - n0)] = la_bias_f(g, bi, m, n);
+      }
+      acc0 = true;
+    }
+    la_sgemm_block(g, bi, m0, m1, n0, n1, C, ldc, acc0);
+    return;
+  }
+  _Alignas(64) float cbuf[LA_MC * LA_NCB];
+  int64_t ldc = n1 - n0;
+  la_sgemm_block(g, bi, m0, m1, n0, n1, cbuf, ldc, false);
+  for (int64_t m = m0; m < m1; ++m) {
+    for (int64_t n = n0; n < n1; ++n) {
+      float v = cbuf[(m - m0) * ldc + (n - n0)];
+      if (g->bias.p) v += la_bias_f(g, bi, m, n);
+      la_stf((char*)la_at(&g->c, bi, m, n), g->c.dt, v);
+    }
+  }
+}
+
+static void la_sgemm_par(void* ctx, int64_t begin, int64_t end) {
+  for (int64_t t = begin; t < end; ++t) la_sgemm_task((const la_gemm_t*)ctx, t);
+}
+
+/* ---- GEMV (M == 1) ---------------------------------------------------------- */
+
+static void la_load_f32_run(const char* p, int dt, int64_t stride, int64_t n, bool avx2,
+                            float* dst) {
+  int64_t es = (int64_t)tpu_dtype_size((tpu_dtype_t)dt);
+#if LA_X86
+  if (avx2 && stride == 1 && la_is_half_or_f32(dt)) {
+    tpu_k_avx2_to_f32(n, p, dt, dst);
+    return;
+  }
+#endif
+  for (int64_t i = 0; i < n; ++i) dst[i] = la_ldf(p + i * stride * es, dt);
+}
+
+static void la_gemv_task(const la_gemm_t* g, int64_t t) {
+  int64_t nblocks = la_cdiv(g->N, g->gv_nb);
+  int64_t bi = t / nblocks;
+  int64_t n0 = (t % nblocks) * g->gv_nb, nn = la_min(g->gv_nb, g->N - n0);
+  float acc[LA_GV_NB];
+  float xbuf[LA_GV_KB];
+  const la_mat_t* B = &g->b;
+  for (int64_t j = 0; j < nn; ++j) acc[j] = 0.0f;
+  for (int64_t k0 = 0; k0 < g->K; k0 += LA_GV_KB) {
+    int64_t kb = la_min(LA_GV_KB, g->K - k0);
+    la_load_f32_run(la_at(&g->a, bi, 0, k0), g->a.dt, g->a.cs, kb, g->avx2, xbuf);
+    const char* bp = la_at(B, bi, k0, n0);
+    bool half = la_is_half_or_f32(B->dt);
+#if LA_X86
+    if (g->avx2 && half && (B->cs == 1 || nn == 1)) {
+      tpu_k_avx2_gemv_kn(nn, kb, bp, B->dt, B->rs, xbuf, acc);
+      continue;
+    }
+    if (g->avx2 && half && (B->rs == 1 || kb == 1)) {
+      tpu_k_avx2_gemv_nk(nn, kb, bp, B->dt, B->cs, xbuf, acc);
+      continue;
+    }
+#endif
+    (void)half;
+    int64_t es = B->es;
+    if (B->rs == 1 || kb == 1) {
+      for (int64_t j = 0; j < nn; ++j) {
+        const char* r = bp + j * B->cs * es;
+        float s = 0.0f;
+        for (int64_t k = 0; k < kb; ++k) s += la_ldf(r + k * es, B->dt) * xbuf[k];
+        acc[j] += s;
+      }
+    } else {
+      for (int64_t k = 0; k < kb; ++k) {
+        const char* r = bp + k * B->rs * es;
+        float xk = xbuf[k];
+        for (int64_t j = 0; j < nn; ++j) acc[j] += la_ldf(r + j * B->cs * es, B->dt) * xk;
+      }
+    }
+  }
+  float alpha = (float)g->alpha;
+  for (int64_t j = 0; j < nn; ++j) {
+    float v = alpha * acc[j];
+    if (g->bias.p) v += la_bias_f(g, bi, 0, n0 + j);
+    la_stf((char*)la_at(&g->c, bi, 0, n0 + j), g->c.dt, v);
+  }
+}
+
+static void la_gemv_par(void* ctx, int64_t begin, int64_t end) {
+  for (int64_t t = begin; t < end; ++t) la_gemv_task((const la_gemm_t*)ctx, t);
+}
+
+/* ---- plain loops: small float problems, f64, integers ------------------------ */
+
+static void la_naive_row(const la_gemm_t* g, int64_t row) {
+  int64_t bi = row / g->M, m = row % g->M;
+  int cls = g->c.dt;
+  for (int64_t n = 0; n < g->N; ++n) {
+    char* cp = (char*)la_at(&g->c, bi, m, n);
+    if (cls == TPU_DTYPE_F64) {
+      double s = 0.0;
+      for (int64_t k = 0; k < g->K; ++k)
+        s += tpu_ku_load_f64(la_at(&g->a, bi, m, k), g->a.dt) *
+             tpu_ku_load_f64(la_at(&g->b, bi, k, n), g->b.dt);
+      double v = g->alpha * s;
+      if (g->bias.p) v += g->beta * tpu_ku_load_f64(la_at(&g->bias, bi, m, n), g->bias.dt);
+      *(double*)cp = v;
+    } else if (tpu_dtype_is_floating((tpu_dtype_t)cls)) {
+      float s = 0.0f;
+      for (int64_t k = 0; k < g->K; ++k)
+        s += la_ldf(la_at(&g->a, bi, m, k), g->a.dt) * la_ldf(la_at(&g->b, bi, k, n), g->b.dt);
+      float v = (float)g->alpha * s;
+      if (g->bias.p) v += la_bias_f(g, bi, m, n);
+      la_stf(cp, cls, v);
+    } else {
+      uint64_t s = 0;
+      for (int64_t k = 0; k < g->K; ++k)
+        s += (uint64_t)tpu_ku_load_i64(la_at(&g->a, bi, m, k), g->a.dt) *
+             (uint64_t)tpu_ku_load_i64(la_at(&g->b, bi, k, n), g->b.dt);
+      uint64_t v = (uint64_t)g->alpha_i * s;
+      if (g->bias.p)
+        v += (uint64_t)g->beta_i * (uint64_t)tpu_ku_load_i64(la_at(&g->bias, bi, m, n), g->bias.dt);
+      tpu_ku_store_i64(cp, cls, (int64_t)v);
+    }
+  }
+}
+
+static void la_naive_par(void* ctx, int64_t begin, int64_t end) {
+  for (int64_t r = begin; r < end; ++r) la_naive_row((const la_gemm_t*)ctx, r);
+}
+
+/* ---- driver --------------------------------------------------------------------- */
+
+static void la_gemm_run(la_gemm_t* g, tpu_threadpool_t* pool) {
+  if (g->batch == 0 || g->M == 0 || g->N == 0) return;
+  if (g->bias.p && g->beta == 0.0 && g->beta_i == 0) g->bias.p = NULL;
+  int nthreads = tpu_threadpool_size(pool);
+  bool fl = la_is_half_or_f32(g->c.dt) && la_is_half_or_f32(g->a.dt) && la_is_half_or_f32(g->b.dt);
+  double flops = (double)g->batch * (double)g->M * (double)g->N * (double)g->K;
+  if (!fl || g->K == 0 || flops <= 4096.0) {
+    int64_t rows = g->batch * g->M;
+    int64_t grain = (int64_t)(1 + 32768.0 / ((double)g->N * (double)(g->K + 1)));
+    tpu_parallel_for(pool, rows, grain, la_naive_par, g);
+    return;
+  }
+  g->avx2 = la_use_avx2();
+  /* Keep the output's unit stride on the column side. */
+  if (g->c.cs != 1 && (g->c.rs == 1 || g->N == 1)) la_transpose(g);
+  if (g->M > 1 && g->N == 1) la_transpose(g);
+  if (g->N > 1 && g->M == 1) {
+    /* ~4 tasks per thread, 32..1024 columns each */
+    int64_t nb = la_cdiv(la_cdiv(g->N, 4 * (int64_t)nthreads), 32) * 32;
+    g->gv_nb = nb < 32 ? 32 : nb > LA_GV_NB ? LA_GV_NB : nb;
+    int64_t tasks = g->batch * la_cdiv(g->N, g->gv_nb);
+    tpu_parallel_for(pool, tasks, 1, la_gemv_par, g);
+    return;
+  }
+  g->direct = g->c.dt == TPU_DTYPE_F32 && g->c.cs == 1;
+  int64_t target = nthreads > 1 ? 2 * (int64_t)nthreads : 1;
+  if (g->direct) {
+    g->nchunk = LA_NC;
+    g->ntiles = la_cdiv(g->N, g->nchunk);
+    g->mchunk = g->M;
+    g->mtiles = 1;
+    while (g->batch * g->ntiles * g->mtiles < target && g->mchunk > 4 * LA_MR) {
+      g->mchunk = la_cdiv(la_cdiv(g->mchunk, 2), LA_MR) * LA_MR;
+      g->mtiles = la_cdiv(g->M, g->mchunk);
+    }
+  } else {
+    g->nchunk = LA_NCB;
+    g->mchunk = LA_MC;
+    g->ntiles = la_cdiv(g->N, g->nchunk);
+    g->mtiles = la_cdiv(g->M, g->mchunk);
+  }
+  tpu_parallel_for(pool, g->batch * g->mtiles * g->ntiles, 1, la_sgemm_par, g);
+}
+
+/* ---- entries ---------------------------------------------------------------------- */
+
+static bool la_dtype_ok(int dt) {
+  switch (dt) {
+    case TPU_DTYPE_F32: case TPU_DTYPE_F64: case TPU_DTYPE_F16: case TPU_DTYPE_BF16:
+    case TPU_DTYPE_I64: case TPU_DTYPE_I32: case TPU_DTYPE_I16: case TPU_DTYPE_I8:
+    case TPU_DTYPE_U8:
+      return true;
+    default:
+      return false;
+  }
+}
+
+static bool la_broadcasts(const tpu_tensor_t* t, const int64_t* shape, int nd) {
+  if (t->ndim > nd) return false;
+  int off = nd - t->ndim;
+  for (int d = 0; d < t->ndim; ++d)
+    if (t->sizes[d] != 1 && t->sizes[d] != shape[off + d]) return false;
+  return true;
+}
+
+/* Layout of the args of one entry. */
+typedef struct {
+  int bias, a, b, beta, alpha; /* arg indices, -1 if absent */
+  int nd;                      /* 2: mm family, 3: bmm family, 1: mv family */
+} la_sig_t;
+
+static la_sig_t la_sig(const char* op) {
+  la_sig_t s = {-1, 0, 1, -1, -1, 2};
+  if (strncmp(op, "aten::bmm", 9) == 0) s.nd = 3;
+  if (strncmp(op, "aten::mv", 8) == 0) s.nd = 1;
+  if (strncmp(op, "aten::add", 9) == 0 || strncmp(op, "aten::baddbmm", 13) == 0) {
+    s.bias = 0; s.a = 1; s.b = 2; s.beta = 3; s.alpha = 4;
+    if (strncmp(op, "aten::baddbmm", 13) == 0) s.nd = 3;
+    if (strncmp(op, "aten::addmv", 11) == 0) s.nd = 1;
+  }
+  return s;
+}
+
+static tpu_status_t la_check(const tpu_k_call_t* call) {
+  la_sig_t s = la_sig(call->op);
+  const tpu_tensor_t* a = tpu_ku_tensor(call, s.a);
+  const tpu_tensor_t* b = tpu_ku_tensor(call, s.b);
+  if (!a || !b || call->num_outputs < 1) return TPU_KU_INVALID(call, "expected tensor arguments");
+  const tpu_tensor_t* c = &call->outputs[0];
+  if (!la_dtype_ok(a->dtype)) return tpu_ku_unsupported_dtype(call, a->dtype);
+  if (!la_dtype_ok(b->dtype)) return tpu_ku_unsupported_dtype(call, b->dtype);
+  if (!la_dtype_ok(c->dtype)) return tpu_ku_unsupported_dtype(call, c->dtype);
+  int64_t M, N, K;
+  int64_t shape[3];
+  int nd;
+  if (s.nd == 1) {
+    if (a->ndim != 2 || b->ndim != 1 || c->ndim != 1)
+      return TPU_KU_INVALID(call, "expected a 2-D matrix and a 1-D vector (got %d-D and %d-D)",
+                            (int)a->ndim, (int)b->ndim);
+    M = a->sizes[0]; K = a->sizes[1]; N = 1;
+    if (b->sizes[0] != K || c->sizes[0] != M)
+      return TPU_KU_INVALID(call, "size mismatch: matrix %lldx%lld, vector %lld, out %lld",
+                            (long long)M, (long long)K, (long long)b->sizes[0],
+                            (long long)c->sizes[0]);
+    shape[0] = M;
+    nd = 1;
+  } else {
+    nd = s.nd;
+    if (a->ndim != nd || b->ndim != nd || c->ndim != nd)
+      return TPU_KU_INVALID(call, "expected %d-D tensors (got %d-D and %d-D)", nd, (int)a->ndim,
+                            (int)b->ndim);
+    int o = nd - 2;
+    M = a->sizes[o]; K = a->sizes[o + 1]; N = b->sizes[o + 1];
+    if (b->sizes[o] != K || c->sizes[o] != M || c->sizes[o + 1] != N ||
+        (nd == 3 && (b->sizes[0] != a->sizes[0] || c->sizes[0] != a->sizes[0])))
+      return TPU_KU_INVALID(call, "shapes cannot be multiplied (%lldx%lld and %lldx%lld)",
+                            (long long)M, (long long)K, (long long)b->sizes[o],
+                            (long long)N);
+    for (int d = 0; d < nd; ++d) shape[d] = c->sizes[d];
+  }
+  if (s.bias >= 0) {
+    const tpu_tensor_t* bias = tpu_ku_tensor(call, s.bias);
+    if (!bias) return TPU_KU_INVALID(call, "expected a tensor for self");
+    if (!la_dtype_ok(bias->dtype)) return tpu_ku_unsupported_dtype(call, bias->dtype);
+    if (!la_broadcasts(bias, shape, nd))
+      return TPU_KU_INVALID(call, "self (%d-D) is not broadcastable to the result", (int)bias->ndim);
+  }
+  return TPU_OK;
+}
+
+static tpu_status_t la_run(const tpu_k_call_t* call) {
+  la_sig_t s = la_sig(call->op);
+  const tpu_tensor_t* a = tpu_ku_tensor(call, s.a);
+  const tpu_tensor_t* b = tpu_ku_tensor(call, s.b);
+  const tpu_tensor_t* c = &call->outputs[0];
+  la_gemm_t g;
+  memset(&g, 0, sizeof(g));
+  if (s.nd == 1) {
+    g.batch = 1; g.M = a->sizes[0]; g.K = a->sizes[1]; g.N = 1;
+    g.a = la_mat(a, g.M, g.K);
+    /* vector as a Kx1 matrix */
+    g.b.p = (const char*)b->data; g.b.dt = b->dtype;
+    g.b.es = (int32_t)tpu_dtype_size((tpu_dtype_t)b->dtype);
+    g.b.rs = g.K == 1 ? 1 : b->strides[0];
+    g.b.cs = 1;
+    g.c.p = (const char*)c->data; g.c.dt = c->dtype;
+    g.c.es = (int32_t)tpu_dtype_size((tpu_dtype_t)c->dtype);
+    g.c.rs = g.M == 1 ? 1 : c->strides[0];
+    g.c.cs = 1;
+  } else {
+    int o = s.nd - 2;
+    g.batch = s.nd == 3 ? a->sizes[0] : 1;
+    g.M = a->sizes[o]; g.K = a->sizes[o + 1]; g.N = b->sizes[o + 1];
+    g.a = la_mat(a, g.M, g.K);
+    g.b = la_mat(b, g.K, g.N);
+    g.c = la_mat(c, g.M, g.N);
+  }
+  if (tpu_tensor_numel(c) == 0) return TPU_OK;
+  g.alpha = 1.0; g.alpha_i = 1;
+  if (s.bias >= 0) {
+    const tpu_tensor_t* bias = tpu_ku_tensor(call, s.bias);
+    g.beta = tpu_ku_double(call, s.beta, 1.0);
+    g.beta_i = tpu_ku_int(call, s.beta, 1);
+    g.alpha = tpu_ku_double(call, s.alpha, 1.0);
+    g.alpha_i = tpu_ku_int(call, s.alpha, 1);
+    if (g.beta != 0.0 || g.beta_i != 0) {
+      g.bias = la_bias(bias, s.nd == 1 ? 2 : s.nd);
+      if (s.nd == 1) { /* [M] -> [M,1] */
+        g.bias.rs = bias->ndim == 1 && bias->sizes[0] != 1 ? bias->strides[0] : 0;
+        g.bias.cs = 0;
+      }
+    }
+  }
+  la_gemm_run(&g, call->pool);
+  return TPU_OK;
+}
+
+/* dot: double accumulation for floating dtypes, int64 for integers. */
+static tpu_status_t la_dot_check(const tpu_k_call_t* call) {
+  const tpu_tensor_t* a = tpu_ku_tensor(call, 0);
+  const tpu_tensor_t* b = tpu_ku_tensor(call, 1);
+  if (!a || !b || call->num_outputs < 1) return TPU_KU_INVALID(call, "expected tensor arguments");
+  if (!la_dtype_ok(a->dtype)) return tpu_ku_unsupported_dtype(call, a->dtype);
+  if (!la_dtype_ok(b->dtype)) return tpu_ku_unsupported_dtype(call, b->dtype);
+  if (!la_dtype_ok(call->outputs[0].dtype)) return tpu_ku_unsupported_dtype(call, call->outputs[0].dtype);
+  if (a->ndim != 1 || b->ndim != 1)
+    return TPU_KU_INVALID(call, "1D tensors expected, but got %dD and %dD tensors", (int)a->ndim,
+                          (int)b->ndim);
+  if (a->sizes[0] != b->sizes[0])
+    return TPU_KU_INVALID(call, "inconsistent tensor size, expected tensor [%lld] and src [%lld] to have the same number of elements, but got %lld and %lld elements respectively",
+                          (long long)a->sizes[0], (long long)b->sizes[0], (long long)a->sizes[0],
+                          (long long)b->sizes[0]);
+  return TPU_OK;
+}
+
+static tpu_status_t la_dot_run(const tpu_k_call_t* call) {
+  const tpu_tensor_t* a = tpu_ku_tensor(call, 0);
+  const tpu_tensor_t* b = tpu_ku_tensor(call, 1);
+  const tpu_tensor_t* c = &call->outputs[0];
+  int64_t n = a->sizes[0];
+  const char* pa = (const char*)a->data;
+  const char* pb = (const char*)b->data;
+  int64_t sa = a->strides[0] * (int64_t)tpu_dtype_size((tpu_dtype_t)a->dtype);
+  int64_t sb = b->strides[0] * (int64_t)tpu_dtype_size((tpu_dtype_t)b->dtype);
+  if (tpu_dtype_is_floating((tpu_dtype_t)c->dtype)) {
+    double acc[4] = {0, 0, 0, 0};
+    int64_t i = 0;
+    if (a->dtype == TPU_DTYPE_F32 && b->dtype == TPU_DTYPE_F32) {
+      for (; i + 4 <= n; i += 4)
+        for (int j = 0; j < 4; ++j)
+          acc[j] += (double)*(const float*)(pa + (i + j) * sa) * *(const float*)(pb + (i + j) * sb);
+    }
+    for (; i < n; ++i) acc[i & 3] += tpu_ku_load_f64(pa + i * sa, a->dtype) * tpu_ku_load_f64(pb + i * sb, b->dtype);
+    double s = (acc[0] + acc[1]) + (acc[2] + acc[3]);
+    if (c->dtype == TPU_DTYPE_F32 || c->dtype == TPU_DTYPE_F64)
+      tpu_ku_store_f64(c->data, c->dtype, s);
+    else
+      la_stf((char*)c->data, c->dtype, (float)s);
+  } else {
+    uint64_t s = 0;
+    for (int64_t i = 0; i < n; ++i)
+      s += (uint64_t)tpu_ku_load_i64(pa + i * sa, a->dtype) * (uint64_t)tpu_ku_load_i64(pb + i * sb, b->dtype);
+    tpu_ku_store_i64(c->data, c->dtype, (int64_t)s);
+  }
+  return TPU_OK;
+}
+
+const tpu_k_entry_t tpu_k_linalg_entries[] = {
+    {"aten::mm", la_run, la_check, 0, NULL},
+    {"aten::mm.out", la_run, la_check, 0, NULL},
+    {"aten::bmm", la_run, la_check, 0, NULL},
+    {"aten::bmm.out", la_run, la_check, 0, NULL},
+    {"aten::addmm", la_run, la_check, 0, NULL},
+    {"aten::addmm.out", la_run, la_check, 0, NULL},
+    {"aten::addmm_", la_run, la_check, 0, NULL},
+    {"aten::baddbmm", la_run, la_check, 0, NULL},
+    {"aten::baddbmm_", la_run, la_check, 0, NULL},
+    {"aten::baddbmm.out", la_run, la_check, 0, NULL},
+    {"aten::addmv", la_run, la_check, 0, NULL},
+    {"aten::addmv.out", la_run, la_check, 0, NULL},
+    {"aten::addmv_", la_run, la_check, 0, NULL},
+    {"aten::mv", la_run, la_check, 0, NULL},
+    {"aten::mv.out", la_run, la_check, 0, NULL},
+    {"aten::dot", la_dot_run, la_dot_check, 0, NULL},
+    {"aten::dot.out", la_dot_run, la_dot_check, 0, NULL},
+};
+const size_t tpu_k_linalg_count = sizeof(tpu_k_linalg_entries) / sizeof(tpu_k_linalg_entries[0]);

@@ -1,0 +1,668 @@
+/* test_k_index.c - indexing, scatter/gather, cat, flip/roll, triu, ranges,
+ * sort/topk against naive loops, and the out-of-range error path. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/kutil.h"
+#include "tests/test_util.h"
+#include "tpu/base.h"
+#include "tpu/kernels.h"
+
+#define CHECKF(cond, ...)                                                     \
+  do {                                                                        \
+    char chkf_[512];                                                          \
+    snprintf(chkf_, sizeof(chkf_), __VA_ARGS__);                              \
+    tpu_test_result_((cond) ? true : false, __FILE__, __LINE__, #cond, chkf_); \
+  } while (0)
+
+static uint64_t g_rng = 0x2545F4914F6CDD1Dull;
+static double urand(void) {
+  g_rng ^= g_rng << 13;
+  g_rng ^= g_rng >> 7;
+  g_rng ^= g_rng << 17;
+  return (double)(g_rng >> 11) / 4503599627370496.0 - 1.0;
+}
+
+typedef struct {
+  tpu_tensor_t t;
+  void* buf;
+} tt_t;
+
+static tt_t mk(int dtype, int ndim, const int64_t* sizes, const int* perm) {
+  tt_t r;
+  memset(&r, 0, sizeof(r));
+  r.t.dtype = dtype;
+  r.t.ndim = ndim;
+  int64_t st = 1;
+  for (int i = ndim - 1; i >= 0; --i) {
+    int d = perm ? perm[i] : i;
+    r.t.strides[d] = st;
+    st *= sizes[d] > 0 ? sizes[d] : 1;
+  }
+  for (int d = 0; d < ndim; ++d) r.t.sizes[d] = sizes[d];
+  r.buf = calloc(1, (size_t)st * tpu_dtype_size(dtype) + 16);
+  r.t.data = r.buf;
+  return r;
+}
+static void fr(tt_t* t) { free(t->buf); }
+static void unravel(const tpu_tensor_t* t, int64_t i, int64_t* idx) {
+  for (int d = t->ndim - 1; d >= 0; --d) {
+    idx[d] = i % t->sizes[d];
+    i /= t->sizes[d];
+  }
+}
+static char* ep(const tpu_tensor_t* t, const int64_t* idx) {
+  int64_t off = 0;
+  for (int d = 0; d < t->ndim; ++d) off += idx[d] * t->strides[d];
+  return (char*)t->data + off * (int64_t)tpu_dtype_size(t->dtype);
+}
+static double get(const tpu_tensor_t* t, const int64_t* idx) { return tpu_ku_load_f64(ep(t, idx), t->dtype); }
+static void set(const tpu_tensor_t* t, const int64_t* idx, double v) { tpu_ku_store_f64(ep(t, idx), t->dtype, v); }
+static double getf(const tpu_tensor_t* t, int64_t i) { int64_t idx[TPU_MAX_DIMS]; unravel(t, i, idx); return get(t, idx); }
+static void setf(const tpu_tensor_t* t, int64_t i, double v) { int64_t idx[TPU_MAX_DIMS]; unravel(t, i, idx); set(t, idx, v); }
+static void fill(tt_t* x) {
+  int64_t n = tpu_tensor_numel(&x->t);
+  for (int64_t i = 0; i < n; ++i) setf(&x->t, i, floor(urand() * 100.0));
+}
+static void fill_idx(tt_t* x, int64_t lo, int64_t hi) {
+  int64_t n = tpu_tensor_numel(&x->t);
+  for (int64_t i = 0; i < n; ++i) setf(&x->t, i, lo + (int64_t)((urand() + 1) * 0.5 * (double)(hi - lo)) % (hi - lo));
+}
+
+static tpu_k_value_t vt(const tpu_tensor_t* t) { tpu_k_value_t v; memset(&v, 0, sizeof(v)); v.kind = TPU_K_TENSOR; v.v.tensor = t; return v; }
+static tpu_k_value_t vd(double d) { tpu_k_value_t v; memset(&v, 0, sizeof(v)); v.kind = TPU_K_DOUBLE; v.v.d = d; return v; }
+static tpu_k_value_t vi(int64_t i) { tpu_k_value_t v; memset(&v, 0, sizeof(v)); v.kind = TPU_K_INT; v.v.i = i; return v; }
+static tpu_k_value_t vb(bool b) { tpu_k_value_t v; memset(&v, 0, sizeof(v)); v.kind = TPU_K_BOOL; v.v.b = b; return v; }
+static tpu_k_value_t vn(void) { tpu_k_value_t v; memset(&v, 0, sizeof(v)); v.kind = TPU_K_NONE; return v; }
+static tpu_k_value_t vints(const int64_t* d, int64_t n) {
+  tpu_k_value_t v; memset(&v, 0, sizeof(v)); v.kind = TPU_K_INTS; v.v.ints.data = d; v.v.ints.len = n; return v;
+}
+static tpu_k_value_t vts(const tpu_tensor_t* d, int64_t n) {
+  tpu_k_value_t v; memset(&v, 0, sizeof(v)); v.kind = TPU_K_TENSORS; v.v.tensors.data = d; v.v.tensors.len = n; return v;
+}
+
+static tpu_threadpool_t* g_pool;
+
+static tpu_status_t call_op(const char* name, int nargs, const tpu_k_value_t* args, int nout,
+                            const tpu_tensor_t* outs) {
+  const tpu_k_entry_t* e = tpu_k_lookup(name);
+  if (!e) return TPU_ERROR(TPU_STATUS_UNIMPLEMENTED, "no entry %s", name);
+  tpu_k_call_t c;
+  memset(&c, 0, sizeof(c));
+  c.op = name;
+  c.num_args = nargs;
+  c.args = args;
+  c.num_outputs = nout;
+  c.outputs = outs;
+  c.pool = g_pool;
+  if (e->check) TPU_RETURN_IF_ERROR(e->check(&c));
+  return e->run(&c);
+}
+
+static bool ok(tpu_status_t s) {
+  if (s == TPU_OK) return true;
+  printf("  status: %s\n", tpu_status_message(s));
+  tpu_status_free(s);
+  return false;
+}
+
+/* ---- tests ------------------------------------------------------------------ */
+
+static void test_index_select(void) {
+  int64_t s[3] = {5, 6, 7};
+  int perm[3] = {2, 0, 1};
+  tt_t x = mk(TPU_DTYPE_F32, 3, s, perm);
+  fill(&x);
+  for (int dim = 0; dim < 3; ++dim) {
+    int64_t ni[1] = {9};
+    tt_t idx = mk(dim == 1 ? TPU_DTYPE_I32 : TPU_DTYPE_I64, 1, ni, NULL);
+    fill_idx(&idx, 0, s[dim]);
+    int64_t os[3] = {5, 6, 7};
+    os[dim] = 9;
+    tt_t o = mk(TPU_DTYPE_F32, 3, os, NULL);
+    tpu_k_value_t a[3] = {vt(&x.t), vi(dim - 3), vt(&idx.t)};
+    bool st = ok(call_op("aten::index_select", 3, a, 1, &o.t));
+    int bad = 0;
+    for (int64_t f = 0; f < 9 * 42; ++f) {
+      int64_t oi[3];
+      unravel(&o.t, f, oi);
+      int64_t si[3] = {oi[0], oi[1], oi[2]};
+      si[dim] = (int64_t)getf(&idx.t, oi[dim]);
+      if (get(&o.t, oi) != get(&x.t, si)) bad++;
+    }
+    CHECKF(st && bad == 0, "index_select dim %d bad=%d", dim, bad);
+    fr(&idx); fr(&o);
+  }
+  /* out of range */
+  int64_t ni[1] = {3}, os[3] = {3, 6, 7};
+  tt_t idx = mk(TPU_DTYPE_I64, 1, ni, NULL);
+  ((int64_t*)idx.buf)[0] = 1;
+  ((int64_t*)idx.buf)[1] = 7;
+  tt_t o = mk(TPU_DTYPE_F32, 3, os, NULL);
+  tpu_k_value_t a[3] = {vt(&x.t), vi(0), vt(&idx.t)};
+  CHECK_STATUS(call_op("aten::index_select", 3, a, 1, &o.t), TPU_STATUS_OUT_OF_RANGE,
+               "index_select: index 7 is out of bounds for dimension 0 with size 5");
+  ((int64_t*)idx.buf)[1] = -1;
+  CHECK_STATUS(call_op("aten::index_select", 3, a, 1, &o.t), TPU_STATUS_OUT_OF_RANGE, "index -1 is out of bounds");
+  /* embedding-style: 2-D weight, many rows */
+  int64_t ws[2] = {50, 33}, ni2[1] = {200}, eos[2] = {200, 33};
+  tt_t w = mk(TPU_DTYPE_BF16, 2, ws, NULL), id2 = mk(TPU_DTYPE_I64, 1, ni2, NULL), eo = mk(TPU_DTYPE_BF16, 2, eos, NULL);
+  fill(&w);
+  fill_idx(&id2, 0, 50);
+  tpu_k_value_t a2[3] = {vt(&w.t), vi(0), vt(&id2.t)};
+  bool st = ok(call_op("aten::index_select", 3, a2, 1, &eo.t));
+  int bad = 0;
+  for (int64_t r = 0; r < 200; ++r)
+    if (memcmp((uint16_t*)eo.buf + r * 33, (uint16_t*)w.buf + ((int64_t*)id2.buf)[r] * 33, 66)) bad++;
+  CHECKF(st && bad == 0, "embedding rows bad=%d", bad);
+  fr(&x); fr(&idx); fr(&o); fr(&w); fr(&id2); fr(&eo);
+}
+
+static void test_gather_scatter(void) {
+  int64_t s[2] = {5, 8}, is[2] = {4, 6};
+  int perm[2] = {1, 0};
+  tt_t x = mk(TPU_DTYPE_F32, 2, s, perm);
+  fill(&x);
+  for (int dim = 0; dim < 2; ++dim) {
+    tt_t idx = mk(TPU_DTYPE_I64, 2, is, NULL);
+    fill_idx(&idx, 0, s[dim]);
+    tt_t o = mk(TPU_DTYPE_F32, 2, is, NULL);
+    tpu_k_value_t a[4] = {vt(&x.t), vi(dim), vt(&idx.t), vb(false)};
+    bool st = ok(call_op("aten::gather", 4, a, 1, &o.t));
+    int bad = 0;
+    for (int64_t f = 0; f < 24; ++f) {
+      int64_t ii[2];
+      unravel(&idx.t, f, ii);
+      int64_t si[2] = {ii[0], ii[1]};
+      si[dim] = (int64_t)get(&idx.t, ii);
+      if (get(&o.t, ii) != get(&x.t, si)) bad++;
+    }
+    CHECKF(st && bad == 0, "gather dim %d bad=%d", dim, bad);
+    /* scatter_add into a copy of x, src larger than index */
+    tt_t src = mk(TPU_DTYPE_F32, 2, s, NULL), out = mk(TPU_DTYPE_F32, 2, s, NULL), ref = mk(TPU_DTYPE_F64, 2, s, NULL);
+    fill(&src);
+    for (int64_t f = 0; f < 40; ++f) setf(&ref.t, f, getf(&x.t, f));
+    for (int64_t f = 0; f < 24; ++f) {
+      int64_t ii[2];
+      unravel(&idx.t, f, ii);
+      int64_t di[2] = {ii[0], ii[1]};
+      di[dim] = (int64_t)get(&idx.t, ii);
+      set(&ref.t, di, get(&ref.t, di) + get(&src.t, ii));
+    }
+    tpu_k_value_t b[4] = {vt(&x.t), vi(dim), vt(&idx.t), vt(&src.t)};
+    st = ok(call_op("aten::scatter_add", 4, b, 1, &out.t));
+    bad = 0;
+    for (int64_t f = 0; f < 40; ++f) bad += getf(&out.t, f) != getf(&ref.t, f);
+    CHECKF(st && bad == 0, "scatter_add dim %d bad=%d", dim, bad);
+    /* scatter_.value in place */
+    tpu_k_value_t c[4] = {vt(&out.t), vi(dim), vt(&idx.t), vd(-0.5)};
+    st = ok(call_op("aten::scatter_.value", 4, c, 1, &out.t));
+    bad = 0;
+    for (int64_t f = 0; f < 24; ++f) {
+      int64_t ii[2];
+      unravel(&idx.t, f, ii);
+      ii[dim] = (int64_t)get(&idx.t, ii);
+      bad += get(&out.t, ii) != -0.5;
+    }
+    CHECKF(st && bad == 0, "scatter_.value dim %d", dim);
+    fr(&idx); fr(&o); fr(&src); fr(&out); fr(&ref);
+  }
+  tt_t idx = mk(TPU_DTYPE_I64, 2, is, NULL), o = mk(TPU_DTYPE_F32, 2, is, NULL);
+  ((int64_t*)idx.buf)[5] = 9;
+  tpu_k_value_t a[4] = {vt(&x.t), vi(1), vt(&idx.t), vb(false)};
+  CHECK_STATUS(call_op("aten::gather", 4, a, 1, &o.t), TPU_STATUS_OUT_OF_RANGE,
+               "gather: index 9 is out of bounds for dimension 1 with size 8");
+  tt_t so = mk(TPU_DTYPE_F32, 2, s, NULL);
+  tpu_k_value_t b[4] = {vt(&x.t), vi(-1), vt(&idx.t), vd(1)};
+  CHECK_STATUS(call_op("aten::scatter.value", 4, b, 1, &so.t), TPU_STATUS_OUT_OF_RANGE, "index 9 is out of bounds for dimension 1 with size 8");
+  fr(&x); fr(&idx); fr(&o); fr(&so);
+}
+
+static void test_advanced_index(void) {
+  int64_t s[3] = {4, 5, 6};
+  int perm[3] = {1, 2, 0};
+  tt_t x = mk(TPU_DTYPE_I32, 3, s, perm);
+  fill(&x);
+  /* x[i] with i [2,3] */
+  int64_t is[2] = {2, 3};
+  tt_t i0 = mk(TPU_DTYPE_I64, 2, is, NULL);
+  fill_idx(&i0, -4, 4);
+  tpu_tensor_t none;
+  memset(&none, 0, sizeof(none));
+  {
+    int64_t os[4] = {2, 3, 5, 6};
+    tt_t o = mk(TPU_DTYPE_I32, 4, os, NULL);
+    tpu_tensor_t list[1] = {i0.t};
+    tpu_k_value_t a[2] = {vt(&x.t), vts(list, 1)};
+    bool st = ok(call_op("aten::index.Tensor", 2, a, 1, &o.t));
+    int bad = 0;
+    for (int64_t f = 0; f < 180; ++f) {
+      int64_t oi[4];
+      unravel(&o.t, f, oi);
+      int64_t bi[2] = {oi[0], oi[1]};
+      int64_t v = (int64_t)get(&i0.t, bi);
+      int64_t si[3] = {v < 0 ? v + 4 : v, oi[2], oi[3]};
+      bad += get(&o.t, oi) != get(&x.t, si);
+    }
+    CHECKF(st && bad == 0, "x[i] bad=%d", bad);
+    fr(&o);
+  }
+  /* x[:, j, k] with j [3] and k [2,1] broadcast -> [4, 2, 3] */
+  int64_t js[1] = {3}, ks[2] = {2, 1};
+  tt_t j = mk(TPU_DTYPE_I32, 1, js, NULL), k = mk(TPU_DTYPE_I64, 2, ks, NULL);
+  fill_idx(&j, 0, 5);
+  fill_idx(&k, -6, 6);
+  {
+    int64_t os[3] = {4, 2, 3};
+    tt_t o = mk(TPU_DTYPE_I32, 3, os, NULL);
+    tpu_tensor_t list[3] = {none, j.t, k.t};
+    tpu_k_value_t a[2] = {vt(&x.t), vts(list, 3)};
+    bool st = ok(call_op("aten::index.Tensor", 2, a, 1, &o.t));
+    int bad = 0;
+    for (int64_t f = 0; f < 24; ++f) {
+      int64_t oi[3];
+      unravel(&o.t, f, oi);
+      int64_t jj = ((int32_t*)j.buf)[oi[2]], kk = ((int64_t*)k.buf)[oi[1]];
+      int64_t si[3] = {oi[0], jj, kk < 0 ? kk + 6 : kk};
+      bad += get(&o.t, oi) != get(&x.t, si);
+    }
+    CHECKF(st && bad == 0, "x[:, j, k] bad=%d", bad);
+    fr(&o);
+  }
+  /* non-adjacent x[i1, :, k1] with i1 [3], k1 [3] -> [3, 5] */
+  {
+    tt_t i1 = mk(TPU_DTYPE_I64, 1, js, NULL), k1 = mk(TPU_DTYPE_I64, 1, js, NULL);
+    fill_idx(&i1, 0, 4);
+    fill_idx(&k1, 0, 6);
+    int64_t os[2] = {3, 5};
+    tt_t o = mk(TPU_DTYPE_I32, 2, os, NULL);
+    tpu_tensor_t list[3] = {i1.t, none, k1.t};
+    tpu_k_value_t a[2] = {vt(&x.t), vts(list, 3)};
+    bool st = ok(call_op("aten::index.Tensor", 2, a, 1, &o.t));
+    int bad = 0;
+    for (int64_t b = 0; b < 3; ++b)
+      for (int64_t m = 0; m < 5; ++m) {
+        int64_t oi[2] = {b, m}, si[3] = {((int64_t*)i1.buf)[b], m, ((int64_t*)k1.buf)[b]};
+        bad += get(&o.t, oi) != get(&x.t, si);
+      }
+    CHECKF(st && bad == 0, "x[i, :, k] bad=%d", bad);
+    /* out of range on dim 2 */
+    ((int64_t*)k1.buf)[1] = 6;
+    CHECK_STATUS(call_op("aten::index.Tensor", 2, a, 1, &o.t), TPU_STATUS_OUT_OF_RANGE,
+                 "index 6 is out of bounds for dimension 2 with size 6");
+    ((int64_t*)k1.buf)[1] = -7;
+    CHECK_STATUS(call_op("aten::index.Tensor", 2, a, 1, &o.t), TPU_STATUS_OUT_OF_RANGE, "index -7 is out of bounds");
+    fr(&i1); fr(&k1); fr(&o);
+  }
+  /* bool mask over the first two dims */
+  {
+    int64_t ms[2] = {4, 5};
+    tt_t m = mk(TPU_DTYPE_BOOL, 2, ms, NULL);
+    int64_t nnz = 0;
+    for (int i = 0; i < 20; ++i) {
+      ((uint8_t*)m.buf)[i] = (i * 7) % 3 == 0;
+      nnz += (i * 7) % 3 == 0;
+    }
+    int64_t os[2] = {nnz, 6};
+    tt_t o = mk(TPU_DTYPE_I32, 2, os, NULL);
+    tpu_tensor_t list[1] = {m.t};
+    tpu_k_value_t a[2] = {vt(&x.t), vts(list, 1)};
+    bool st = ok(call_op("aten::index.Tensor", 2, a, 1, &o.t));
+    int bad = 0, r = 0;
+    for (int i = 0; i < 20; ++i) {
+      if (!((uint8_t*)m.buf)[i]) continue;
+      for (int c = 0; c < 6; ++c) {
+        int64_t oi[2] = {r, c}, si[3] = {i / 5, i % 5, c};
+        bad += get(&o.t, oi) != get(&x.t, si);
+      }
+      r++;
+    }
+    CHECKF(st && bad == 0, "x[mask] bad=%d", bad);
+    /* index_put_ with the mask: x[mask] = 7 (values broadcast) */
+    tt_t y = mk(TPU_DTYPE_I32, 3, s, NULL);
+    fill(&y);
+    tt_t ycopy = mk(TPU_DTYPE_I32, 3, s, NULL);
+    memcpy(ycopy.buf, y.buf, 120 * 4);
+    tt_t seven = mk(TPU_DTYPE_I32, 0, NULL, NULL);
+    *(int32_t*)seven.buf = 7;
+    tpu_k_value_t p[4] = {vt(&y.t), vts(list, 1), vt(&seven.t), vb(false)};
+    st = ok(call_op("aten::index_put_", 4, p, 1, &y.t));
+    bad = 0;
+    for (int i = 0; i < 120; ++i) {
+      int pos = i / 6;
+      int want = ((uint8_t*)m.buf)[pos] ? 7 : ((int32_t*)ycopy.buf)[i];
+      bad += ((int32_t*)y.buf)[i] != want;
+    }
+    CHECKF(st && bad == 0, "x[mask] = 7 bad=%d", bad);
+    fr(&m); fr(&o); fr(&y); fr(&ycopy); fr(&seven);
+  }
+  /* index_put_ accumulate with duplicate indices: y[i] += v, i = [1, 3, 1] */
+  {
+    int64_t ys[2] = {4, 3}, ns[1] = {3}, vs[2] = {3, 3};
+    tt_t y = mk(TPU_DTYPE_F32, 2, ys, NULL), ii = mk(TPU_DTYPE_I64, 1, ns, NULL), v = mk(TPU_DTYPE_F32, 2, vs, NULL);
+    ((int64_t*)ii.buf)[0] = 1;
+    ((int64_t*)ii.buf)[1] = 3;
+    ((int64_t*)ii.buf)[2] = -3;
+    for (int i = 0; i < 9; ++i) ((float*)v.buf)[i] = (float)(i + 1);
+    tpu_tensor_t list[1] = {ii.t};
+    tpu_k_value_t p[5] = {vt(&y.t), vts(list, 1), vt(&v.t), vb(true), vb(false)};
+    bool st = ok(call_op("aten::_index_put_impl_", 5, p, 1, &y.t));
+    float* yb = (float*)y.buf;
+    CHECKF(st && yb[3] == 1 + 7 && yb[4] == 2 + 8 && yb[5] == 3 + 9 && yb[9] == 4 && yb[0] == 0 && yb[6] == 0,
+           "index_put accumulate [%g %g %g | %g]", yb[3], yb[4], yb[5], yb[9]);
+    /* functional index_put, not accumulating, into a new output */
+    tt_t o = mk(TPU_DTYPE_F32, 2, ys, NULL);
+    tpu_k_value_t q[4] = {vt(&y.t), vts(list, 1), vt(&v.t), vb(false)};
+    st = ok(call_op("aten::index_put", 4, q, 1, &o.t));
+    float* ob = (float*)o.buf;
+    CHECKF(st && ob[3] == 7 && ob[9] == 4 && ob[0] == 0 && yb[9] == 4, "index_put functional");
+    ((int64_t*)ii.buf)[1] = 4;
+    CHECK_STATUS(call_op("aten::index_put_", 4, q, 1, &y.t), TPU_STATUS_OUT_OF_RANGE,
+                 "index 4 is out of bounds for dimension 0 with size 4");
+    fr(&y); fr(&ii); fr(&v); fr(&o);
+  }
+  fr(&x); fr(&i0); fr(&j); fr(&k);
+}
+
+static void test_embedding_backward(void) {
+  int64_t is[2] = {3, 4}, gs[3] = {3, 4, 10}, os[2] = {6, 10};
+  tt_t idx = mk(TPU_DTYPE_I64, 2, is, NULL), g = mk(TPU_DTYPE_F32, 3, gs, NULL), o = mk(TPU_DTYPE_F32, 2, os, NULL);
+  fill_idx(&idx, 0, 6);
+  fill(&g);
+  for (int scale = 0; scale < 2; ++scale) {
+    tpu_k_value_t a[5] = {vt(&g.t), vt(&idx.t), vi(6), vi(2), vb(scale)};
+    bool st = ok(call_op("aten::embedding_dense_backward", 5, a, 1, &o.t));
+    double ref[60] = {0};
+    int cnt[6] = {0};
+    for (int i = 0; i < 12; ++i) cnt[((int64_t*)idx.buf)[i]]++;
+    for (int i = 0; i < 12; ++i) {
+      int64_t w = ((int64_t*)idx.buf)[i];
+      if (w == 2) continue;
+      for (int c = 0; c < 10; ++c) ref[w * 10 + c] += ((float*)g.buf)[i * 10 + c] / (scale ? cnt[w] : 1);
+    }
+    double err = 0;
+    for (int i = 0; i < 60; ++i) err = fmax(err, fabs(((float*)o.buf)[i] - ref[i]));
+    CHECKF(st && err < 1e-4, "embedding_dense_backward scale=%d err=%g", scale, err);
+  }
+  ((int64_t*)idx.buf)[4] = 6;
+  tpu_k_value_t a[5] = {vt(&g.t), vt(&idx.t), vi(6), vi(-1), vb(false)};
+  CHECK_STATUS(call_op("aten::embedding_dense_backward", 5, a, 1, &o.t), TPU_STATUS_OUT_OF_RANGE,
+               "embedding_dense_backward: index 6 is out of bounds for dimension 0 with size 6");
+  fr(&idx); fr(&g); fr(&o);
+}
+
+static void test_cat_stack(void) {
+  int64_t s1[2] = {2, 3}, s2[2] = {2, 4}, se[1] = {0}, os[2] = {2, 7};
+  int perm[2] = {1, 0};
+  tt_t a = mk(TPU_DTYPE_F32, 2, s1, perm), b = mk(TPU_DTYPE_I64, 2, s2, NULL), e = mk(TPU_DTYPE_F32, 1, se, NULL);
+  fill(&a);
+  fill(&b);
+  tt_t o = mk(TPU_DTYPE_F32, 2, os, NULL);
+  tpu_tensor_t list[3] = {a.t, e.t, b.t};
+  tpu_k_value_t args[2] = {vts(list, 3), vi(-1)};
+  bool st = ok(call_op("aten::cat", 2, args, 1, &o.t));
+  int bad = 0;
+  for (int64_t r = 0; r < 2; ++r)
+    for (int64_t c = 0; c < 7; ++c) {
+      int64_t oi[2] = {r, c}, ai[2] = {r, c}, bi[2] = {r, c - 3};
+      double want = c < 3 ? get(&a.t, ai) : get(&b.t, bi);
+      bad += get(&o.t, oi) != want;
+    }
+  CHECKF(st && bad == 0, "cat bad=%d", bad);
+  /* stack on a new middle dim */
+  int64_t ss[3] = {2, 2, 3};
+  tt_t c2 = mk(TPU_DTYPE_F32, 2, s1, NULL);
+  fill(&c2);
+  tt_t so = mk(TPU_DTYPE_F32, 3, ss, NULL);
+  tpu_tensor_t sl[2] = {a.t, c2.t};
+  tpu_k_value_t sargs[2] = {vts(sl, 2), vi(1)};
+  st = ok(call_op("aten::stack", 2, sargs, 1, &so.t));
+  bad = 0;
+  for (int64_t f = 0; f < 12; ++f) {
+    int64_t oi[3];
+    unravel(&so.t, f, oi);
+    int64_t ii[2] = {oi[0], oi[2]};
+    bad += get(&so.t, oi) != get(oi[1] ? &c2.t : &a.t, ii);
+  }
+  CHECKF(st && bad == 0, "stack bad=%d", bad);
+  int64_t bad_os[2] = {2, 8};
+  tt_t ob = mk(TPU_DTYPE_F32, 2, bad_os, NULL);
+  CHECK_STATUS(call_op("aten::cat", 2, args, 1, &ob.t), TPU_STATUS_INVALID_ARGUMENT, "output size");
+  fr(&a); fr(&b); fr(&e); fr(&o); fr(&c2); fr(&so); fr(&ob);
+}
+
+static void test_flip_roll_tri(void) {
+  int64_t s[3] = {3, 4, 5};
+  int perm[3] = {2, 1, 0};
+  tt_t x = mk(TPU_DTYPE_I16, 3, s, perm);
+  fill(&x);
+  tt_t o = mk(TPU_DTYPE_I16, 3, s, NULL);
+  int64_t fd[2] = {0, -1};
+  tpu_k_value_t fa[2] = {vt(&x.t), vints(fd, 2)};
+  bool st = ok(call_op("aten::flip", 2, fa, 1, &o.t));
+  int bad = 0;
+  for (int64_t f = 0; f < 60; ++f) {
+    int64_t oi[3];
+    unravel(&o.t, f, oi);
+    int64_t si[3] = {2 - oi[0], oi[1], 4 - oi[2]};
+    bad += get(&o.t, oi) != get(&x.t, si);
+  }
+  CHECKF(st && bad == 0, "flip bad=%d", bad);
+  int64_t sh[2] = {1, -7}, rd[2] = {1, 2};
+  tpu_k_value_t ra[3] = {vt(&x.t), vints(sh, 2), vints(rd, 2)};
+  st = ok(call_op("aten::roll", 3, ra, 1, &o.t));
+  bad = 0;
+  for (int64_t f = 0; f < 60; ++f) {
+    int64_t oi[3];
+    unravel(&o.t, f, oi);
+    int64_t si[3] = {oi[0], (oi[1] - 1 + 4) % 4, ((oi[2] + 7) % 5 + 5) % 5};
+    bad += get(&o.t, oi) != get(&x.t, si);
+  }
+  CHECKF(st && bad == 0, "roll dims bad=%d", bad);
+  int64_t sf[1] = {13};
+  tpu_k_value_t rf[3] = {vt(&x.t), vints(sf, 1), vints(NULL, 0)};
+  st = ok(call_op("aten::roll", 3, rf, 1, &o.t));
+  bad = 0;
+  for (int64_t f = 0; f < 60; ++f) bad += getf(&o.t, f) != getf(&x.t, (f - 13 + 60) % 60);
+  CHECKF(st && bad == 0, "roll flat bad=%d", bad);
+  for (int up = 0; up < 2; ++up)
+    for (int64_t dg = -2; dg <= 2; dg += 2) {
+      tpu_k_value_t ta[2] = {vt(&x.t), vi(dg)};
+      st = ok(call_op(up ? "aten::triu" : "aten::tril", 2, ta, 1, &o.t));
+      bad = 0;
+      for (int64_t f = 0; f < 60; ++f) {
+        int64_t oi[3];
+        unravel(&o.t, f, oi);
+        bool keep = up ? oi[2] - oi[1] >= dg : oi[2] - oi[1] <= dg;
+        bad += get(&o.t, oi) != (keep ? get(&x.t, oi) : 0);
+      }
+      CHECKF(st && bad == 0, "%s diag %lld bad=%d", up ? "triu" : "tril", (long long)dg, bad);
+    }
+  tt_t y = mk(TPU_DTYPE_I16, 3, s, NULL);
+  memcpy(y.buf, o.buf, 120);
+  tpu_k_value_t ti[2] = {vt(&y.t), vi(0)};
+  st = ok(call_op("aten::triu_", 2, ti, 1, &y.t));
+  bad = 0;
+  for (int64_t f = 0; f < 60; ++f) {
+    int64_t oi[3];
+    unravel(&y.t, f, oi);
+    bad += get(&y.t, oi) != (oi[2] >= oi[1] ? get(&o.t, oi) : 0);
+  }
+  CHECKF(st && bad == 0, "triu_ bad=%d", bad);
+  fr(&x); fr(&o); fr(&y);
+}
+
+static void test_ranges(void) {
+  int64_t n5[1] = {5}, n7[1] = {7}, n4[1] = {4};
+  tt_t li = mk(TPU_DTYPE_I64, 1, n5, NULL);
+  tpu_k_value_t a[4] = {vi(0), vi(10), vi(5)};
+  bool st = ok(call_op("aten::linspace.out", 3, a, 1, &li.t));
+  int64_t* l = (int64_t*)li.buf;
+  CHECKF(st && l[0] == 0 && l[1] == 2 && l[2] == 5 && l[3] == 7 && l[4] == 10, "linspace int64 [%lld %lld %lld %lld %lld]",
+         (long long)l[0], (long long)l[1], (long long)l[2], (long long)l[3], (long long)l[4]);
+  tt_t lb = mk(TPU_DTYPE_BF16, 1, n7, NULL);
+  tpu_k_value_t b[3] = {vi(0), vi(1), vi(7)};
+  st = ok(call_op("aten::linspace.out", 3, b, 1, &lb.t));
+  double want[7] = {0, 0.1670, 0.3340, 0.5, 0.6680, 0.8320, 1.0};
+  double err = 0;
+  for (int i = 0; i < 7; ++i) err = fmax(err, fabs(getf(&lb.t, i) - want[i]));
+  CHECKF(st && err < 1e-4, "linspace bf16 err %g", err);
+  tt_t ar = mk(TPU_DTYPE_F32, 1, n4, NULL);
+  tpu_k_value_t c[3] = {vd(1.0), vd(3.0), vd(0.5)};
+  st = ok(call_op("aten::arange.start_out", 3, c, 1, &ar.t));
+  float* f = (float*)ar.buf;
+  CHECKF(st && f[0] == 1.0f && f[3] == 2.5f, "arange float");
+  tt_t ai = mk(TPU_DTYPE_I32, 1, n4, NULL);
+  tpu_k_value_t d[3] = {vi(10), vi(-2), vi(-3)};
+  st = ok(call_op("aten::arange.start_out", 3, d, 1, &ai.t));
+  int32_t* ip = (int32_t*)ai.buf;
+  CHECKF(st && ip[0] == 10 && ip[3] == 1, "arange int");
+  /* repeat_interleave */
+  int64_t n3[1] = {3}, n6[1] = {6};
+  tt_t r = mk(TPU_DTYPE_I64, 1, n3, NULL), ro = mk(TPU_DTYPE_I64, 1, n6, NULL);
+  ((int64_t*)r.buf)[0] = 2; ((int64_t*)r.buf)[1] = 0; ((int64_t*)r.buf)[2] = 4;
+  tpu_k_value_t e[2] = {vt(&r.t), vn()};
+  st = ok(call_op("aten::repeat_interleave.Tensor", 2, e, 1, &ro.t));
+  int64_t* rp = (int64_t*)ro.buf;
+  CHECKF(st && rp[0] == 0 && rp[1] == 0 && rp[2] == 2 && rp[5] == 2, "repeat_interleave");
+  /* data-dependent output shape: shape() with outputs NULL */
+  const tpu_k_entry_t* ent = tpu_k_lookup("aten::repeat_interleave.Tensor");
+  tpu_k_call_t sc;
+  memset(&sc, 0, sizeof(sc));
+  sc.op = "aten::repeat_interleave.Tensor";
+  sc.num_args = 2;
+  sc.args = e;
+  sc.num_outputs = 1;
+  tpu_tensor_t shp;
+  CHECK(ent && ent->shape);
+  if (ent && ent->shape) {
+    CHECK_OK(ent->check(&sc));
+    CHECK_OK(ent->shape(&sc, &shp));
+    CHECK(shp.ndim == 1 && shp.sizes[0] == 6 && shp.dtype == TPU_DTYPE_I64);
+  }
+  ((int64_t*)r.buf)[1] = 1;
+  CHECK_STATUS(call_op("aten::repeat_interleave.Tensor", 2, e, 1, &ro.t), TPU_STATUS_INVALID_ARGUMENT, "sum to 7");
+  ((int64_t*)r.buf)[1] = -1;
+  if (ent && ent->shape) CHECK_STATUS(ent->shape(&sc, &shp), TPU_STATUS_INVALID_ARGUMENT, "negative");
+  fr(&li); fr(&lb); fr(&ar); fr(&ai); fr(&r); fr(&ro);
+}
+
+static int cmp_asc(double a, int64_t ia, double b, int64_t ib) {
+  bool na = isnan(a), nb = isnan(b);
+  if (na != nb) return na ? 1 : -1;
+  if (!na && a != b) return a < b ? -1 : 1;
+  return ia < ib ? -1 : ia > ib;
+}
+
+static void test_sort_topk(void) {
+  /* fixed case with NaN and signed zeros */
+  float v[5] = {1.0f, NAN, 3.0f, -0.0f, 0.0f};
+  int64_t n5[1] = {5};
+  tt_t x = mk(TPU_DTYPE_F32, 1, n5, NULL), sv = mk(TPU_DTYPE_F32, 1, n5, NULL), si = mk(TPU_DTYPE_I64, 1, n5, NULL);
+  memcpy(x.buf, v, sizeof(v));
+  tpu_tensor_t outs[2] = {sv.t, si.t};
+  tpu_k_value_t a[4] = {vt(&x.t), vb(true), vi(0), vb(false)};
+  bool st = ok(call_op("aten::sort.stable", 4, a, 2, outs));
+  int64_t* ip = (int64_t*)si.buf;
+  CHECKF(st && ip[0] == 3 && ip[1] == 4 && ip[2] == 0 && ip[3] == 2 && ip[4] == 1 && isnan(((float*)sv.buf)[4]),
+         "sort asc idx [%lld %lld %lld %lld %lld]", (long long)ip[0], (long long)ip[1], (long long)ip[2], (long long)ip[3],
+         (long long)ip[4]);
+  tpu_k_value_t b[3] = {vt(&x.t), vi(-1), vb(true)};
+  st = ok(call_op("aten::sort", 3, b, 2, outs));
+  CHECKF(st && ip[0] == 1 && ip[1] == 2 && ip[2] == 0 && ip[3] == 3 && ip[4] == 4, "sort desc idx [%lld %lld %lld %lld %lld]",
+         (long long)ip[0], (long long)ip[1], (long long)ip[2], (long long)ip[3], (long long)ip[4]);
+  /* random 2-D, non-contiguous, along both dims, several dtypes */
+  int dts[3] = {TPU_DTYPE_F32, TPU_DTYPE_BF16, TPU_DTYPE_I32};
+  for (int t = 0; t < 3; ++t) {
+    int64_t s[2] = {37, 41};
+    int perm[2] = {1, 0};
+    tt_t m = mk(dts[t], 2, s, perm);
+    fill(&m);
+    for (int dim = 0; dim < 2; ++dim)
+      for (int desc = 0; desc < 2; ++desc) {
+        tt_t ov = mk(dts[t], 2, s, NULL), oi = mk(TPU_DTYPE_I64, 2, s, NULL);
+        tpu_tensor_t o2[2] = {ov.t, oi.t};
+        tpu_k_value_t c[3] = {vt(&m.t), vi(dim), vb(desc)};
+        st = ok(call_op("aten::sort", 3, c, 2, o2));
+        int bad = 0;
+        for (int64_t line = 0; line < s[1 - dim]; ++line) {
+          for (int64_t p = 0; p < s[dim]; ++p) {
+            int64_t idx[2];
+            idx[dim] = p;
+            idx[1 - dim] = line;
+            int64_t src = (int64_t)get(&oi.t, idx);
+            int64_t sidx[2] = {idx[0], idx[1]};
+            sidx[dim] = src;
+            if (get(&ov.t, idx) != get(&m.t, sidx)) bad++;
+            if (p > 0) {
+              int64_t pidx[2] = {idx[0], idx[1]};
+              pidx[dim] = p - 1;
+              double pa = get(&ov.t, pidx), pb = get(&ov.t, idx);
+              int64_t ia = (int64_t)get(&oi.t, pidx), ib = src;
+              int cmp = desc ? cmp_asc(pb, ia, pa, ib) : cmp_asc(pa, ia, pb, ib);
+              if (desc) cmp = (pa == pb) ? (ia < ib ? -1 : 1) : (pa > pb ? -1 : 1);
+              if (cmp >= 0) bad++;
+            }
+          }
+        }
+        CHECKF(st && bad == 0, "sort %s dim %d desc %d bad=%d", tpu_dtype_name(dts[t]), dim, desc, bad);
+        /* topk k=5 */
+        int64_t ks[2] = {s[0], s[1]};
+        ks[dim] = 5;
+        tt_t tv = mk(dts[t], 2, ks, NULL), ti = mk(TPU_DTYPE_I64, 2, ks, NULL);
+        tpu_tensor_t t2[2] = {tv.t, ti.t};
+        tpu_k_value_t d[5] = {vt(&m.t), vi(5), vi(dim), vb(desc), vb(true)};
+        st = ok(call_op("aten::topk", 5, d, 2, t2));
+        bad = 0;
+        for (int64_t line = 0; line < s[1 - dim]; ++line)
+          for (int64_t p = 0; p < 5; ++p) {
+            int64_t idx[2], sidx[2];
+            idx[dim] = p;
+            idx[1 - dim] = line;
+            sidx[dim] = p;
+            sidx[1 - dim] = line;
+            /* values equal the sorted-descending (largest) / ascending prefix */
+            int64_t oidx[2] = {sidx[0], sidx[1]};
+            double want;
+            if (desc) {
+              oidx[dim] = p; /* ov sorted descending in this iteration */
+              want = get(&ov.t, oidx);
+            } else {
+              want = get(&ov.t, oidx);
+            }
+            if (get(&tv.t, idx) != want) bad++;
+            int64_t src = (int64_t)get(&ti.t, idx);
+            int64_t ms[2] = {idx[0], idx[1]};
+            ms[dim] = src;
+            if (get(&m.t, ms) != get(&tv.t, idx)) bad++;
+          }
+        CHECKF(st && bad == 0, "topk %s dim %d largest %d bad=%d", tpu_dtype_name(dts[t]), dim, desc, bad);
+        fr(&ov); fr(&oi); fr(&tv); fr(&ti);
+      }
+    fr(&m);
+  }
+  fr(&x); fr(&sv); fr(&si);
+}
+
+int main(void) {
+  tpu_status_t st = tpu_threadpool_create(2, &g_pool);
+  if (st) {
+    printf("pool: %s\n", tpu_status_message(st));
+    return 1;
+  }
+  for (int round = 0; round < 2; ++round) {
+    RUN_TEST(test_index_select);
+    RUN_TEST(test_gather_scatter);
+    RUN_TEST(test_advanced_index);
+    RUN_TEST(test_embedding_backward);
+    RUN_TEST(test_cat_stack);
+    RUN_TEST(test_flip_roll_tri);
+    RUN_TEST(test_ranges);
+    RUN_TEST(test_sort_topk);
+    tpu_threadpool_destroy(g_pool);
+    g_pool = NULL;
+  }
+  return TEST_REPORT();
+}

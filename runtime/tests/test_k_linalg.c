@@ -1,0 +1,378 @@
+/* test_k_linalg.c - mm/bmm/addmm/baddbmm/addmv/mv/dot against naive loops. */
+#define _POSIX_C_SOURCE 200809L
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/kutil.h"
+#include "tests/test_util.h"
+#include "tpu/base.h"
+#include "tpu/kernels.h"
+
+#define CHECKF(cond, ...)                                                     \
+  do {                                                                        \
+    char chkf_[512];                                                          \
+    snprintf(chkf_, sizeof(chkf_), __VA_ARGS__);                              \
+    tpu_test_result_((cond) ? true : false, __FILE__, __LINE__, #cond, chkf_); \
+  } while (0)
+
+static uint64_t g_rng = 88172645463325252ull;
+static double urand(void) { /* [-1, 1) */
+  g_rng ^= g_rng << 13;
+  g_rng ^= g_rng >> 7;
+  g_rng ^= g_rng << 17;
+  return (double)(g_rng >> 11) / 4503599627370496.0 - 1.0;
+}
+
+/* A tensor over its own malloc'd storage. `perm` (optional) gives the memory
+ * order of the dims, outermost first: perm = {1,0} makes a transposed view. */
+typedef struct {
+  tpu_tensor_t t;
+  void* buf;
+} tt_t;
+
+static tt_t mk(int dtype, int ndim, const int64_t* sizes, const int* perm) {
+  tt_t r;
+  memset(&r, 0, sizeof(r));
+  r.t.dtype = dtype;
+  r.t.ndim = ndim;
+  int64_t st = 1;
+  for (int i = ndim - 1; i >= 0; --i) {
+    int d = perm ? perm[i] : i;
+    r.t.sizes[d] = sizes[d];
+    r.t.strides[d] = st;
+    st *= sizes[d] > 0 ? sizes[d] : 1;
+  }
+  for (int d = 0; d < ndim; ++d) r.t.sizes[d] = sizes[d];
+  size_t bytes = (size_t)st * tpu_dtype_size(dtype) + 16;
+  r.buf = calloc(1, bytes);
+  r.t.data = r.buf;
+  return r;
+}
+static void fr(tt_t* t) { free(t->buf); }
+
+static char* ep(const tpu_tensor_t* t, const int64_t* idx) {
+  int64_t off = 0;
+  for (int d = 0; d < t->ndim; ++d) off += idx[d] * t->strides[d];
+  return (char*)t->data + off * (int64_t)tpu_dtype_size(t->dtype);
+}
+static double get(const tpu_tensor_t* t, const int64_t* idx) { return tpu_ku_load_f64(ep(t, idx), t->dtype); }
+static void set(const tpu_tensor_t* t, const int64_t* idx, double v) { tpu_ku_store_f64(ep(t, idx), t->dtype, v); }
+
+static void fill(tt_t* x, double scale, bool ints) {
+  int64_t n = tpu_tensor_numel(&x->t);
+  int64_t idx[TPU_MAX_DIMS] = {0};
+  for (int64_t i = 0; i < n; ++i) {
+    int64_t r = i;
+    for (int d = x->t.ndim - 1; d >= 0; --d) {
+      idx[d] = r % x->t.sizes[d];
+      r /= x->t.sizes[d];
+    }
+    double v = urand() * scale;
+    if (ints) v = floor(v * 5.0);
+    set(&x->t, idx, v);
+  }
+}
+
+static tpu_k_value_t vt(const tpu_tensor_t* t) { tpu_k_value_t v; v.kind = TPU_K_TENSOR; v.v.tensor = t; return v; }
+static tpu_k_value_t vd(double d) { tpu_k_value_t v; v.kind = TPU_K_DOUBLE; v.v.d = d; return v; }
+static tpu_k_value_t vi(int64_t i) { tpu_k_value_t v; v.kind = TPU_K_INT; v.v.i = i; return v; }
+
+static tpu_threadpool_t* g_pool;
+
+static tpu_status_t call_op(const char* name, int nargs, const tpu_k_value_t* args, int nout,
+                            const tpu_tensor_t* outs) {
+  const tpu_k_entry_t* e = tpu_k_lookup(name);
+  if (!e) return TPU_ERROR(TPU_STATUS_UNIMPLEMENTED, "no entry %s", name);
+  tpu_k_call_t c;
+  memset(&c, 0, sizeof(c));
+  c.op = name;
+  c.num_args = nargs;
+  c.args = args;
+  c.num_outputs = nout;
+  c.outputs = outs;
+  c.pool = g_pool;
+  if (e->check) TPU_RETURN_IF_ERROR(e->check(&c));
+  return e->run(&c);
+}
+
+static bool ok(tpu_status_t s) {
+  if (s == TPU_OK) return true;
+  printf("  status: %s\n", tpu_status_message(s));
+  tpu_status_free(s);
+  return false;
+}
+
+/* Reference: out[b,m,n] = beta*bias + alpha*sum_k a*b (in double). Compares. */
+static double max_err_vs_ref(const tpu_tensor_t* a, const tpu_tensor_t* b, const tpu_tensor_t* bias,
+                             double alpha, double beta, const tpu_tensor_t* c, int nd) {
+  int o = nd - 2;
+  int64_t B = nd == 3 ? a->sizes[0] : 1, M = a->sizes[o], K = a->sizes[o + 1], N = b->sizes[o + 1];
+  double worst = 0.0;
+  for (int64_t bi = 0; bi < B; ++bi)
+    for (int64_t m = 0; m < M; ++m)
+      for (int64_t n = 0; n < N; ++n) {
+        double s = 0.0, mag = 0.0;
+        for (int64_t k = 0; k < K; ++k) {
+          int64_t ia[3], ib[3];
+          if (nd == 3) { ia[0] = bi; ia[1] = m; ia[2] = k; ib[0] = bi; ib[1] = k; ib[2] = n; }
+          else { ia[0] = m; ia[1] = k; ib[0] = k; ib[1] = n; }
+          double p = get(a, ia) * get(b, ib);
+          s += p;
+          mag += fabs(p);
+        }
+        double ref = alpha * s;
+        if (bias && beta != 0.0) {
+          int64_t ix[3] = {0, 0, 0};
+          int off = nd - bias->ndim;
+          int64_t full[3];
+          if (nd == 3) { full[0] = bi; full[1] = m; full[2] = n; } else { full[0] = m; full[1] = n; }
+          for (int d = 0; d < bias->ndim; ++d) ix[d] = bias->sizes[d] == 1 ? 0 : full[off + d];
+          ref += beta * get(bias, ix);
+          mag += fabs(beta * get(bias, ix));
+        }
+        int64_t ic[3];
+        if (nd == 3) { ic[0] = bi; ic[1] = m; ic[2] = n; } else { ic[0] = m; ic[1] = n; }
+        double got = get(c, ic);
+        double err = fabs(got - ref) / (1.0 + fabs(alpha) * mag);
+        if (!(err <= worst)) worst = isnan(err) ? INFINITY : err;
+      }
+  return worst;
+}
+
+static void test_mm(int dt, int64_t M, int64_t K, int64_t N, bool ta, bool tb, bool tc, double tol) {
+  int tp[2] = {1, 0};
+  int64_t sa[2] = {M, K}, sb[2] = {K, N}, sc[2] = {M, N};
+  tt_t a = mk(dt, 2, sa, ta ? tp : NULL), b = mk(dt, 2, sb, tb ? tp : NULL);
+  tt_t c = mk(dt, 2, sc, tc ? tp : NULL);
+  bool ints = !tpu_dtype_is_floating(dt);
+  fill(&a, 1.0, ints);
+  fill(&b, 1.0, ints);
+  tpu_k_value_t args[2] = {vt(&a.t), vt(&b.t)};
+  bool s = ok(call_op("aten::mm", 2, args, 1, &c.t));
+  double err = max_err_vs_ref(&a.t, &b.t, NULL, 1, 0, &c.t, 2);
+  CHECKF(s && err < tol, "mm %s M=%lld K=%lld N=%lld ta=%d tb=%d tc=%d err=%g", tpu_dtype_name(dt),
+        (long long)M, (long long)K, (long long)N, ta, tb, tc, err);
+  fr(&a); fr(&b); fr(&c);
+}
+
+static void test_addmm(int dt, int64_t M, int64_t K, int64_t N, int bias_nd, double alpha, double beta,
+                       bool nan_bias, bool tb) {
+  int tp[2] = {1, 0};
+  int64_t sa[2] = {M, K}, sb[2] = {K, N}, sc[2] = {M, N};
+  int64_t sbias[2];
+  if (bias_nd == 1) sbias[0] = N; else { sbias[0] = M; sbias[1] = N; }
+  tt_t a = mk(dt, 2, sa, NULL), b = mk(dt, 2, sb, tb ? tp : NULL), c = mk(dt, 2, sc, NULL);
+  tt_t bias = mk(dt, bias_nd, sbias, NULL);
+  fill(&a, 1.0, false);
+  fill(&b, 1.0, false);
+  fill(&bias, 1.0, false);
+  if (nan_bias) {
+    int64_t z[2] = {0, 0};
+    set(&bias.t, z, NAN);
+  }
+  tpu_k_value_t args[5] = {vt(&bias.t), vt(&a.t), vt(&b.t), vd(beta), vd(alpha)};
+  bool s = ok(call_op("aten::addmm", 5, args, 1, &c.t));
+  double err = max_err_vs_ref(&a.t, &b.t, &bias.t, alpha, beta, &c.t, 2);
+  CHECKF(s && err < (dt == TPU_DTYPE_F32 ? 1e-5 : 1e-2), "addmm %s %lldx%lldx%lld bias%dD a=%g b=%g nan=%d err=%g",
+        tpu_dtype_name(dt), (long long)M, (long long)K, (long long)N, bias_nd, alpha, beta, nan_bias, err);
+  fr(&a); fr(&b); fr(&c); fr(&bias);
+}
+
+static void test_addmm_inplace(void) {
+  int64_t M = 37, K = 150, N = 41;
+  int64_t sa[2] = {M, K}, sb[2] = {K, N}, sc[2] = {M, N};
+  tt_t a = mk(TPU_DTYPE_F32, 2, sa, NULL), b = mk(TPU_DTYPE_F32, 2, sb, NULL);
+  tt_t c = mk(TPU_DTYPE_F32, 2, sc, NULL), c0 = mk(TPU_DTYPE_F32, 2, sc, NULL);
+  fill(&a, 1, false); fill(&b, 1, false); fill(&c, 1, false);
+  for (double beta = 1.0; beta >= 0.0; beta -= 0.5) {
+    memcpy(c0.buf, c.buf, (size_t)(M * N * 4));
+    tpu_k_value_t args[5] = {vt(&c.t), vt(&a.t), vt(&b.t), vd(beta), vd(2.0)};
+    bool s = ok(call_op("aten::addmm_", 5, args, 1, &c.t));
+    double err = max_err_vs_ref(&a.t, &b.t, &c0.t, 2.0, beta, &c.t, 2);
+    CHECKF(s && err < 1e-5, "addmm_ beta=%g err=%g", beta, err);
+  }
+  fr(&a); fr(&b); fr(&c); fr(&c0);
+}
+
+static void test_bmm(int dt, int64_t B, int64_t M, int64_t K, int64_t N, bool tb, bool with_bias) {
+  int tp[3] = {0, 2, 1};
+  int64_t sa[3] = {B, M, K}, sb[3] = {B, K, N}, sc[3] = {B, M, N}, sbias[2] = {1, N};
+  tt_t a = mk(dt, 3, sa, NULL), b = mk(dt, 3, sb, tb ? tp : NULL), c = mk(dt, 3, sc, NULL);
+  tt_t bias = mk(dt, 2, sbias, NULL);
+  fill(&a, 1, dt == TPU_DTYPE_I64); fill(&b, 1, dt == TPU_DTYPE_I64); fill(&bias, 1, dt == TPU_DTYPE_I64);
+  bool s;
+  double err;
+  bool is_int = dt == TPU_DTYPE_I64;
+  if (with_bias) {
+    tpu_k_value_t args[5] = {vt(&bias.t), vt(&a.t), vt(&b.t), is_int ? vi(2) : vd(0.5), is_int ? vi(3) : vd(-1.5)};
+    s = ok(call_op("aten::baddbmm", 5, args, 1, &c.t));
+    err = max_err_vs_ref(&a.t, &b.t, &bias.t, is_int ? 3 : -1.5, is_int ? 2 : 0.5, &c.t, 3);
+  } else {
+    tpu_k_value_t args[2] = {vt(&a.t), vt(&b.t)};
+    s = ok(call_op("aten::bmm", 2, args, 1, &c.t));
+    err = max_err_vs_ref(&a.t, &b.t, NULL, 1, 0, &c.t, 3);
+  }
+  double tol = dt == TPU_DTYPE_BF16 ? 1e-2 : dt == TPU_DTYPE_I64 ? 0 : 1e-5;
+  CHECKF(s && err <= tol, "%s %s B=%lld %lldx%lldx%lld tb=%d err=%g", with_bias ? "baddbmm" : "bmm",
+        tpu_dtype_name(dt), (long long)B, (long long)M, (long long)K, (long long)N, tb, err);
+  fr(&a); fr(&b); fr(&c); fr(&bias);
+}
+
+static void test_mv(int dt, int64_t M, int64_t K, bool ta, bool with_bias) {
+  int tp[2] = {1, 0};
+  int64_t sa[2] = {M, K}, sv[1] = {K}, so[1] = {M};
+  tt_t a = mk(dt, 2, sa, ta ? tp : NULL), v = mk(dt, 1, sv, NULL), o = mk(dt, 1, so, NULL);
+  tt_t bias = mk(dt, 1, so, NULL);
+  fill(&a, 1, false); fill(&v, 1, false); fill(&bias, 1, false);
+  bool s;
+  if (with_bias) {
+    tpu_k_value_t args[5] = {vt(&bias.t), vt(&a.t), vt(&v.t), vd(0.25), vd(2.0)};
+    s = ok(call_op("aten::addmv", 5, args, 1, &o.t));
+  } else {
+    tpu_k_value_t args[2] = {vt(&a.t), vt(&v.t)};
+    s = ok(call_op("aten::mv", 2, args, 1, &o.t));
+  }
+  double worst = 0;
+  for (int64_t m = 0; m < M; ++m) {
+    double r = 0, mag = 0;
+    for (int64_t k = 0; k < K; ++k) {
+      int64_t ia[2] = {m, k}, iv[1] = {k};
+      r += get(&a.t, ia) * get(&v.t, iv);
+      mag += fabs(get(&a.t, ia) * get(&v.t, iv));
+    }
+    int64_t im[1] = {m};
+    if (with_bias) { r = 2.0 * r + 0.25 * get(&bias.t, im); mag = 2 * mag + 1; }
+    double e = fabs(get(&o.t, im) - r) / (1 + mag);
+    if (e > worst) worst = e;
+  }
+  CHECKF(s && worst < (dt == TPU_DTYPE_F32 ? 1e-5 : 1e-2), "%s %s %lldx%lld ta=%d err=%g",
+        with_bias ? "addmv" : "mv", tpu_dtype_name(dt), (long long)M, (long long)K, ta, worst);
+  fr(&a); fr(&v); fr(&o); fr(&bias);
+}
+
+static void test_dot(void) {
+  int64_t n = 1001, s2[1] = {2 * n}, s1[1] = {n};
+  tt_t a = mk(TPU_DTYPE_F32, 1, s2, NULL), b = mk(TPU_DTYPE_F32, 1, s1, NULL);
+  tt_t o = mk(TPU_DTYPE_F32, 0, NULL, NULL);
+  fill(&a, 1, false); fill(&b, 1, false);
+  a.t.sizes[0] = n;
+  a.t.strides[0] = 2;
+  tpu_k_value_t args[2] = {vt(&a.t), vt(&b.t)};
+  bool s = ok(call_op("aten::dot", 2, args, 1, &o.t));
+  double r = 0;
+  for (int64_t i = 0; i < n; ++i) r += (double)((float*)a.buf)[2 * i] * ((float*)b.buf)[i];
+  CHECKF(s && fabs(*(float*)o.buf - r) < 1e-4, "dot %g vs %g", *(float*)o.buf, r);
+  /* integer dot */
+  tt_t ia = mk(TPU_DTYPE_I32, 1, s1, NULL), ib = mk(TPU_DTYPE_I32, 1, s1, NULL);
+  tt_t io = mk(TPU_DTYPE_I32, 0, NULL, NULL);
+  int64_t ri = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    ((int32_t*)ia.buf)[i] = (int32_t)(i % 7) - 3;
+    ((int32_t*)ib.buf)[i] = (int32_t)(i % 5);
+    ri += ((int32_t*)ia.buf)[i] * ((int32_t*)ib.buf)[i];
+  }
+  tpu_k_value_t iargs[2] = {vt(&ia.t), vt(&ib.t)};
+  s = ok(call_op("aten::dot", 2, iargs, 1, &io.t));
+  CHECKF(s && *(int32_t*)io.buf == ri, "int dot %d vs %lld", *(int32_t*)io.buf, (long long)ri);
+  fr(&a); fr(&b); fr(&o); fr(&ia); fr(&ib); fr(&io);
+}
+
+static void test_errors(void) {
+  int64_t s[2] = {3, 4}, s2[2] = {5, 2}, so[2] = {3, 2};
+  tt_t a = mk(TPU_DTYPE_BOOL, 2, s, NULL), b = mk(TPU_DTYPE_BOOL, 2, s2, NULL), c = mk(TPU_DTYPE_BOOL, 2, so, NULL);
+  tpu_k_value_t args[2] = {vt(&a.t), vt(&b.t)};
+  tpu_status_t st = call_op("aten::mm", 2, args, 1, &c.t);
+  CHECKF(tpu_status_code(st) == TPU_STATUS_UNIMPLEMENTED && strstr(tpu_status_message(st), "aten::mm") &&
+            strstr(tpu_status_message(st), "bool"),
+        "bool mm should be UNIMPLEMENTED: %s", tpu_status_message(st));
+  tpu_status_free(st);
+  a.t.dtype = b.t.dtype = c.t.dtype = TPU_DTYPE_F32;
+  st = call_op("aten::mm", 2, args, 1, &c.t);
+  CHECKF(tpu_status_code(st) == TPU_STATUS_INVALID_ARGUMENT, "shape mismatch should be INVALID_ARGUMENT: %s",
+        tpu_status_message(st));
+  tpu_status_free(st);
+  fr(&a); fr(&b); fr(&c);
+}
+
+static void test_empty(void) {
+  /* K == 0: addmm gives beta*bias; M == 0: nothing. */
+  int64_t sa[2] = {3, 0}, sb[2] = {0, 4}, sc[2] = {3, 4}, sbias[1] = {4};
+  tt_t a = mk(TPU_DTYPE_F32, 2, sa, NULL), b = mk(TPU_DTYPE_F32, 2, sb, NULL), c = mk(TPU_DTYPE_F32, 2, sc, NULL);
+  tt_t bias = mk(TPU_DTYPE_F32, 1, sbias, NULL);
+  fill(&bias, 1, false);
+  a.t.data = NULL;
+  b.t.data = NULL;
+  tpu_k_value_t args[5] = {vt(&bias.t), vt(&a.t), vt(&b.t), vd(2.0), vd(1.0)};
+  bool s = ok(call_op("aten::addmm", 5, args, 1, &c.t));
+  double err = 0;
+  for (int i = 0; i < 12; ++i) err += fabs(((float*)c.buf)[i] - 2.0 * ((float*)bias.buf)[i % 4]);
+  CHECKF(s && err < 1e-6, "addmm K=0 err=%g", err);
+  int64_t s0[2] = {0, 5}, s5[2] = {5, 4}, so[2] = {0, 4};
+  tt_t e = mk(TPU_DTYPE_F32, 2, s0, NULL), f = mk(TPU_DTYPE_F32, 2, s5, NULL), g = mk(TPU_DTYPE_F32, 2, so, NULL);
+  e.t.data = NULL;
+  g.t.data = NULL;
+  tpu_k_value_t args2[2] = {vt(&e.t), vt(&f.t)};
+  CHECKF(ok(call_op("aten::mm", 2, args2, 1, &g.t)), "mm M=0");
+  fr(&a); fr(&b); fr(&c); fr(&bias); fr(&e); fr(&f); fr(&g);
+}
+
+static void run_all(void) {
+  static const int64_t sizes[][3] = {{1, 1, 1}, {7, 13, 5}, {130, 257, 67}, {1, 300, 513}, {300, 200, 1},
+                                     {2, 3, 40}, {64, 64, 64}, {97, 130, 300}, {1, 4100, 70}};
+  for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); ++i) {
+    int64_t M = sizes[i][0], K = sizes[i][1], N = sizes[i][2];
+    for (int t = 0; t < 8; ++t) test_mm(TPU_DTYPE_F32, M, K, N, t & 1, t & 2, t & 4, 1e-5);
+    test_mm(TPU_DTYPE_BF16, M, K, N, false, false, false, 1e-2);
+    test_mm(TPU_DTYPE_BF16, M, K, N, true, true, false, 1e-2);
+    test_mm(TPU_DTYPE_F16, M, K, N, false, true, false, 2e-3);
+    test_mm(TPU_DTYPE_F64, M, K, N, true, false, true, 1e-12);
+    test_mm(TPU_DTYPE_I32, M < 40 ? M : 40, K, N < 40 ? N : 40, false, false, false, 1e-9);
+  }
+  test_addmm(TPU_DTYPE_F32, 33, 70, 19, 1, 1.0, 1.0, false, true);
+  test_addmm(TPU_DTYPE_F32, 130, 257, 67, 1, 0.5, 2.0, false, true);
+  test_addmm(TPU_DTYPE_F32, 130, 257, 67, 2, -1.0, 0.5, false, false);
+  test_addmm(TPU_DTYPE_F32, 130, 257, 67, 1, 1.0, 0.0, true, true);
+  test_addmm(TPU_DTYPE_F32, 1, 257, 67, 1, 1.0, 0.0, true, true);
+  test_addmm(TPU_DTYPE_F32, 3, 4, 5, 2, 1.0, 0.0, true, false);
+  test_addmm(TPU_DTYPE_BF16, 50, 300, 70, 1, 1.0, 1.0, false, true);
+  test_addmm(TPU_DTYPE_BF16, 1, 300, 70, 1, 1.0, 1.0, false, true);
+  test_addmm_inplace();
+  test_bmm(TPU_DTYPE_F32, 3, 17, 33, 29, false, false);
+  test_bmm(TPU_DTYPE_F32, 5, 64, 64, 64, true, false);
+  test_bmm(TPU_DTYPE_F32, 4, 1, 64, 100, true, true);
+  test_bmm(TPU_DTYPE_BF16, 2, 40, 50, 60, true, true);
+  test_bmm(TPU_DTYPE_F32, 2, 40, 50, 60, false, true);
+  test_bmm(TPU_DTYPE_I64, 2, 9, 11, 7, false, true);
+  test_mv(TPU_DTYPE_F32, 70, 1030, false, false);
+  test_mv(TPU_DTYPE_F32, 70, 1030, true, false);
+  test_mv(TPU_DTYPE_BF16, 300, 5000, false, true);
+  test_mv(TPU_DTYPE_F16, 33, 100, true, true);
+  test_mv(TPU_DTYPE_F32, 5, 3, false, true);
+  test_dot();
+  test_errors();
+  test_empty();
+}
+
+int main(void) {
+  tpu_status_t s = tpu_threadpool_create(2, &g_pool);
+  if (s) {
+    printf("pool: %s\n", tpu_status_message(s));
+    return 1;
+  }
+  run_all();
+  tpu_threadpool_destroy(g_pool);
+  g_pool = NULL;
+  /* Single-threaded and portable paths. */
+  test_mm(TPU_DTYPE_F32, 130, 257, 67, true, false, false, 1e-5);
+  setenv("TORCH_TPU_KERNEL_ISA", "generic", 1);
+  test_mm(TPU_DTYPE_F32, 130, 257, 67, false, false, false, 1e-5);
+  test_mm(TPU_DTYPE_F32, 130, 257, 67, true, true, true, 1e-5);
+  test_mm(TPU_DTYPE_BF16, 70, 300, 50, false, true, false, 1e-2);
+  test_mm(TPU_DTYPE_F16, 1, 300, 50, false, true, false, 2e-3);
+  test_mv(TPU_DTYPE_BF16, 300, 5000, false, true);
+  test_addmm(TPU_DTYPE_F32, 130, 257, 67, 1, 0.5, 2.0, false, true);
+  unsetenv("TORCH_TPU_KERNEL_ISA");
+  return TEST_REPORT();
+}
