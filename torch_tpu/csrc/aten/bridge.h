@@ -53,8 +53,16 @@ tpu_tensor_t to_kernel_tensor(const at::Tensor& t);
 tpu_dtype_t to_tpu_dtype(c10::ScalarType type);  // TPU_DTYPE_INVALID if none
 c10::ScalarType from_tpu_dtype(tpu_dtype_t type);  // throws on INVALID
 
-// Runs the native kernel `entry` for a tpu -> tpu copy (with cast).
+// Queues a tpu -> tpu copy (with cast and broadcast) on dst's device.
 void native_copy(const at::Tensor& dst, const at::Tensor& src);
+
+// Queues the C kernel `name` (a tpu/kernels.h table entry) on device `index`
+// with `args` in the kernel's argument order and preallocated `outputs`
+// (undefined = not wanted; the kernel sees dtype INVALID). For bridge files
+// that implement ATen ops whose outputs PyTorch cannot describe by a meta
+// function (e.g. attention). Checks synchronously; throws on error.
+void submit_kernel(const char* name, c10::ArrayRef<c10::IValue> args, const std::vector<at::Tensor>& outputs,
+                   c10::DeviceIndex index, std::optional<at::Generator> gen = std::nullopt);
 
 // Allocates a new tpu tensor.
 at::Tensor empty_strided_tpu(c10::IntArrayRef size, c10::IntArrayRef stride,

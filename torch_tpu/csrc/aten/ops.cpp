@@ -65,12 +65,6 @@ void submit(std::unique_ptr<Work> w, const char* op, c10::DeviceIndex index) {
   tpu_stats_record_native();
 }
 
-const tpu_k_entry_t* copy_entry() {
-  static const tpu_k_entry_t* e = tpu_k_lookup("aten::copy_");
-  TORCH_CHECK(e != nullptr, "torch_tpu: the runtime has no aten::copy_ kernel");
-  return e;
-}
-
 at::Tensor empty_like_contiguous(const at::Tensor& t, c10::ScalarType dtype, c10::DeviceIndex index) {
   return empty_strided_tpu(t.sizes(), c10::contiguous_strides(t.sizes()), dtype, index);
 }
@@ -90,25 +84,7 @@ at::Tensor empty_strided_tpu(c10::IntArrayRef size, c10::IntArrayRef stride, c10
 
 void native_copy(const at::Tensor& dst, const at::Tensor& src) {
   if (dst.numel() == 0) return;
-  auto w = std::make_unique<Work>();
-  w->entry = copy_entry();
-  w->tensors.reserve(3);
-  w->tensors.push_back(to_kernel_tensor(dst));
-  w->tensors.push_back(to_kernel_tensor(src));
-  w->values.resize(3);
-  w->values[0].kind = TPU_K_TENSOR;
-  w->values[0].v.tensor = &w->tensors[0];
-  w->values[1].kind = TPU_K_TENSOR;
-  w->values[1].v.tensor = &w->tensors[1];
-  w->values[2].kind = TPU_K_BOOL;
-  w->values[2].v.b = false;
-  w->call.outputs = &w->tensors[0];
-  w->call.num_outputs = 1;
-  for (auto* t : {&dst, &src}) {
-    TORCH_CHECK_NOT_IMPLEMENTED(to_tpu_dtype(t->scalar_type()) != TPU_DTYPE_INVALID,
-                                "aten::copy_: dtype ", t->scalar_type(), " is not supported on tpu");
-  }
-  submit(std::move(w), "aten::copy_", dst.device().index());
+  submit_kernel("aten::copy_", {dst, src, false}, {dst}, dst.device().index());
 }
 
 namespace {
@@ -362,6 +338,7 @@ struct OutMeta {
   std::vector<int64_t> sizes;
   std::vector<int64_t> strides;
   c10::ScalarType dtype;
+  bool defined = true;  // false: the op returns an undefined tensor here
 };
 
 constexpr size_t kMetaMemoLimit = 4096;  // entries per op before a reset
@@ -454,7 +431,11 @@ std::vector<OutMeta> run_meta(const c10::OperatorHandle& op, c10::ArrayRef<c10::
   std::vector<OutMeta> out;
   for (const c10::IValue& r : meta) {
     const at::Tensor m = r.toTensor();
-    out.push_back(OutMeta{m.sizes().vec(), m.strides().vec(), m.scalar_type()});
+    if (!m.defined()) {
+      out.push_back(OutMeta{{}, {}, at::kFloat, false});
+    } else {
+      out.push_back(OutMeta{m.sizes().vec(), m.strides().vec(), m.scalar_type()});
+    }
   }
   return out;
 }
@@ -500,7 +481,7 @@ size_t count_tensors(const c10::IValue& v) {
   return 0;
 }
 
-void fill_value(Work& w, tpu_k_value_t& out, const c10::Argument& arg, const c10::IValue& v,
+void fill_value(Work& w, tpu_k_value_t& out, const c10::Argument* arg, const c10::IValue& v,
                 c10::DeviceIndex index, std::vector<at::Tensor>& keep, const std::string& op) {
   out.kind = TPU_K_NONE;
   if (v.isNone() || v.isGenerator() || v.isDevice()) return;
@@ -546,10 +527,10 @@ void fill_value(Work& w, tpu_k_value_t& out, const c10::Argument& arg, const c10
     out.kind = TPU_K_BOOL;
     out.v.b = v.toBool();
   } else if (v.isInt()) {
-    auto kind = arg.real_type()->kind();
+    auto kind = arg ? arg->real_type()->kind() : c10::TypeKind::IntType;
     if (kind == c10::TypeKind::ScalarTypeType ||
         (kind == c10::TypeKind::OptionalType &&
-         arg.real_type()->castRaw<c10::OptionalType>()->getElementType()->kind() == c10::TypeKind::ScalarTypeType)) {
+         arg->real_type()->castRaw<c10::OptionalType>()->getElementType()->kind() == c10::TypeKind::ScalarTypeType)) {
       out.kind = TPU_K_DTYPE;
       out.v.dtype = to_tpu_dtype(static_cast<c10::ScalarType>(v.toInt()));
     } else {
@@ -590,7 +571,7 @@ void fill_value(Work& w, tpu_k_value_t& out, const c10::Argument& arg, const c10
     out.kind = TPU_K_STRING;
     out.v.s = w.strings.back().c_str();
   } else {
-    TORCH_CHECK_NOT_IMPLEMENTED(false, op, ": argument '", arg.name(), "' of type ", v.tagKind(),
+    TORCH_CHECK_NOT_IMPLEMENTED(false, op, ": argument '", arg ? arg->name() : "?", "' of type ", v.tagKind(),
                                 " is not supported by the tpu kernel ABI");
   }
 }
@@ -661,7 +642,7 @@ void run_native(const c10::OperatorHandle& op, const OpPlan& plan, torch::jit::S
   w->strings.reserve(nargs);
   std::vector<at::Tensor> keep;
   for (size_t i = 0; i < nargs; ++i) {
-    fill_value(*w, w->values[i], schema.arguments()[i], args[i], index, keep, plan.name);
+    fill_value(*w, w->values[i], &schema.arguments()[i], args[i], index, keep, plan.name);
   }
 
   std::vector<OutMeta> metas;
@@ -674,7 +655,9 @@ void run_native(const c10::OperatorHandle& op, const OpPlan& plan, torch::jit::S
   for (size_t i = 0; i < metas.size(); ++i) {
     const OutMeta& m = metas[i];
     int alias = plan.out_alias[i];
-    if (alias >= 0) {
+    if (!m.defined) {
+      outputs.emplace_back();
+    } else if (alias >= 0) {
       at::Tensor out = args[alias].toTensor();
       if (out.sizes() != c10::IntArrayRef(m.sizes)) tpu_resize_(out, m.sizes, std::nullopt);
       outputs.push_back(out);
@@ -684,6 +667,10 @@ void run_native(const c10::OperatorHandle& op, const OpPlan& plan, torch::jit::S
   }
   const tpu_tensor_t* first_out = w->tensors.data() + w->tensors.size();
   for (const at::Tensor& o : outputs) {
+    if (!o.defined()) {  // kernels skip outputs with dtype INVALID
+      w->tensors.push_back(tpu_tensor_t{});
+      continue;
+    }
     TORCH_CHECK_NOT_IMPLEMENTED(to_tpu_dtype(o.scalar_type()) != TPU_DTYPE_INVALID, plan.name, ": dtype ",
                                 o.scalar_type(), " is not supported on tpu");
     w->tensors.push_back(to_kernel_tensor(o));
@@ -712,6 +699,40 @@ void tpu_boxed_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack)
 }
 
 }  // namespace
+
+void submit_kernel(const char* name, c10::ArrayRef<c10::IValue> args, const std::vector<at::Tensor>& outputs,
+                   c10::DeviceIndex index, std::optional<at::Generator> gen) {
+  const tpu_k_entry_t* entry = tpu_k_lookup(name);
+  TORCH_CHECK_NOT_IMPLEMENTED(entry != nullptr, "torch_tpu: the runtime has no kernel named ", name);
+  auto w = std::make_unique<Work>();
+  w->entry = entry;
+  w->call.op = entry->name;
+  size_t ntensors = outputs.size();
+  for (const c10::IValue& v : args) ntensors += count_tensors(v);
+  w->tensors.reserve(ntensors);
+  w->values.resize(args.size());
+  w->ints.reserve(args.size());
+  w->doubles.reserve(args.size());
+  w->strings.reserve(args.size());
+  std::vector<at::Tensor> keep;
+  for (size_t i = 0; i < args.size(); ++i) fill_value(*w, w->values[i], nullptr, args[i], index, keep, name);
+  const tpu_tensor_t* first_out = w->tensors.data() + w->tensors.size();
+  for (const at::Tensor& o : outputs) {
+    if (!o.defined()) {
+      w->tensors.push_back(tpu_tensor_t{});
+      continue;
+    }
+    TORCH_CHECK_NOT_IMPLEMENTED(to_tpu_dtype(o.scalar_type()) != TPU_DTYPE_INVALID, name, ": dtype ",
+                                o.scalar_type(), " is not supported on tpu");
+    w->tensors.push_back(to_kernel_tensor(o));
+  }
+  w->call.outputs = first_out;
+  w->call.num_outputs = static_cast<int32_t>(outputs.size());
+  if (entry->flags & TPU_K_FLAG_RANDOM) {
+    reserve_random(gen, index, tpu_k_random_counters(&w->call), &w->call.rng_seed, &w->call.rng_offset);
+  }
+  submit(std::move(w), entry->name, index);
+}
 
 void resize_storage_bytes(const c10::Storage& storage, size_t newsize) {
   c10::DeviceIndex index = storage.device().type() == kTpu ? storage.device().index() : current_device();
