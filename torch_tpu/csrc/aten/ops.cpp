@@ -236,6 +236,17 @@ at::Tensor tpu_copy_from(const at::Tensor& self, const at::Tensor& dst, bool non
   return dst;
 }
 
+// Lets `param.data = param.to("tpu")` keep the Parameter object (and so tied
+// weights) in nn.Module._apply, as for CUDA: dense cpu and tpu tensors can
+// share TensorImpl type.
+bool tpu_has_compatible_shallow_copy_type(const at::Tensor& self, const at::Tensor& from) {
+  auto dense = [](const at::Tensor& t) {
+    return t.layout() == c10::kStrided &&
+           (t.device().type() == kTpu || t.device().type() == c10::DeviceType::CPU);
+  };
+  return dense(self) && dense(from);
+}
+
 at::Tensor tpu_copy_from_and_resize(const at::Tensor& self, const at::Tensor& dst) {
   if (dst.sizes() != self.sizes()) tpu_resize_(dst, self.sizes(), std::nullopt);
   return tpu_copy_from(self, dst, false);
@@ -761,6 +772,7 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("resize_", TORCH_FN(tpu_resize_));
   m.impl("_copy_from", TORCH_FN(tpu_copy_from));
   m.impl("_copy_from_and_resize", TORCH_FN(tpu_copy_from_and_resize));
+  m.impl("_has_compatible_shallow_copy_type", TORCH_FN(tpu_has_compatible_shallow_copy_type));
   m.impl("_local_scalar_dense", TORCH_FN(tpu_local_scalar_dense));
   m.impl("set_.source_Storage_storage_offset", TORCH_FN(tpu_set_storage_offset));
   m.impl("set_.source_Storage", TORCH_FN(tpu_set_storage));
