@@ -1,0 +1,518 @@
+"""Shared machinery of the OpInfo conformance suite (tests/test_opinfo.py) and
+its report (tools/opinfo_report.py): the one copy of the logic that picks ops
+from PyTorch's OpInfo database, runs each sample on "tpu" and on the CPU, and
+classifies the outcome.
+
+Outcomes, per (op, dtype, mode) where mode is "forward" or "grad":
+  pass      every sample that ran matched the CPU result
+  fallback  some sample reached PyTorch's CPU fallback (TORCH_TPU_FALLBACK=error
+            turned it into NotImplementedError); `fallback_ops` names the ATen ops
+  fail      some sample gave a wrong result or an error the CPU did not give;
+            `error` is a one-line description of the first one
+  skip      nothing ran: no sample, or every sample skipped; `reason` says why
+
+Import this module only after the tpu device is set up (the test conftest or
+opinfo_report.py does that); it imports torch_tpu itself.
+"""
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import os
+import re
+from typing import Any, Callable
+
+import torch
+import torch_tpu  # noqa: F401  (registers the device)
+from torch.utils import _pytree as pytree
+
+try:
+    import expecttest  # noqa: F401  (torch.testing._internal.common_utils imports it)
+except ImportError:  # pragma: no cover - only where the test extra is not installed
+    # common_utils only subclasses expecttest.TestCase; nothing here uses it.
+    import sys
+    import types
+    import unittest
+
+    _stub = types.ModuleType("expecttest")
+    _stub.TestCase = unittest.TestCase
+    sys.modules["expecttest"] = _stub
+
+from torch.testing._internal.common_device_type import toleranceOverride  # noqa: E402
+from torch.testing._internal.common_methods_invocations import op_db  # noqa: E402
+
+DEVICE = "tpu"
+
+# The LLM op set: OpInfo names (every variant of each, less EXCLUDED_VARIANTS).
+OP_NAMES = [
+    "add", "sub", "mul", "div", "neg", "abs", "sign", "reciprocal", "sqrt", "rsqrt",
+    "exp", "exp2", "expm1", "log", "log1p", "log2", "sin", "cos", "tan", "tanh",
+    "sigmoid", "erf", "pow", "clamp", "clamp_min", "clamp_max", "floor", "ceil",
+    "round", "trunc", "fmod", "remainder", "maximum", "minimum", "where",
+    "masked_fill", "lerp", "addcmul", "addcdiv",
+    "eq", "ne", "lt", "le", "gt", "ge",
+    "logical_and", "logical_or", "logical_xor", "logical_not",
+    "bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_not",
+    "bitwise_left_shift", "bitwise_right_shift",
+    "isnan", "isinf", "isfinite", "nan_to_num",
+    "nn.functional.relu", "nn.functional.gelu", "nn.functional.silu",
+    "nn.functional.softplus", "nn.functional.leaky_relu", "nn.functional.hardtanh",
+    "nn.functional.mish",
+    "sum", "mean", "prod", "amax", "amin", "max", "min", "argmax", "argmin", "any",
+    "all", "var", "std", "var_mean", "norm", "linalg.vector_norm", "logsumexp",
+    "cumsum", "cumprod", "softmax", "log_softmax",
+    "nn.functional.layer_norm", "nn.functional.rms_norm",
+    "cat", "stack", "index_select", "gather", "scatter", "scatter_add", "index_put",
+    "masked_select", "nonzero", "nn.functional.embedding", "repeat",
+    "repeat_interleave", "flip", "roll", "triu", "tril", "sort", "argsort", "topk",
+    "unique", "isin", "bincount",
+    "mm", "bmm", "addmm", "baddbmm", "addmv", "dot", "matmul", "nn.functional.linear",
+    "nn.functional.scaled_dot_product_attention",
+    "nn.functional.cross_entropy", "nn.functional.nll_loss", "nn.functional.mse_loss",
+]
+
+# OpInfo variants of the ops above that are left out, and why.
+EXCLUDED_VARIANTS = {
+    "max.binary": "binary form of max is torch.maximum, tested as 'maximum'",
+    "min.binary": "binary form of min is torch.minimum, tested as 'minimum'",
+    "norm.nuc": "nuclear norm needs an SVD; outside the LLM op set",
+    "bmm.triton_optimized": "CUDA-only Triton DSL override of bmm",
+    "nn.functional.silu.complex": "complex dtypes only",
+}
+
+# dtypes the suite covers, in this order (each op: those its OpInfo declares for CPU).
+DTYPES = [torch.float32, torch.bfloat16, torch.float16, torch.int64, torch.int32,
+          torch.bool, torch.uint8]
+
+# Samples whose result is not a deterministic function of the inputs.
+# {op test name: (predicate(sample) -> bool, reason)}.
+SAMPLE_SKIPS: dict[str, tuple[Callable[[Any], bool], str]] = {
+    "nn.functional.scaled_dot_product_attention": (
+        lambda s: s.kwargs.get("dropout_p", 0.0) > 0.0,
+        "dropout_p > 0 draws random numbers: not comparable with the CPU",
+    ),
+}
+
+LOW_PRECISION_TOL = dict(rtol=1.6e-2, atol=1e-2)  # as PyTorch's OpInfo tests use for bf16/f16
+
+_FALLBACK_RE = re.compile(r"(\S+) has no native tpu kernel and TORCH_TPU_FALLBACK=error")
+
+
+def test_name(op) -> str:
+    return f"{op.name}.{op.variant_test_name}" if op.variant_test_name else op.name
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+def selected_ops():
+    """[(test name, OpInfo)] of the op set, in OP_NAMES order."""
+    by_name: dict[str, list] = {}
+    for op in op_db:
+        by_name.setdefault(op.name, []).append(op)
+    out = []
+    for name in OP_NAMES:
+        if name not in by_name:
+            raise LookupError(f"OpInfo database has no op named {name!r}")
+        for op in by_name[name]:
+            if test_name(op) not in EXCLUDED_VARIANTS:
+                out.append((test_name(op), op))
+    return out
+
+
+def op_dtypes(op) -> list[torch.dtype]:
+    supported = op.supported_dtypes("cpu")
+    return [d for d in DTYPES if d in supported]
+
+
+def cases(dtypes=None):
+    """[(test name, OpInfo, dtype)] for every op of the set and every dtype of
+    DTYPES (or of `dtypes`) that its OpInfo supports on CPU."""
+    out = []
+    for name, op in selected_ops():
+        for d in op_dtypes(op):
+            if dtypes is None or d in dtypes:
+                out.append((name, op, d))
+    return out
+
+
+def grad_cases():
+    """[(test name, OpInfo)] for the ops whose OpInfo supports autograd in float32."""
+    return [(n, op) for n, op in selected_ops()
+            if op.supports_autograd and torch.float32 in op_dtypes(op)]
+
+
+def tolerance(op, dtype) -> dict:
+    """rtol/atol for assert_close: PyTorch's per-dtype defaults (bf16/f16: the
+    OpInfo tests' 1.6e-2/1e-2), widened by any toleranceOverride the OpInfo
+    declares for all of its tests on CPU (not those aimed at one test class)."""
+    if dtype in (torch.bfloat16, torch.float16):
+        rtol, atol = LOW_PRECISION_TOL["rtol"], LOW_PRECISION_TOL["atol"]
+    else:
+        rtol = atol = None
+    for di in op.decorators:
+        decs = getattr(di, "decorators", None)
+        if decs is None or di.cls_name is not None or di.test_name is not None:
+            continue
+        if di.device_type not in (None, "cpu") and not (
+                isinstance(di.device_type, (list, tuple)) and "cpu" in di.device_type):
+            continue
+        if di.dtypes is not None and dtype not in di.dtypes:
+            continue
+        for d in decs if isinstance(decs, (list, tuple)) else [decs]:
+            if isinstance(d, toleranceOverride) and dtype in d.d:
+                t = d.d[dtype]
+                rtol = t.rtol if rtol is None else max(rtol, t.rtol)
+                atol = t.atol if atol is None else max(atol, t.atol)
+    if rtol is None:
+        return {}
+    return dict(rtol=rtol, atol=atol)
+
+
+# ---- one sample ---------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class SampleOutcome:
+    kind: str  # "pass" | "fallback" | "fail" | "skip"
+    detail: str = ""  # fallback: the ATen op; fail: one-line error; skip: reason
+
+
+def fallback_op(exc: BaseException) -> str | None:
+    """The ATen op named by a TORCH_TPU_FALLBACK=error NotImplementedError, else None."""
+    if not isinstance(exc, NotImplementedError):
+        return None
+    m = _FALLBACK_RE.search(str(exc))
+    return m.group(1) if m else None
+
+
+def describe_error(exc: BaseException) -> str:
+    """One line: the exception type and first message line; for assert_close
+    mismatches also the mismatch count and greatest differences."""
+    lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
+    head = f"{type(exc).__name__}: {lines[0] if lines else ''}"
+    if isinstance(exc, AssertionError):
+        extra = [ln for ln in lines[1:] if ln.startswith(("Mismatched elements", "Greatest", "The failure"))
+                 or "do not match" in ln]
+        if extra:
+            head += " " + "; ".join(extra)
+    return head[:400]
+
+
+def _to_device(x, requires_grad=False):
+    if isinstance(x, torch.Tensor):
+        t = x.detach().to(DEVICE)
+        return t.requires_grad_(x.requires_grad) if requires_grad else t
+    return x
+
+
+def _cpu_leaf(x):
+    if isinstance(x, torch.Tensor):
+        return x.detach().requires_grad_(x.requires_grad)
+    return x
+
+
+def _tensors(tree):
+    return [x for x in pytree.tree_leaves(tree) if isinstance(x, torch.Tensor)]
+
+
+def _sync_quietly():
+    for i in range(torch.tpu.device_count()):
+        try:
+            torch.tpu.synchronize(i)
+        except Exception:
+            pass
+
+
+def _check_on_device(result):
+    for t in _tensors(result):
+        if t.device.type != DEVICE:
+            raise AssertionError(f"output on {t.device}, expected the {DEVICE} device")
+
+
+def _to_cpu(result):
+    return pytree.tree_map(lambda x: x.cpu() if isinstance(x, torch.Tensor) else x, result)
+
+
+def _call(op, sample_input, args, kwargs):
+    return op(sample_input, *args, **kwargs)
+
+
+def _arg(sample, pos, name, default):
+    """An argument of the op's call: positional index `pos` of sample.args
+    (after the input), else keyword `name`, else `default`."""
+    if len(sample.args) > pos:
+        return sample.args[pos]
+    return sample.kwargs.get(name, default)
+
+
+def _exact(got, expected):
+    torch.testing.assert_close(got, expected, rtol=0, atol=0, equal_nan=True)
+
+
+def _distinct_along(idx, dim, permutation):
+    """The indices along `dim` are distinct (and, for a permutation, cover 0..n-1)."""
+    if idx.numel() == 0:
+        return
+    srt = idx.sort(dim).values
+    if permutation:
+        n = idx.shape[dim]
+        shape = [1] * idx.dim()
+        shape[dim] = n
+        ok = bool((srt == torch.arange(n).reshape(shape)).all())
+    else:
+        ok = bool((srt.diff(dim=dim) != 0).all()) if idx.shape[dim] > 1 else True
+    if not ok:
+        raise AssertionError(f"indices along dim {dim} are not {'a permutation' if permutation else 'distinct'}")
+
+
+def _compare_sort(sample, got, expected, tol):
+    # sort(input, dim=-1, descending=False, *, stable=False): with ties and
+    # stable=False the order of the tied indices is unspecified, so the values
+    # must match and the indices must point at them.
+    torch.testing.assert_close(got[0], expected[0], equal_nan=True, **tol)
+    if sample.kwargs.get("stable", False) or sample.input.dim() == 0:
+        _exact(got[1], expected[1])
+    else:
+        dim = _arg(sample, 0, "dim", -1)
+        _distinct_along(got[1], dim, permutation=True)
+        _exact(sample.input.gather(dim, got[1]), got[0])
+
+
+def _compare_argsort(sample, got, expected, tol):
+    # argsort(input, dim=-1, descending=False, stable=False): see _compare_sort.
+    if sample.kwargs.get("stable", False) or sample.input.dim() == 0:
+        _exact(got, expected)
+    else:
+        dim = _arg(sample, 0, "dim", -1)
+        _distinct_along(got, dim, permutation=True)
+        _exact(sample.input.gather(dim, got), sample.input.gather(dim, expected))
+
+
+def _compare_topk(sample, got, expected, tol):
+    # topk(input, k, dim=-1, largest=True, sorted=True): tied indices are
+    # unspecified, and with sorted=False so is the order of the k results.
+    dim = _arg(sample, 1, "dim", -1)
+    values, exp_values = got[0], expected[0]
+    if not _arg(sample, 3, "sorted", True) and values.dim() > 0:
+        values, exp_values = values.sort(dim).values, exp_values.sort(dim).values
+    torch.testing.assert_close(values, exp_values, equal_nan=True, **tol)
+    if sample.input.dim() == 0:
+        _exact(got[1], expected[1])
+    else:
+        _distinct_along(got[1], dim, permutation=False)
+        _exact(sample.input.gather(dim, got[1]), got[0])
+
+
+# Ops whose result is not unique, and how to check it instead of comparing
+# with the CPU's element by element. {op test name: fn(sample, got, expected, tol)}
+# with got, expected on the CPU; raises AssertionError on a mismatch.
+COMPARATORS: dict[str, Callable] = {
+    "sort": _compare_sort,
+    "argsort": _compare_argsort,
+    "topk": _compare_topk,
+}
+
+
+def _compare(name, sample, got, expected, tol):
+    cmp = COMPARATORS.get(name)
+    if cmp is None:
+        torch.testing.assert_close(got, expected, equal_nan=True, **tol)
+    else:
+        cmp(sample, got, expected, tol)
+
+
+def run_forward_sample(name, op, sample, tol: dict) -> SampleOutcome:
+    """Runs one sample on the device and on the CPU and compares."""
+    dev_in, dev_args, dev_kwargs = pytree.tree_map(_to_device, (sample.input, sample.args, sample.kwargs))
+    cpu_exc = expected = None
+    try:
+        expected = sample.output_process_fn_grad(_call(op, sample.input, sample.args, sample.kwargs))
+    except Exception as e:  # the device must fail the same way
+        cpu_exc = e
+    try:
+        got = sample.output_process_fn_grad(_call(op, dev_in, dev_args, dev_kwargs))
+        _check_on_device(got)
+        got = _to_cpu(got)  # waits for the queue: surfaces asynchronous errors
+    except Exception as e:
+        _sync_quietly()
+        fb = fallback_op(e)
+        if fb is not None:
+            return SampleOutcome("fallback", fb)
+        if cpu_exc is not None:
+            return SampleOutcome("pass", "raised like the CPU")
+        return SampleOutcome("fail", describe_error(e))
+    if cpu_exc is not None:
+        return SampleOutcome("fail", f"CPU raised ({describe_error(cpu_exc)}) but {DEVICE} returned a result")
+    try:
+        _compare(name, sample, got, expected, tol)
+    except Exception as e:
+        return SampleOutcome("fail", describe_error(e))
+    return SampleOutcome("pass")
+
+
+def _grads_of(op, sample_input, args, kwargs, process):
+    """Forward, sum of the differentiable float outputs, backward; the leaves'
+    grads in flattening order. None when no output is differentiable."""
+    leaves = [t for t in _tensors((sample_input, args, kwargs)) if t.requires_grad]
+    out = process(_call(op, sample_input, args, kwargs))
+    outs = [t for t in _tensors(out) if t.requires_grad and t.is_floating_point()]
+    if not outs or not leaves:
+        return None
+    loss = outs[0].sum()
+    for o in outs[1:]:
+        loss = loss + o.sum()
+    loss.backward()
+    return [t.grad for t in leaves]
+
+
+def run_grad_sample(name, op, sample, tol: dict) -> SampleOutcome:
+    """Backward of sum(outputs) on both devices; compares the input grads."""
+    cpu_tree = pytree.tree_map(_cpu_leaf, (sample.input, sample.args, sample.kwargs))
+    dev_tree = pytree.tree_map(lambda x: _to_device(x, requires_grad=True),
+                               (sample.input, sample.args, sample.kwargs))
+    cpu_exc = expected = None
+    try:
+        expected = _grads_of(op, *cpu_tree, sample.output_process_fn_grad)
+    except Exception as e:
+        cpu_exc = e
+    if cpu_exc is None and expected is None:
+        return SampleOutcome("skip", "no differentiable float output or no input requiring grad")
+    try:
+        got = _grads_of(op, *dev_tree, sample.output_process_fn_grad)
+        _check_on_device([g for g in (got or []) if g is not None])
+        got = _to_cpu(got)
+    except Exception as e:
+        _sync_quietly()
+        fb = fallback_op(e)
+        if fb is not None:
+            return SampleOutcome("fallback", fb)
+        if cpu_exc is not None:
+            return SampleOutcome("pass", "raised like the CPU")
+        return SampleOutcome("fail", describe_error(e))
+    if cpu_exc is not None:
+        return SampleOutcome("fail", f"CPU raised ({describe_error(cpu_exc)}) but {DEVICE} returned grads")
+    try:
+        torch.testing.assert_close(got, expected, equal_nan=True, **tol)
+    except Exception as e:
+        return SampleOutcome("fail", "grad: " + describe_error(e))
+    return SampleOutcome("pass")
+
+
+# ---- one (op, dtype, mode) ------------------------------------------------------
+
+
+@dataclasses.dataclass
+class CaseResult:
+    name: str
+    dtype: str
+    mode: str  # "forward" | "grad"
+    status: str = "skip"  # "pass" | "fallback" | "fail" | "skip"
+    samples: int = 0  # samples run (not skipped)
+    passed: int = 0
+    fallback_ops: dict = dataclasses.field(default_factory=dict)  # ATen op -> samples
+    error: str = ""  # first failure, "sample N (summary): message"
+    failures: int = 0
+    skipped: dict = dataclasses.field(default_factory=dict)  # reason -> samples
+    reason: str = ""  # for status "skip"
+
+
+class fallback_forbidden:
+    """Context manager: TORCH_TPU_FALLBACK=error for its duration (the runtime
+    reads the variable on every fallback)."""
+
+    def __enter__(self):
+        self._old = os.environ.get("TORCH_TPU_FALLBACK")
+        os.environ["TORCH_TPU_FALLBACK"] = "error"
+        return self
+
+    def __exit__(self, *exc):
+        if self._old is None:
+            os.environ.pop("TORCH_TPU_FALLBACK", None)
+        else:
+            os.environ["TORCH_TPU_FALLBACK"] = self._old
+        return False
+
+
+def _summary(sample) -> str:
+    try:
+        s = sample.summary()
+    except Exception:
+        s = repr(sample.name)
+    s = re.sub(r', device="[^"]*"', "", s)
+    s = s.replace("dtype=torch.", "").replace(", broadcasts_input=False", "").replace(", name=''", "")
+    return s if len(s) <= 300 else s[:297] + "..."
+
+
+def _samples(name, op, dtype, mode, max_samples):
+    """[(index, sample, skip reason or None)]; raises what sample generation raises."""
+    samples = op.sample_inputs("cpu", dtype, requires_grad=(mode == "grad"))
+    if max_samples is not None:
+        samples = itertools.islice(samples, max_samples)
+    pred, why = SAMPLE_SKIPS.get(name, (None, None))
+    return [(i, s, why if pred is not None and pred(s) else None) for i, s in enumerate(samples)]
+
+
+def run_case(name: str, op, dtype: torch.dtype, mode: str = "forward",
+             max_samples: int | None = None) -> CaseResult:
+    """Runs the first `max_samples` samples (all when None) of one op/dtype.
+    The caller forbids the fallback (fallback_forbidden or monkeypatch)."""
+    res = CaseResult(name, dtype_name(dtype), mode)
+    tol = tolerance(op, dtype)
+    run = run_grad_sample if mode == "grad" else run_forward_sample
+    try:
+        samples = _samples(name, op, dtype, mode, max_samples)
+    except Exception as e:
+        res.reason = f"OpInfo sample generation failed: {describe_error(e)}"
+        return res
+    if not samples:
+        res.reason = "the OpInfo yields no samples for this dtype"
+        return res
+    for i, sample, skip in samples:
+        out = SampleOutcome("skip", skip) if skip else run(name, op, sample, tol)
+        if out.kind == "skip":
+            res.skipped[out.detail] = res.skipped.get(out.detail, 0) + 1
+            continue
+        res.samples += 1
+        if out.kind == "pass":
+            res.passed += 1
+        elif out.kind == "fallback":
+            res.fallback_ops[out.detail] = res.fallback_ops.get(out.detail, 0) + 1
+        else:
+            res.failures += 1
+            if not res.error:
+                res.error = f"sample {i} {_summary(sample)}: {out.detail}"
+    if res.failures:
+        res.status = "fail"
+    elif res.fallback_ops:
+        res.status = "fallback"
+    elif res.samples:
+        res.status = "pass"
+    else:
+        res.reason = "; ".join(f"{n} sample(s): {r}" for r, n in res.skipped.items())
+    return res
+
+
+def fallback_ops_allowed(name: str, op, dtype: torch.dtype, mode: str,
+                         max_samples: int | None = None) -> dict:
+    """With the fallback allowed, every ATen op that reaches it (not only the
+    first one per sample, which is all that TORCH_TPU_FALLBACK=error shows):
+    {ATen op: calls}, from torch_tpu.fallback_report()."""
+    old = os.environ.pop("TORCH_TPU_FALLBACK", None)
+    try:
+        torch_tpu.reset_fallback_report()
+        run = run_grad_sample if mode == "grad" else run_forward_sample
+        tol = tolerance(op, dtype)
+        for _, sample, skip in _samples(name, op, dtype, mode, max_samples):
+            if not skip:
+                try:
+                    run(name, op, sample, tol)
+                except Exception:
+                    pass
+        _sync_quietly()
+        return dict(torch_tpu.fallback_report())
+    finally:
+        if old is not None:
+            os.environ["TORCH_TPU_FALLBACK"] = old
+        torch_tpu.reset_fallback_report()
