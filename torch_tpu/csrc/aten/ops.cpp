@@ -266,6 +266,7 @@ struct OpPlan {
   std::string name;                     // "aten::add.Tensor"
   const tpu_k_entry_t* entry = nullptr;  // null: CPU fallback
   std::vector<int> out_alias;           // per return: aliased argument or -1
+  bool expand_masks = false;            // advanced indexing: bool masks -> indices
 };
 
 std::mutex g_plans_mu;
@@ -284,6 +285,8 @@ const OpPlan& plan_for(const c10::OperatorHandle& op) {
   plan.name = schema.name();
   if (!schema.overload_name().empty()) plan.name += "." + schema.overload_name();
   plan.entry = tpu_k_lookup(plan.name.c_str());
+  plan.expand_masks = schema.name() == "aten::index" || schema.name() == "aten::index_put" ||
+                      schema.name() == "aten::index_put_" || schema.name() == "aten::_index_put_impl_";
   // Native only when every return is a plain tensor.
   for (const auto& ret : schema.returns()) {
     if (ret.type()->kind() != c10::TypeKind::TensorType) {
@@ -616,6 +619,34 @@ std::vector<OutMeta> dynamic_output_meta(Work& w, size_t nouts, c10::DeviceIndex
   return out;
 }
 
+// Advanced indexing with boolean masks (x[mask], x[mask] = v): like ATen's
+// expandTensors, each bool/uint8 index becomes its nonzero() coordinates, one
+// int64 index per masked dimension, so output sizes no longer depend on data
+// and the kernel sees integer indices only. nonzero is itself a native op.
+void expand_bool_indices(torch::jit::Stack& stack, size_t nargs) {
+  c10::IValue& iv = stack[stack.size() - nargs + 1];  // the `indices` argument
+  if (!iv.isOptionalTensorList() && !iv.isTensorList()) return;
+  std::vector<std::optional<at::Tensor>> in;
+  if (iv.isTensorList()) {
+    for (const auto& t : iv.toTensorVector()) in.emplace_back(t);
+  } else {
+    for (const auto& t : iv.toOptionalTensorList()) in.push_back(t);
+  }
+  bool any = false;
+  for (const auto& t : in) any |= t.has_value() && t->defined() && (t->scalar_type() == at::kBool || t->scalar_type() == at::kByte);
+  if (!any) return;
+  c10::List<std::optional<at::Tensor>> out;
+  for (const auto& t : in) {
+    if (t.has_value() && t->defined() && (t->scalar_type() == at::kBool || t->scalar_type() == at::kByte)) {
+      at::Tensor nz = t->nonzero();
+      for (int64_t d = 0; d < t->dim(); ++d) out.push_back(nz.select(1, d));
+    } else {
+      out.push_back(t);
+    }
+  }
+  iv = out;
+}
+
 void run_native(const c10::OperatorHandle& op, const OpPlan& plan, torch::jit::Stack* stack) {
   const auto& schema = op.schema();
   const size_t nargs = schema.arguments().size();
@@ -638,6 +669,7 @@ void run_native(const c10::OperatorHandle& op, const OpPlan& plan, torch::jit::S
     }
   }
   c10::DeviceIndex index = dev.has_value() ? dev->index() : current_device();
+  if (plan.expand_masks) expand_bool_indices(*stack, nargs);
 
   size_t ntensors = 0;
   for (const c10::IValue& v : args) ntensors += count_tensors(v);
