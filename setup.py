@@ -21,14 +21,15 @@ class CMakeBuild(build_ext):
         os.makedirs(pkg_dir, exist_ok=True)
         build_dir = os.path.join(ROOT, "build", "cmake-py")
         jobs = str(os.cpu_count() or 2)
+        env = dict(os.environ, TORCH_DEVICE_BACKEND_AUTOLOAD="0")
         subprocess.check_call([
             "cmake", "-S", ROOT, "-B", build_dir,
             "-DCMAKE_BUILD_TYPE=Release",
             f"-DPython3_EXECUTABLE={sys.executable}",
             f"-DTPU_PACKAGE_DIR={pkg_dir}",
             "-DTPU_BUILD_TESTS=OFF",
-        ])
-        subprocess.check_call(["cmake", "--build", build_dir, "-j", jobs])
+        ], env=env)
+        subprocess.check_call(["cmake", "--build", build_dir, "-j", jobs], env=env)
 
     def get_outputs(self):
         return []
