@@ -58,8 +58,10 @@ typedef enum {
   OP_RELU, OP_GELU, OP_GELU_BWD, OP_SILU, OP_SILU_BWD, OP_SIGMOID_BWD, OP_TANH_BWD,
   OP_THRESHOLD, OP_THRESHOLD_BWD, OP_SOFTPLUS, OP_SOFTPLUS_BWD, OP_LEAKY_RELU,
   OP_LEAKY_RELU_BWD, OP_HARDTANH, OP_HARDTANH_BWD, OP_MISH, OP_MISH_BWD,
+  OP_ISINF, OP_ISPOSINF, OP_ISNEGINF, OP_ISFINITE, OP_SIGNBIT, OP_LSHIFT, OP_RSHIFT,
   /* internal variants chosen at setup */
   OP_DIV_TRUNC, OP_DIV_FLOOR, OP_ROUND_DEC, OP_POW_SCALAR,
+  OP_ADD_RTAIL, /* add/sub in f16/bf16 arithmetic: PyTorch's scalar tail loop */
   OP_COUNT_
 } ew_op_t;
 
@@ -115,6 +117,10 @@ static const ew_opinfo_t kOpInfo[OP_COUNT_] = {
     [OP_LEAKY_RELU] = {1, 1, 1, EW_FLOAT}, [OP_LEAKY_RELU_BWD] = {2, 2, 3, EW_FLOAT},
     [OP_HARDTANH] = {1, 1, 1, 0},   [OP_HARDTANH_BWD] = {2, 2, 3, 0},
     [OP_MISH] = {1, 1, 1, EW_FLOAT}, [OP_MISH_BWD] = {2, 2, 3, EW_FLOAT},
+    [OP_ISINF] = {1, 1, 1, EW_CMP}, [OP_ISPOSINF] = {1, 1, 1, EW_CMP},
+    [OP_ISNEGINF] = {1, 1, 1, EW_CMP}, [OP_ISFINITE] = {1, 1, 1, EW_CMP},
+    [OP_SIGNBIT] = {1, 1, 1, EW_CMP}, [OP_LSHIFT] = {2, 2, 3, EW_INTONLY},
+    [OP_RSHIFT] = {2, 2, 3, EW_INTONLY},
 };
 #endif
 
@@ -128,6 +134,12 @@ typedef struct {
   int in_dtype[EW_MAX_IN];
   int in_cast[EW_MAX_IN]; /* dtype to round/wrap the operand through first, or 0 */
   int mode;               /* gelu: 1 = tanh; round: 1 = negative decimals */
+  int rdt;                /* f16/bf16: intermediate results round to this dtype, as
+                             PyTorch's reduced-float scalar arithmetic does (div
+                             trunc/floor; add/sub tails, see vblock) */
+  int64_t vblock;         /* add/sub with rdt: elements per PyTorch CPU vector-loop
+                             step; a contiguous run's tail past the last whole
+                             block takes PyTorch's scalar path */
   double pd[4];           /* op parameters (alpha, value, threshold, ...) */
   int64_t pi[4];
   int err;                /* set (atomically) on integer division by zero */
@@ -154,6 +166,19 @@ static inline float ew_round_half(float v, int dt) {
   return v;
 }
 
+/* PyTorch's div_floor_floating evaluated in f16/bf16 arithmetic (every
+ * intermediate rounded to dt), as its scalar_t = Half/BFloat16 loops do. */
+static inline float ew_div_floor_reduced(float x, float y, int dt) {
+  if (y == 0) return ew_round_half(x / y, dt);
+  float mod = fmodf(x, y); /* exact */
+  float div = ew_round_half(ew_round_half(x - mod, dt) / y, dt);
+  if (mod != 0 && ((y < 0) != (mod < 0))) div = ew_round_half(div - 1.0f, dt);
+  if (div == 0) return copysignf(0.0f, ew_round_half(x / y, dt));
+  float fd = floorf(div);
+  if (ew_round_half(div - fd, dt) > 0.5f) fd = ew_round_half(fd + 1.0f, dt);
+  return fd;
+}
+
 static inline int64_t ew_wrap_int(int64_t v, int dt) {
   switch (dt) {
     case TPU_DTYPE_I32: return (int32_t)(uint32_t)(uint64_t)v;
@@ -163,6 +188,21 @@ static inline int64_t ew_wrap_int(int64_t v, int dt) {
     case TPU_DTYPE_BOOL: return v != 0;
     default: return v;
   }
+}
+
+/* Elements of an inner run that PyTorch's CPU loop (cpu_kernel_vec) sends
+ * through its vector path: whole blocks of c->vblock from the start of a run
+ * whose operands are all contiguous (at most one input broadcast with stride
+ * 0); none for other runs. The rest takes the scalar path. */
+static inline int64_t ew_vector_prefix(const ew_ctx_t* c, const int64_t* st, int64_t count) {
+  if (c->vblock <= 0 || st[0] != (int64_t)tpu_dtype_size((tpu_dtype_t)c->out_dtype)) return 0;
+  int zeros = 0;
+  for (int j = 0; j < c->nin; ++j) {
+    if (st[1 + j] == 0) zeros++;
+    else if (st[1 + j] != (int64_t)tpu_dtype_size((tpu_dtype_t)c->in_dtype[j])) return 0;
+  }
+  if (zeros > 1) return 0;
+  return count / c->vblock * c->vblock;
 }
 
 /* ---- vectorised float32 pieces (ew_vecmath.h) ----------------------------- */
@@ -455,7 +495,18 @@ static void ew_compute_i64(ew_ctx_t* c, int64_t* restrict o, const int64_t* rest
     case OP_NAN_TO_NUM:
       for (i = 0; i < n; ++i) o[i] = a[i];
       break;
-    case OP_ISNAN: for (i = 0; i < n; ++i) o[i] = 0; break;
+    case OP_ISNAN: case OP_ISINF: case OP_ISPOSINF: case OP_ISNEGINF:
+      for (i = 0; i < n; ++i) o[i] = 0;
+      break;
+    case OP_ISFINITE: for (i = 0; i < n; ++i) o[i] = 1; break;
+    case OP_SIGNBIT: for (i = 0; i < n; ++i) o[i] = a[i] < 0; break;
+    case OP_LSHIFT: /* p0: bits of the operand type; out-of-range shifts give 0 */
+      for (i = 0; i < n; ++i)
+        o[i] = (b[i] < 0 || b[i] >= p0) ? 0 : (int64_t)((uint64_t)a[i] << b[i]);
+      break;
+    case OP_RSHIFT: /* p1: bits - (signed); out-of-range shifts fill with the sign */
+      for (i = 0; i < n; ++i) o[i] = (b[i] < 0 || b[i] >= p1) ? a[i] >> p1 : a[i] >> b[i];
+      break;
     case OP_RELU: for (i = 0; i < n; ++i) o[i] = a[i] < 0 ? 0 : a[i]; break;
     case OP_THRESHOLD: for (i = 0; i < n; ++i) o[i] = a[i] <= p0 ? p1 : a[i]; break;
     case OP_THRESHOLD_BWD: for (i = 0; i < n; ++i) o[i] = b[i] <= p0 ? 0 : a[i]; break;
@@ -543,18 +594,87 @@ static int ew_combine(int higher, int lower) {
 
 /* ---- setup ------------------------------------------------------------------ */
 
+typedef union {
+  double d;
+  int64_t i;
+  uint8_t b;
+} ew_scalar_t;
+
 typedef struct {
   ew_ctx_t ctx;
   tpu_ku_iter_t it;
   tpu_tensor_t wrapped[EW_MAX_IN];
-  union {
-    double d;
-    int64_t i;
-    uint8_t b;
-  } wval[EW_MAX_IN];
+  ew_scalar_t wval[EW_MAX_IN];
 } ew_plan_t;
 
 static bool ew_dtype_ok(int dt) { return dt > TPU_DTYPE_INVALID && dt < TPU_DTYPE_COUNT_; }
+
+/* Argument j as an operand: a tensor as it is, a Scalar wrapped as a 0-dim
+ * tensor `w` holding its value in `wv`, None as NULL. Tier (for type
+ * promotion): 0 = dim tensor, 1 = 0-dim tensor, 2 = wrapped scalar. */
+static tpu_status_t ew_operand(const tpu_k_call_t* call, int j, bool required, tpu_tensor_t* w,
+                               ew_scalar_t* wv, const tpu_tensor_t** out_op, int* out_tier) {
+  const tpu_k_value_t* v = j < call->num_args ? &call->args[j] : NULL;
+  int kind = v ? v->kind : TPU_K_NONE;
+  *out_op = NULL;
+  *out_tier = 0;
+  switch (kind) {
+    case TPU_K_TENSOR:
+      if (!v->v.tensor) return TPU_KU_INVALID(call, "argument %d is a NULL tensor", j);
+      if (!ew_dtype_ok(v->v.tensor->dtype)) return tpu_ku_unsupported_dtype(call, v->v.tensor->dtype);
+      *out_op = v->v.tensor;
+      *out_tier = v->v.tensor->ndim > 0 ? 0 : 1;
+      return TPU_OK;
+    case TPU_K_INT:
+    case TPU_K_DOUBLE:
+    case TPU_K_BOOL:
+      memset(w, 0, sizeof(*w));
+      if (kind == TPU_K_INT) {
+        wv->i = v->v.i;
+        w->dtype = TPU_DTYPE_I64;
+      } else if (kind == TPU_K_DOUBLE) {
+        wv->d = v->v.d;
+        w->dtype = TPU_DTYPE_F64;
+      } else {
+        wv->b = v->v.b ? 1 : 0;
+        w->dtype = TPU_DTYPE_BOOL;
+      }
+      w->data = wv;
+      *out_op = w;
+      *out_tier = 2;
+      return TPU_OK;
+    case TPU_K_NONE:
+      if (required) return TPU_KU_INVALID(call, "argument %d must not be None", j);
+      return TPU_OK;
+    default:
+      return TPU_KU_INVALID(call, "argument %d has an unexpected kind %d", j, kind);
+  }
+}
+
+/* PyTorch's result_type over the operands selected by `mask` (NULL ones are
+ * skipped): dim tensors over 0-dim tensors over wrapped scalars, unless a
+ * lower tier is of a higher category. */
+static int ew_result_type(int n, const tpu_tensor_t* const* ops, const int* tier, unsigned mask) {
+  int res[3] = {TPU_DTYPE_INVALID, TPU_DTYPE_INVALID, TPU_DTYPE_INVALID};
+  for (int j = 0; j < n; ++j) {
+    if (!ops[j] || !(mask & (1u << j))) continue;
+    int dt = ops[j]->dtype;
+    if (tier[j] == 2 && dt == TPU_DTYPE_F64) dt = TPU_DTYPE_F32; /* default dtype */
+    res[tier[j]] = ew_promote(res[tier[j]], dt);
+  }
+  return ew_combine(res[0], ew_combine(res[1], res[2]));
+}
+
+/* One value broadcast over every element (PyTorch's iter.is_scalar). */
+static bool ew_scalar_like(const tpu_tensor_t* t) {
+  for (int32_t d = 0; d < t->ndim; ++d)
+    if (t->sizes[d] != 1 && t->strides[d] != 0) return false;
+  return true;
+}
+
+/* f16/bf16 elements per step of PyTorch's CPU vector loop for add/sub:
+ * measured 32 with both its AVX2 and AVX512 kernels (PyTorch 2.10). */
+#define EW_TORCH_VBLOCK_HALF 32
 
 static double ew_param_d(const tpu_k_call_t* c, int i, double dflt) {
   return tpu_ku_double(c, i, dflt);
@@ -571,57 +691,14 @@ static tpu_status_t ew_setup(const tpu_k_call_t* call, int op, ew_plan_t* p) {
 
   /* Operands: tensors as they are, Scalars wrapped as 0-dim tensors. */
   const tpu_tensor_t* ops[EW_MAX_IN];
-  int tier[EW_MAX_IN]; /* 0 = dim tensor, 1 = 0-dim tensor, 2 = wrapped scalar */
+  int tier[EW_MAX_IN];
   bool present[EW_MAX_IN];
   for (int j = 0; j < info->nin; ++j) {
-    present[j] = false;
-    const tpu_k_value_t* v = j < call->num_args ? &call->args[j] : NULL;
-    int kind = v ? v->kind : TPU_K_NONE;
-    tpu_tensor_t* w = &p->wrapped[j];
-    switch (kind) {
-      case TPU_K_TENSOR:
-        if (!v->v.tensor) return TPU_KU_INVALID(call, "argument %d is a NULL tensor", j);
-        ops[j] = v->v.tensor;
-        if (!ew_dtype_ok(ops[j]->dtype)) return tpu_ku_unsupported_dtype(call, ops[j]->dtype);
-        tier[j] = ops[j]->ndim > 0 ? 0 : 1;
-        present[j] = true;
-        break;
-      case TPU_K_INT:
-      case TPU_K_DOUBLE:
-      case TPU_K_BOOL:
-        memset(w, 0, sizeof(*w));
-        if (kind == TPU_K_INT) {
-          p->wval[j].i = v->v.i;
-          w->dtype = TPU_DTYPE_I64;
-        } else if (kind == TPU_K_DOUBLE) {
-          p->wval[j].d = v->v.d;
-          w->dtype = TPU_DTYPE_F64;
-        } else {
-          p->wval[j].b = v->v.b ? 1 : 0;
-          w->dtype = TPU_DTYPE_BOOL;
-        }
-        w->data = &p->wval[j];
-        ops[j] = w;
-        tier[j] = 2;
-        present[j] = true;
-        break;
-      case TPU_K_NONE:
-        if (j < info->nreq) return TPU_KU_INVALID(call, "argument %d must not be None", j);
-        break;
-      default:
-        return TPU_KU_INVALID(call, "argument %d has an unexpected kind %d", j, kind);
-    }
+    TPU_RETURN_IF_ERROR(
+        ew_operand(call, j, j < info->nreq, &p->wrapped[j], &p->wval[j], &ops[j], &tier[j]));
+    present[j] = ops[j] != NULL;
   }
-
-  /* Result type of the promoting operands. */
-  int res[3] = {TPU_DTYPE_INVALID, TPU_DTYPE_INVALID, TPU_DTYPE_INVALID};
-  for (int j = 0; j < info->nin; ++j) {
-    if (!present[j] || !(info->promo & (1u << j))) continue;
-    int dt = ops[j]->dtype;
-    if (tier[j] == 2 && dt == TPU_DTYPE_F64) dt = TPU_DTYPE_F32; /* default dtype */
-    res[tier[j]] = ew_promote(res[tier[j]], dt);
-  }
-  int rt = ew_combine(res[0], ew_combine(res[1], res[2]));
+  int rt = ew_result_type(info->nin, ops, tier, info->promo);
 
   ew_ctx_t* c = &p->ctx;
   c->op = op;
@@ -652,13 +729,18 @@ static tpu_status_t ew_setup(const tpu_k_call_t* call, int op, ew_plan_t* p) {
    * narrower integer result type. Scalar arguments (wrapped numbers) keep
    * their full precision in float mul/div (PyTorch's CPU-scalar path) and in
    * clamp bounds; add/sub round them to the result type first, as PyTorch's
-   * CPU kernels do. */
+   * CPU kernels do. For f16/bf16 mul/div, any single-valued divisor/factor
+   * (a 0-dim tensor too) keeps its own value (PyTorch: original_scalar_value). */
   const bool keep_scalar =
       ((op == OP_MUL || op == OP_DIV) && c->ct != EW_CT_I64) ||
       op == OP_CLAMP || op == OP_CLAMP_MIN || op == OP_CLAMP_MAX;
+  const bool reduced =
+      c->ct == EW_CT_F32 && (rt == TPU_DTYPE_F16 || rt == TPU_DTYPE_BF16) && out->dtype == rt;
+  const bool other_scalar = info->nin >= 2 && present[1] && ew_scalar_like(ops[1]);
   for (int j = 0; j < info->nin; ++j) {
     if (!present[j] || !(info->promo & (1u << j)) || ops[j]->dtype == rt) continue;
     if (keep_scalar && tier[j] == 2) continue;
+    if ((op == OP_MUL || op == OP_DIV) && reduced && j == 1 && other_scalar) continue;
     if (info->flags & EW_LOGIC) continue;
     if (c->ct == EW_CT_F32 && (rt == TPU_DTYPE_F16 || rt == TPU_DTYPE_BF16)) c->in_cast[j] = rt;
     if (c->ct == EW_CT_I64 && ew_cat(rt) == 1 && rt != TPU_DTYPE_I64) c->in_cast[j] = rt;
@@ -675,6 +757,11 @@ static tpu_status_t ew_setup(const tpu_k_call_t* call, int op, ew_plan_t* p) {
       c->pd[0] = ew_param_d(call, np, 1.0);
       c->pi[0] = tpu_ku_int(call, np, 1);
       if (out->dtype == TPU_DTYPE_BOOL) c->pi[0] = c->pi[0] != 0; /* alpha as bool */
+      if (reduced) { /* alpha.to<scalar_t>(), and the tail emulation (ew_tiles) */
+        c->rdt = rt;
+        c->pd[0] = ew_round_half((float)c->pd[0], rt);
+        c->vblock = EW_TORCH_VBLOCK_HALF;
+      }
       break;
     case OP_DIV: {
       const char* mode = tpu_ku_string(call, np, NULL);
@@ -687,6 +774,9 @@ static tpu_status_t ew_setup(const tpu_k_call_t* call, int op, ew_plan_t* p) {
       } else {
         return TPU_KU_INVALID(call, "div expected rounding_mode to be one of None, 'trunc', or 'floor' but found '%s'", mode);
       }
+      /* f16/bf16 by a tensor: PyTorch divides in Half/BFloat16 arithmetic
+       * (rounding each step); by a single value, in float. */
+      if (mode && reduced && !other_scalar) c->rdt = rt;
       break;
     }
     case OP_POW:
@@ -747,6 +837,15 @@ static tpu_status_t ew_setup(const tpu_k_call_t* call, int op, ew_plan_t* p) {
       if (strcmp(a, "tanh") == 0) c->mode = 1;
       else if (strcmp(a, "none") != 0)
         return TPU_KU_INVALID(call, "approximate argument must be either none or tanh, got '%s'", a);
+      break;
+    }
+    case OP_LSHIFT:
+    case OP_RSHIFT: {
+      if (out->dtype == TPU_DTYPE_BOOL || rt == TPU_DTYPE_BOOL)
+        return tpu_ku_unsupported_dtype(call, TPU_DTYPE_BOOL);
+      int64_t bits = 8 * (int64_t)tpu_dtype_size((tpu_dtype_t)rt);
+      c->pi[0] = bits;
+      c->pi[1] = bits - (rt != TPU_DTYPE_U8);
       break;
     }
     case OP_THRESHOLD:
@@ -810,6 +909,148 @@ static tpu_status_t ew_run(const tpu_k_call_t* call, int op) {
   return TPU_OK;
 }
 
+/* ---- isin ------------------------------------------------------------------
+ * isin(elements, test_elements, *, assume_unique, invert): both sides are
+ * converted to their common dtype (result_type, Scalars as wrapped numbers)
+ * and compared as order-preserving uint64 keys (NaN matches nothing, -0.0
+ * matches 0.0). The test values are taken in chunks of EW_ISIN_CHUNK that
+ * are sorted on the stack; every element binary-searches each chunk until it
+ * is found: bounded memory, no allocation, O(n log k) per chunk.
+ * assume_unique only lets PyTorch choose its algorithm: for inputs that
+ * honour it the result is the same. */
+#define EW_ISIN_CHUNK 8192 /* 64 KiB of stack */
+
+static bool ew_isin_key(const char* p, int dt, int ct, uint64_t* out) {
+  if (tpu_dtype_is_floating((tpu_dtype_t)ct)) {
+    double v;
+    if (tpu_dtype_is_floating((tpu_dtype_t)dt)) {
+      v = tpu_ku_load_f64(p, dt);
+    } else {
+      int64_t i = tpu_ku_load_i64(p, dt);
+      v = ct == TPU_DTYPE_F64 ? (double)i : (double)(float)i;
+    }
+    if (ct == TPU_DTYPE_F32) v = (float)v;
+    else if (ct != TPU_DTYPE_F64) v = ew_round_half((float)v, ct);
+    if (v != v) return false;
+    if (v == 0) v = 0.0; /* -0.0 -> +0.0 */
+    uint64_t u;
+    memcpy(&u, &v, sizeof(u));
+    *out = (u >> 63) ? ~u : u | (1ull << 63);
+  } else {
+    *out = (uint64_t)ew_wrap_int(tpu_ku_load_i64(p, dt), ct) ^ (1ull << 63);
+  }
+  return true;
+}
+
+static void ew_heapsort_u64(uint64_t* k, int64_t n) {
+  for (int64_t end = n, start = n / 2; end > 1;) {
+    if (start > 0) {
+      --start;
+    } else {
+      --end;
+      uint64_t t = k[0];
+      k[0] = k[end];
+      k[end] = t;
+    }
+    for (int64_t r = start; 2 * r + 1 < end;) {
+      int64_t ch = 2 * r + 1;
+      if (ch + 1 < end && k[ch] < k[ch + 1]) ++ch;
+      if (k[r] >= k[ch]) break;
+      uint64_t t = k[r];
+      k[r] = k[ch];
+      k[ch] = t;
+      r = ch;
+    }
+  }
+}
+
+typedef struct {
+  int dt, ct;
+  bool invert, first;
+  uint64_t* keys;
+  int64_t nkeys;
+} ew_isin_t;
+
+static void ew_isin_collect(void* vc, char** p, const int64_t* st, int64_t n) {
+  ew_isin_t* c = (ew_isin_t*)vc;
+  for (int64_t i = 0; i < n; ++i)
+    if (ew_isin_key(p[0] + i * st[0], c->dt, c->ct, &c->keys[c->nkeys])) c->nkeys++;
+}
+
+/* p[0]: bool output, p[1]: elements */
+static void ew_isin_inner(void* vc, char** p, const int64_t* st, int64_t n) {
+  const ew_isin_t* c = (const ew_isin_t*)vc;
+  const uint8_t hit = c->invert ? 0 : 1;
+  for (int64_t i = 0; i < n; ++i) {
+    uint8_t* o = (uint8_t*)(p[0] + i * st[0]);
+    if (!c->first && *o == hit) continue;
+    uint64_t key;
+    bool found = false;
+    if (c->nkeys > 0 && ew_isin_key(p[1] + i * st[1], c->dt, c->ct, &key)) {
+      int64_t lo = 0, hi = c->nkeys;
+      while (lo < hi) {
+        int64_t mid = lo + (hi - lo) / 2;
+        if (c->keys[mid] < key) lo = mid + 1;
+        else hi = mid;
+      }
+      found = lo < c->nkeys && c->keys[lo] == key;
+    }
+    if (found) *o = hit;
+    else if (c->first) *o = !hit;
+  }
+}
+
+typedef struct {
+  tpu_tensor_t wrapped[2];
+  ew_scalar_t wval[2];
+  const tpu_tensor_t* ops[2]; /* elements, test_elements */
+  int ct;
+  bool invert;
+} ew_isin_plan_t;
+
+static tpu_status_t ew_isin_setup(const tpu_k_call_t* call, ew_isin_plan_t* p) {
+  if (call->num_outputs < 1 || !call->outputs) return TPU_KU_INVALID(call, "expected an output tensor");
+  const tpu_tensor_t* out = &call->outputs[0];
+  if (out->dtype != TPU_DTYPE_BOOL) return tpu_ku_unsupported_dtype(call, out->dtype);
+  int tier[2];
+  for (int j = 0; j < 2; ++j) {
+    TPU_RETURN_IF_ERROR(ew_operand(call, j, true, &p->wrapped[j], &p->wval[j], &p->ops[j], &tier[j]));
+    if (p->ops[j]->dtype == TPU_DTYPE_BOOL) return tpu_ku_unsupported_dtype(call, TPU_DTYPE_BOOL);
+  }
+  p->ct = ew_result_type(2, p->ops, tier, 3u);
+  p->invert = tpu_ku_bool(call, 3, false);
+  return TPU_OK;
+}
+
+static tpu_status_t ew_isin_check(const tpu_k_call_t* call) {
+  ew_isin_plan_t p;
+  return ew_isin_setup(call, &p);
+}
+
+static tpu_status_t ew_isin_run(const tpu_k_call_t* call) {
+  ew_isin_plan_t p;
+  TPU_RETURN_IF_ERROR(ew_isin_setup(call, &p));
+  const tpu_tensor_t* eops[2] = {&call->outputs[0], p.ops[0]};
+  tpu_ku_iter_t it, tit;
+  TPU_RETURN_IF_ERROR(tpu_ku_iter_init(&it, 2, eops, call->op));
+  if (it.numel == 0) return TPU_OK;
+  TPU_RETURN_IF_ERROR(tpu_ku_iter_init(&tit, 1, &p.ops[1], call->op));
+  uint64_t keys[EW_ISIN_CHUNK];
+  ew_isin_t c = {p.ops[0]->dtype, p.ct, p.invert, true, keys, 0};
+  int64_t nt = tit.numel, c0 = 0;
+  do { /* at least one pass, which writes every element */
+    int64_t c1 = nt - c0 < EW_ISIN_CHUNK ? nt : c0 + EW_ISIN_CHUNK;
+    ew_isin_t tc = {p.ops[1]->dtype, p.ct, false, false, keys, 0};
+    if (c1 > c0) tpu_ku_iter_run(&tit, c0, c1, ew_isin_collect, &tc);
+    ew_heapsort_u64(keys, tc.nkeys);
+    c.nkeys = tc.nkeys;
+    tpu_ku_iter_parallel(&it, call->pool, 4096, ew_isin_inner, &c);
+    c.first = false;
+    c0 = c1;
+  } while (c0 < nt);
+  return TPU_OK;
+}
+
 /* ---- entries -------------------------------------------------------------- */
 
 #define EW_OPS(X)                                                                     \
@@ -821,7 +1062,8 @@ static tpu_status_t ew_run(const tpu_k_call_t* call, int op) {
   X(SIGMOID) X(ERF) X(FLOOR) X(CEIL) X(ROUND) X(TRUNC) X(ISNAN) X(NAN_TO_NUM) X(RELU) \
   X(GELU) X(GELU_BWD) X(SILU) X(SILU_BWD) X(SIGMOID_BWD) X(TANH_BWD) X(THRESHOLD)     \
   X(THRESHOLD_BWD) X(SOFTPLUS) X(SOFTPLUS_BWD) X(LEAKY_RELU) X(LEAKY_RELU_BWD)        \
-  X(HARDTANH) X(HARDTANH_BWD) X(MISH) X(MISH_BWD)
+  X(HARDTANH) X(HARDTANH_BWD) X(MISH) X(MISH_BWD) X(ISINF) X(ISPOSINF) X(ISNEGINF)    \
+  X(ISFINITE) X(SIGNBIT) X(LSHIFT) X(RSHIFT)
 
 #define EW_WRAPPERS(NAME)                                                               \
   static tpu_status_t ew_run_##NAME(const tpu_k_call_t* c) { return ew_run(c, OP_##NAME); } \
@@ -840,6 +1082,16 @@ EW_OPS(EW_WRAPPERS)
 /* bitwise binaries: also the Scalar_Tensor forms */
 #define E_BITWISE(n, NAME)                                                      \
   E_CMP(n, NAME) E("aten::" n ".Scalar_Tensor", NAME) E("aten::" n ".Scalar_Tensor_out", NAME)
+
+/* shifts: bitwise_*_shift overloads and the Python operator forms */
+#define E_SHIFT(n, op, iop, NAME)                                                  \
+  E("aten::" n ".Tensor", NAME) E("aten::" n ".Tensor_Scalar", NAME)               \
+  E("aten::" n ".Scalar_Tensor", NAME) E("aten::" n ".Tensor_out", NAME)           \
+  E("aten::" n ".Tensor_Scalar_out", NAME) E("aten::" n ".Scalar_Tensor_out", NAME) \
+  E("aten::" n "_.Tensor", NAME) E("aten::" n "_.Tensor_Scalar", NAME)             \
+  E("aten::" op ".Tensor", NAME) E("aten::" op ".Scalar", NAME)                    \
+  E("aten::" op ".Tensor_out", NAME) E("aten::" op ".Scalar_out", NAME)            \
+  E("aten::" iop ".Tensor", NAME) E("aten::" iop ".Scalar", NAME)
 
 const tpu_k_entry_t tpu_k_elementwise_entries[] = {
     /* arithmetic */
@@ -886,6 +1138,8 @@ const tpu_k_entry_t tpu_k_elementwise_entries[] = {
     E_UNARY("logical_not", LNOT)
     E_BITWISE("bitwise_and", BAND) E_BITWISE("bitwise_or", BOR) E_BITWISE("bitwise_xor", BXOR)
     E_UNARY("bitwise_not", BNOT)
+    E_SHIFT("bitwise_left_shift", "__lshift__", "__ilshift__", LSHIFT)
+    E_SHIFT("bitwise_right_shift", "__rshift__", "__irshift__", RSHIFT)
     /* clamp */
     E("aten::clamp", CLAMP) E("aten::clamp.Tensor", CLAMP) E("aten::clamp.out", CLAMP)
     E("aten::clamp.Tensor_out", CLAMP) E("aten::clamp_", CLAMP) E("aten::clamp_.Tensor", CLAMP)
@@ -896,7 +1150,7 @@ const tpu_k_entry_t tpu_k_elementwise_entries[] = {
     E("aten::clamp_max.out", CLAMP_MAX) E("aten::clamp_max.Tensor_out", CLAMP_MAX)
     E("aten::clamp_max_", CLAMP_MAX) E("aten::clamp_max_.Tensor", CLAMP_MAX)
     /* unary math */
-    E_UNARY("neg", NEG) E_UNARY("abs", ABS) E_UNARY("sign", SIGN)
+    E_UNARY("neg", NEG) E_UNARY("abs", ABS) E_UNARY("sign", SIGN) E_UNARY("sgn", SIGN)
     E_UNARY("reciprocal", RECIPROCAL) E_UNARY("sqrt", SQRT) E_UNARY("rsqrt", RSQRT)
     E_UNARY("exp", EXP) E_UNARY("exp2", EXP2) E_UNARY("expm1", EXPM1) E_UNARY("log", LOG)
     E_UNARY("log1p", LOG1P) E_UNARY("log2", LOG2) E_UNARY("sin", SIN) E_UNARY("cos", COS)
@@ -906,6 +1160,17 @@ const tpu_k_entry_t tpu_k_elementwise_entries[] = {
     E("aten::round_.decimals", ROUND)
     E_UNARY("trunc", TRUNC)
     E("aten::isnan", ISNAN) E("aten::isnan.out", ISNAN)
+    E("aten::isinf", ISINF) E("aten::isinf.out", ISINF)
+    E("aten::isposinf", ISPOSINF) E("aten::isposinf.out", ISPOSINF)
+    E("aten::isneginf", ISNEGINF) E("aten::isneginf.out", ISNEGINF)
+    E("aten::isfinite", ISFINITE)
+    E("aten::signbit", SIGNBIT) E("aten::signbit.out", SIGNBIT)
+    {"aten::isin.Tensor_Tensor", ew_isin_run, ew_isin_check, 0, NULL},
+    {"aten::isin.Tensor_Tensor_out", ew_isin_run, ew_isin_check, 0, NULL},
+    {"aten::isin.Tensor_Scalar", ew_isin_run, ew_isin_check, 0, NULL},
+    {"aten::isin.Tensor_Scalar_out", ew_isin_run, ew_isin_check, 0, NULL},
+    {"aten::isin.Scalar_Tensor", ew_isin_run, ew_isin_check, 0, NULL},
+    {"aten::isin.Scalar_Tensor_out", ew_isin_run, ew_isin_check, 0, NULL},
     E_UNARY("nan_to_num", NAN_TO_NUM)
     /* activations */
     E_UNARY("relu", RELU) E_UNARY("gelu", GELU) E_UNARY("silu", SILU) E_UNARY("mish", MISH)
@@ -991,12 +1256,32 @@ static void EW_FN(ew_compute)(const ew_ctx_t* c, T* restrict o, const T* restric
   if (ew_vm_try(c, o, a, b, n)) return;
 #endif
   switch (c->op) {
-    case OP_ADD: for (i = 0; i < n; ++i) o[i] = a[i] + p0 * b[i]; break;
-    case OP_SUB: for (i = 0; i < n; ++i) o[i] = a[i] - p0 * b[i]; break;
+    /* alpha != 1: one fused multiply-add, like PyTorch's vec::fmadd */
+    case OP_ADD:
+      if (p0 == one) for (i = 0; i < n; ++i) o[i] = a[i] + b[i];
+      else for (i = 0; i < n; ++i) o[i] = fma(b[i], p0, a[i]);
+      break;
+    case OP_SUB:
+      if (p0 == one) for (i = 0; i < n; ++i) o[i] = a[i] - b[i];
+      else for (i = 0; i < n; ++i) o[i] = fma(b[i], -p0, a[i]);
+      break;
+    case OP_ADD_RTAIL: /* p0 carries sub's sign */
+      for (i = 0; i < n; ++i)
+        o[i] = (T)ew_round_half((float)a[i] + ew_round_half((float)(p0 * b[i]), c->rdt), c->rdt);
+      break;
     case OP_MUL: for (i = 0; i < n; ++i) o[i] = a[i] * b[i]; break;
     case OP_DIV: for (i = 0; i < n; ++i) o[i] = a[i] / b[i]; break;
-    case OP_DIV_TRUNC: for (i = 0; i < n; ++i) o[i] = trunc(a[i] / b[i]); break;
+    case OP_DIV_TRUNC:
+      if (c->rdt) /* the quotient rounds to f16/bf16 before it is truncated */
+        for (i = 0; i < n; ++i) o[i] = trunc((T)ew_round_half((float)(a[i] / b[i]), c->rdt));
+      else
+        for (i = 0; i < n; ++i) o[i] = trunc(a[i] / b[i]);
+      break;
     case OP_DIV_FLOOR:
+      if (c->rdt) {
+        for (i = 0; i < n; ++i) o[i] = (T)ew_div_floor_reduced((float)a[i], (float)b[i], c->rdt);
+        break;
+      }
       for (i = 0; i < n; ++i) {
         T x = a[i], y = b[i];
         if (y == 0) {
@@ -1125,6 +1410,11 @@ static void EW_FN(ew_compute)(const ew_ctx_t* c, T* restrict o, const T* restric
       break;
     case OP_TRUNC: for (i = 0; i < n; ++i) o[i] = trunc(a[i]); break;
     case OP_ISNAN: for (i = 0; i < n; ++i) o[i] = a[i] != a[i] ? one : zero; break;
+    case OP_ISINF: for (i = 0; i < n; ++i) o[i] = fabs(a[i]) == (T)INFINITY ? one : zero; break;
+    case OP_ISPOSINF: for (i = 0; i < n; ++i) o[i] = a[i] == (T)INFINITY ? one : zero; break;
+    case OP_ISNEGINF: for (i = 0; i < n; ++i) o[i] = a[i] == -(T)INFINITY ? one : zero; break;
+    case OP_ISFINITE: for (i = 0; i < n; ++i) o[i] = fabs(a[i]) < (T)INFINITY ? one : zero; break;
+    case OP_SIGNBIT: for (i = 0; i < n; ++i) o[i] = signbit(a[i]) ? one : zero; break;
     case OP_NAN_TO_NUM:
       for (i = 0; i < n; ++i) {
         T x = a[i];
@@ -1215,6 +1505,16 @@ static void EW_FN(ew_compute)(const ew_ctx_t* c, T* restrict o, const T* restric
 static void EW_FN(ew_tiles)(ew_ctx_t* c, char** ptrs, const int64_t* st, int64_t count) {
   _Alignas(64) T buf[EW_MAX_IN + 1][EW_TILE];
   const T* in[EW_MAX_IN] = {buf[1], buf[2], buf[3]};
+  /* f16/bf16 add/sub: PyTorch's vector path fuses (one rounding), its scalar
+   * tail rounds each step to the dtype; elements [nvec, count) are the tail. */
+  int64_t nvec = count;
+  ew_ctx_t tail;
+  if (c->rdt && (c->op == OP_ADD || c->op == OP_SUB)) {
+    nvec = ew_vector_prefix(c, st, count);
+    tail = *c;
+    tail.op = OP_ADD_RTAIL;
+    if (c->op == OP_SUB) tail.pd[0] = -c->pd[0];
+  }
   for (int64_t off = 0; off < count; off += EW_TILE) {
     int64_t n = count - off < EW_TILE ? count - off : EW_TILE;
     char* dst = ptrs[0] + off * st[0];
@@ -1235,7 +1535,9 @@ static void EW_FN(ew_tiles)(ew_ctx_t* c, char** ptrs, const int64_t* st, int64_t
       }
     }
     T* o = direct ? (T*)dst : buf[0];
-    EW_FN(ew_compute)(c, o, in[0], in[1], in[2], n);
+    int64_t k = nvec - off < 0 ? 0 : (nvec - off < n ? nvec - off : n);
+    if (k > 0) EW_FN(ew_compute)(c, o, in[0], in[1], in[2], k);
+    if (k < n) EW_FN(ew_compute)(&tail, o + k, in[0] + k, in[1] + k, in[2] + k, n - k);
     if (!direct) EW_FN(ew_store)(dst, st[0], c->out_dtype, o, n);
   }
 }

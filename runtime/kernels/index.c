@@ -14,10 +14,10 @@
 static size_t ix_es(const tpu_tensor_t* t) { return tpu_dtype_size((tpu_dtype_t)t->dtype); }
 static bool ix_dtype_ok(int dt) { return dt > TPU_DTYPE_INVALID && dt < TPU_DTYPE_COUNT_; }
 static bool ix_is_index_dt(int dt) { return dt == TPU_DTYPE_I64 || dt == TPU_DTYPE_I32; }
-/* Index tensor dtype check: int64/int32, or any integer dtype when empty. */
+/* gather/scatter index dtype check: int64/int32, or any dtype when empty
+ * (PyTorch checks the dtype of non-empty indices only). */
 static bool ix_index_ok(const tpu_tensor_t* t) {
-  return ix_is_index_dt(t->dtype) || (tpu_tensor_numel(t) == 0 && t->dtype != TPU_DTYPE_INVALID &&
-                                      !tpu_dtype_is_floating((tpu_dtype_t)t->dtype));
+  return ix_is_index_dt(t->dtype) || (tpu_tensor_numel(t) == 0 && ix_dtype_ok(t->dtype));
 }
 static bool ix_is_int_dt(int dt) { return !tpu_dtype_is_floating((tpu_dtype_t)dt); }
 
@@ -54,6 +54,26 @@ static tpu_tensor_t ix_drop_dim(const tpu_tensor_t* t, int32_t dim) {
   }
   v.ndim = t->ndim - 1;
   return v;
+}
+
+/* Lines of `t` along dim: fn(ctx, byte offset of the line start in each
+ * operand). Operands share the iteration shape (all but dim). */
+typedef struct {
+  int nops;
+  const tpu_tensor_t* ops[3];
+  int32_t dim;
+  int64_t lines;
+} ix_lines_t;
+
+static void ix_line_offsets(const ix_lines_t* l, int64_t line, int64_t* off) {
+  const tpu_tensor_t* t0 = l->ops[0];
+  for (int k = 0; k < l->nops; ++k) off[k] = 0;
+  for (int32_t d = t0->ndim - 1; d >= 0; --d) {
+    if (d == l->dim) continue;
+    int64_t i = line % t0->sizes[d];
+    line /= t0->sizes[d];
+    for (int k = 0; k < l->nops; ++k) off[k] += i * l->ops[k]->strides[d] * (int64_t)ix_es(l->ops[k]);
+  }
 }
 
 /* ---- strided copy with conversion ------------------------------------------- */
@@ -183,7 +203,7 @@ static tpu_status_t ix_select_check(const tpu_k_call_t* call) {
   const tpu_tensor_t* index = tpu_ku_tensor(call, 2);
   if (!self || !index || call->num_outputs < 1) return TPU_KU_INVALID(call, "expected self, dim, index");
   if (!ix_dtype_ok(self->dtype)) return tpu_ku_unsupported_dtype(call, self->dtype);
-  if (!ix_index_ok(index)) return tpu_ku_unsupported_dtype(call, index->dtype);
+  if (!ix_is_index_dt(index->dtype)) return tpu_ku_unsupported_dtype(call, index->dtype);
   if (index->ndim > 1) return TPU_KU_INVALID(call, "index_select(): Index is supposed to be a vector");
   int32_t dim;
   TPU_RETURN_IF_ERROR(ix_dim_arg(call, 1, self->ndim, &dim));
@@ -323,12 +343,7 @@ static void ix_gs_inner(void* ctx, char** p, const int64_t* st, int64_t n) {
       int64_t x = ix_ld_index(p[0] + i * st[0], c->idt);
       char* d = p[1] + i * st[1] + x * c->dstride;
       if (c->value) {
-        if (c->cp.add) {
-          if (c->vint && ix_is_int_dt(c->cp.ddt))
-            tpu_ku_store_i64(d, c->cp.ddt, (int64_t)((uint64_t)tpu_ku_load_i64(d, c->cp.ddt) + (uint64_t)c->vi));
-          else
-            tpu_ku_store_f64(d, c->cp.ddt, tpu_ku_load_f64(d, c->cp.ddt) + c->vd);
-        } else if (c->vint) {
+        if (c->vint) {
           tpu_ku_store_i64(d, c->cp.ddt, c->vi);
         } else {
           tpu_ku_store_f64(d, c->cp.ddt, c->vd);
@@ -394,7 +409,6 @@ static tpu_status_t ix_scatter_run(const tpu_k_call_t* call) {
   const tpu_tensor_t* index = tpu_ku_tensor(call, 2);
   const tpu_tensor_t* out = &call->outputs[0];
   bool value = strstr(call->op, ".value") != NULL;
-  bool add = strstr(call->op, "scatter_add") != NULL;
   int32_t dim;
   TPU_RETURN_IF_ERROR(ix_dim_arg(call, 1, self->ndim, &dim));
   int64_t size = self->ndim ? self->sizes[dim] : 1;
@@ -414,7 +428,7 @@ static tpu_status_t ix_scatter_run(const tpu_k_call_t* call) {
     c.vd = tpu_ku_double(call, 3, 0.0);
     c.vi = tpu_ku_int(call, 3, 0);
     c.vint = call->args[3].kind != TPU_K_DOUBLE;
-    c.cp = ix_cp(out, out, add);
+    c.cp = ix_cp(out, out, false);
     sv = *index; /* placeholder operand, never read */
   } else {
     const tpu_tensor_t* src = tpu_ku_tensor(call, 3);
@@ -426,12 +440,559 @@ static tpu_status_t ix_scatter_run(const tpu_k_call_t* call) {
       sv.dtype = src->dtype;
       for (int32_t d = 0; d < sv.ndim; ++d) sv.strides[d] = 0;
     }
-    c.cp = ix_cp(out, src, add);
+    c.cp = ix_cp(out, src, false);
   }
   const tpu_tensor_t* ops[3] = {index, &ov, &sv};
   tpu_ku_iter_t it;
   TPU_RETURN_IF_ERROR(tpu_ku_iter_init(&it, 3, ops, call->op));
   tpu_ku_iter_run(&it, 0, it.numel, ix_gs_inner, &c); /* serial: duplicates */
+  return TPU_OK;
+}
+
+/* ---- scatter with a reduction ------------------------------------------------------
+ * scatter_add, scatter.reduce / .value_reduce ("add", "multiply") and
+ * scatter_reduce.two ("sum", "prod", "mean", "amax", "amin"; include_self),
+ * and index_add's alpha == 1 path. Work goes by lines along dim (every other
+ * index coordinate fixed): one line's destinations are one line of out,
+ * disjoint from every other line's, so lines run in parallel and each line
+ * follows index order, as PyTorch's CPU kernel does. f16/bf16 accumulate in
+ * float (PyTorch's opmath buffer: one rounding at the end) in a window of
+ * IX_SR_WINDOW destinations held on the stack; "mean" counts contributions in
+ * the same window. Other dtypes update out in place in their own arithmetic
+ * (double math rounded to float is exactly float math for + * max min). */
+
+enum { IX_R_SUM, IX_R_PROD, IX_R_MEAN, IX_R_AMAX, IX_R_AMIN };
+#define IX_SR_WINDOW 4096 /* 2 x 32 KiB of stack */
+
+typedef struct {
+  const tpu_tensor_t* out;
+  const tpu_tensor_t* index;
+  const tpu_tensor_t* src; /* NULL: the scalar value */
+  ix_lines_t l;            /* ops: index, out, src (index again for a value) */
+  int red;
+  bool include_self, fp, windowed;
+  double vd; /* the value, already rounded to out's dtype */
+  int64_t vi;
+  int64_t li, ls;     /* index / out line lengths */
+  int64_t is, os, ss; /* byte strides along dim */
+} ix_sr_t;
+
+static double ix_round_dt(double v, int dt) {
+  char tmp[8];
+  tpu_ku_store_f64(tmp, dt, v);
+  return tpu_ku_load_f64(tmp, dt);
+}
+
+static int64_t ix_wrap_dt(int64_t v, int dt) {
+  char tmp[8];
+  tpu_ku_store_i64(tmp, dt, v);
+  return tpu_ku_load_i64(tmp, dt);
+}
+
+static inline double ix_sr_f(int red, double a, double v) {
+  switch (red) {
+    case IX_R_PROD: return a * v;
+    case IX_R_AMAX: return v != v ? v : (a < v ? v : a);
+    case IX_R_AMIN: return v != v ? v : (v < a ? v : a);
+    default: return a + v;
+  }
+}
+
+static inline int64_t ix_sr_i(int red, int64_t a, int64_t v) {
+  switch (red) {
+    case IX_R_PROD: return (int64_t)((uint64_t)a * (uint64_t)v);
+    case IX_R_AMAX: return a < v ? v : a;
+    case IX_R_AMIN: return v < a ? v : a;
+    default: return (int64_t)((uint64_t)a + (uint64_t)v);
+  }
+}
+
+static double ix_sr_ident_f(int red) {
+  return red == IX_R_PROD ? 1.0 : red == IX_R_AMAX ? -INFINITY : red == IX_R_AMIN ? INFINITY : 0.0;
+}
+
+static int64_t ix_sr_ident_i(int red, int dt) {
+  if (red == IX_R_PROD) return 1;
+  if (red != IX_R_AMAX && red != IX_R_AMIN) return 0;
+  bool mx = red == IX_R_AMAX; /* identity of max is the lowest value */
+  switch (dt) {
+    case TPU_DTYPE_I32: return mx ? INT32_MIN : INT32_MAX;
+    case TPU_DTYPE_I16: return mx ? INT16_MIN : INT16_MAX;
+    case TPU_DTYPE_I8: return mx ? INT8_MIN : INT8_MAX;
+    case TPU_DTYPE_U8: return mx ? 0 : UINT8_MAX;
+    case TPU_DTYPE_BOOL: return mx ? 0 : 1;
+    default: return mx ? INT64_MIN : INT64_MAX;
+  }
+}
+
+static void ix_sr_line_direct(const ix_sr_t* c, const char* ip, char* op, const char* sp) {
+  const int odt = c->out->dtype, idt = c->index->dtype, sdt = c->src ? c->src->dtype : odt;
+  if (!c->include_self) {
+    for (int64_t i = 0; i < c->li; ++i) {
+      char* d = op + ix_ld_index(ip + i * c->is, idt) * c->os;
+      if (c->fp) tpu_ku_store_f64(d, odt, ix_sr_ident_f(c->red));
+      else tpu_ku_store_i64(d, odt, ix_sr_ident_i(c->red, odt));
+    }
+  }
+  for (int64_t i = 0; i < c->li; ++i) {
+    char* d = op + ix_ld_index(ip + i * c->is, idt) * c->os;
+    if (c->fp) {
+      double v = c->src ? tpu_ku_load_f64(sp + i * c->ss, sdt) : c->vd;
+      tpu_ku_store_f64(d, odt, ix_sr_f(c->red, tpu_ku_load_f64(d, odt), v));
+    } else {
+      int64_t v = c->src ? tpu_ku_load_i64(sp + i * c->ss, sdt) : c->vi;
+      tpu_ku_store_i64(d, odt, ix_sr_i(c->red, tpu_ku_load_i64(d, odt), v));
+    }
+  }
+}
+
+static inline int64_t ix_floor_div(int64_t a, int64_t b) {
+  if (b == -1) return (int64_t)(0 - (uint64_t)a);
+  int64_t q = a / b, r = a % b;
+  return (r != 0 && ((r < 0) != (b < 0))) ? q - 1 : q;
+}
+
+static void ix_sr_line_window(const ix_sr_t* c, const char* ip, char* op, const char* sp) {
+  const int odt = c->out->dtype, idt = c->index->dtype, sdt = c->src ? c->src->dtype : odt;
+  const bool opf = c->fp && odt != TPU_DTYPE_F64; /* opmath float */
+  const bool mean = c->red == IX_R_MEAN;
+  union {
+    double d[IX_SR_WINDOW];
+    int64_t i[IX_SR_WINDOW];
+  } acc;
+  int64_t cnt[IX_SR_WINDOW];
+  for (int64_t w0 = 0; w0 < c->ls; w0 += IX_SR_WINDOW) {
+    int64_t wn = c->ls - w0 < IX_SR_WINDOW ? c->ls - w0 : IX_SR_WINDOW;
+    for (int64_t k = 0; k < wn; ++k) {
+      const char* d = op + (w0 + k) * c->os;
+      if (c->fp) acc.d[k] = tpu_ku_load_f64(d, odt);
+      else acc.i[k] = tpu_ku_load_i64(d, odt);
+      cnt[k] = c->include_self;
+    }
+    if (!c->include_self) {
+      for (int64_t i = 0; i < c->li; ++i) {
+        int64_t x = ix_ld_index(ip + i * c->is, idt) - w0;
+        if (x < 0 || x >= wn) continue;
+        if (c->fp) acc.d[x] = ix_sr_ident_f(c->red);
+        else acc.i[x] = ix_sr_ident_i(c->red, odt);
+      }
+    }
+    for (int64_t i = 0; i < c->li; ++i) {
+      int64_t x = ix_ld_index(ip + i * c->is, idt) - w0;
+      if (x < 0 || x >= wn) continue;
+      cnt[x]++;
+      if (c->fp) {
+        double r = ix_sr_f(c->red, acc.d[x], c->src ? tpu_ku_load_f64(sp + i * c->ss, sdt) : c->vd);
+        acc.d[x] = opf ? (double)(float)r : r;
+      } else {
+        acc.i[x] = ix_sr_i(c->red, acc.i[x], c->src ? tpu_ku_load_i64(sp + i * c->ss, sdt) : c->vi);
+      }
+    }
+    for (int64_t k = 0; k < wn; ++k) {
+      char* d = op + (w0 + k) * c->os;
+      if (!mean) {
+        if (c->fp) tpu_ku_store_f64(d, odt, acc.d[k]);
+        else tpu_ku_store_i64(d, odt, acc.i[k]);
+        continue;
+      }
+      /* PyTorch: the sum lands in out, the count (out's dtype) is clamped to
+       * >= 1, then out.div_(count) (floor division for integers). */
+      if (c->fp) {
+        double n = ix_round_dt((double)cnt[k], odt);
+        double q = ix_round_dt(acc.d[k], odt) / (n == 0 ? 1.0 : n);
+        tpu_ku_store_f64(d, odt, opf ? (double)(float)q : q);
+      } else {
+        int64_t n = ix_wrap_dt(cnt[k], odt);
+        tpu_ku_store_i64(d, odt, ix_floor_div(ix_wrap_dt(acc.i[k], odt), n == 0 ? 1 : n));
+      }
+    }
+  }
+}
+
+static void ix_sr_body(void* ctx, int64_t b, int64_t e) {
+  const ix_sr_t* c = (const ix_sr_t*)ctx;
+  for (int64_t line = b; line < e; ++line) {
+    int64_t off[3];
+    ix_line_offsets(&c->l, line, off);
+    const char* ip = (const char*)c->index->data + off[0];
+    char* op = (char*)c->out->data + off[1];
+    const char* sp = c->src ? (const char*)c->src->data + off[2] : NULL;
+    if (c->windowed) ix_sr_line_window(c, ip, op, sp);
+    else ix_sr_line_direct(c, ip, op, sp);
+  }
+}
+
+/* out (already holding self) op= src (or the Scalar argument `value`) along
+ * dim at index; indices validated by the caller. */
+static void ix_sr_exec(const tpu_k_call_t* call, const tpu_tensor_t* out, const tpu_tensor_t* index,
+                       const tpu_tensor_t* src, const tpu_k_value_t* value, int32_t dim, int red,
+                       bool include_self) {
+  int64_t n = tpu_tensor_numel(index);
+  if (n == 0) return;
+  ix_sr_t c;
+  memset(&c, 0, sizeof(c));
+  c.out = out;
+  c.index = index;
+  c.src = src;
+  c.red = red;
+  c.include_self = include_self;
+  c.fp = tpu_dtype_is_floating((tpu_dtype_t)out->dtype);
+  c.windowed = out->dtype == TPU_DTYPE_F16 || out->dtype == TPU_DTYPE_BF16 || red == IX_R_MEAN;
+  if (!src) { /* value.to<scalar_t>() */
+    int64_t iv = value->kind == TPU_K_INT ? value->v.i : value->kind == TPU_K_BOOL ? value->v.b : 0;
+    c.vd = ix_round_dt(value->kind == TPU_K_DOUBLE ? value->v.d : (double)iv, out->dtype);
+    c.vi = value->kind == TPU_K_DOUBLE ? (int64_t)c.vd : ix_wrap_dt(iv, out->dtype);
+  }
+  const int32_t nd = index->ndim;
+  c.li = nd ? index->sizes[dim] : 1;
+  c.ls = out->ndim ? out->sizes[dim] : 1;
+  c.is = nd ? index->strides[dim] * (int64_t)ix_es(index) : 0;
+  c.os = out->ndim ? out->strides[dim] * (int64_t)ix_es(out) : 0;
+  c.ss = src && src->ndim && src->ndim == nd ? src->strides[dim] * (int64_t)ix_es(src) : 0;
+  c.l.nops = 3;
+  c.l.ops[0] = index;
+  c.l.ops[1] = out;
+  c.l.ops[2] = src && src->ndim == nd ? src : index;
+  c.l.dim = nd ? dim : -1;
+  c.l.lines = n / c.li;
+  int64_t grain = 32768 / (c.li + 1) + 1;
+  tpu_parallel_for(call->pool, c.l.lines, grain, ix_sr_body, &c);
+}
+
+/* (self, dim, index, src|value[, reduce[, include_self]]) -> reduction, include_self */
+static tpu_status_t ix_sr_parse(const tpu_k_call_t* call, int* red, bool* include_self) {
+  *red = IX_R_SUM;
+  *include_self = true;
+  if (strstr(call->op, "scatter_add")) return TPU_OK;
+  const char* r = tpu_ku_string(call, 4, NULL);
+  if (!r) return TPU_KU_INVALID(call, "expected a reduce argument");
+  if (strstr(call->op, "scatter_reduce")) {
+    *include_self = tpu_ku_bool(call, 5, true);
+    if (strcmp(r, "sum") == 0) *red = IX_R_SUM;
+    else if (strcmp(r, "prod") == 0) *red = IX_R_PROD;
+    else if (strcmp(r, "mean") == 0) *red = IX_R_MEAN;
+    else if (strcmp(r, "amax") == 0) *red = IX_R_AMAX;
+    else if (strcmp(r, "amin") == 0) *red = IX_R_AMIN;
+    else return TPU_KU_INVALID(call, "reduce argument must be either sum, prod, mean, amax or amin, got %s", r);
+    return TPU_OK;
+  }
+  if (strcmp(r, "add") == 0) *red = IX_R_SUM;
+  else if (strcmp(r, "multiply") == 0) *red = IX_R_PROD;
+  else return TPU_KU_INVALID(call, "reduce argument must be either add or multiply.");
+  return TPU_OK;
+}
+
+static tpu_status_t ix_sr_check(const tpu_k_call_t* call) {
+  TPU_RETURN_IF_ERROR(ix_scatter_check(call));
+  int red;
+  bool include_self;
+  TPU_RETURN_IF_ERROR(ix_sr_parse(call, &red, &include_self));
+  const tpu_tensor_t* out = &call->outputs[0];
+  if (red == IX_R_MEAN && out->dtype == TPU_DTYPE_BOOL) return tpu_ku_unsupported_dtype(call, out->dtype);
+  return TPU_OK;
+}
+
+static tpu_status_t ix_sr_run(const tpu_k_call_t* call) {
+  TPU_RETURN_IF_ERROR(ix_sr_check(call));
+  const tpu_tensor_t* self = tpu_ku_tensor(call, 0);
+  const tpu_tensor_t* index = tpu_ku_tensor(call, 2);
+  const tpu_tensor_t* out = &call->outputs[0];
+  int red;
+  bool include_self;
+  TPU_RETURN_IF_ERROR(ix_sr_parse(call, &red, &include_self));
+  int32_t dim;
+  TPU_RETURN_IF_ERROR(ix_dim_arg(call, 1, self->ndim, &dim));
+  TPU_RETURN_IF_ERROR(ix_validate(call, index, self->ndim ? self->sizes[dim] : 1, dim, false));
+  if (!ix_same_view(out, self)) TPU_RETURN_IF_ERROR(ix_copy(out, self, call->pool, call->op));
+  ix_sr_exec(call, out, index, tpu_ku_tensor(call, 3), &call->args[3], dim, red, include_self);
+  return TPU_OK;
+}
+
+/* ---- index_add / index_copy / index_fill ------------------------------------------ */
+
+static void ix_fill(const tpu_tensor_t* t, const char* val, tpu_threadpool_t* pool, const char* op);
+
+/* t.select(dim, i); a 0-dim t is its own slice. */
+static tpu_tensor_t ix_select_view(const tpu_tensor_t* t, int32_t dim, int64_t i) {
+  if (t->ndim == 0) return *t;
+  tpu_tensor_t v = ix_drop_dim(t, dim);
+  v.data = (char*)t->data + i * t->strides[dim] * (int64_t)ix_es(t);
+  return v;
+}
+
+static int64_t ix_index_at(const tpu_tensor_t* index, int64_t i) {
+  int64_t st = index->ndim ? index->strides[0] * (int64_t)ix_es(index) : 0;
+  return ix_ld_index((const char*)index->data + i * st, index->dtype);
+}
+
+/* (self, dim, index, source, ...): index_add and index_copy */
+static tpu_status_t ix_ia_check(const tpu_k_call_t* call) {
+  const tpu_tensor_t* self = tpu_ku_tensor(call, 0);
+  const tpu_tensor_t* index = tpu_ku_tensor(call, 2);
+  const tpu_tensor_t* src = tpu_ku_tensor(call, 3);
+  if (!self || !index || !src || call->num_outputs < 1) return TPU_KU_INVALID(call, "expected self, dim, index, source");
+  if (!ix_dtype_ok(self->dtype)) return tpu_ku_unsupported_dtype(call, self->dtype);
+  if (!ix_dtype_ok(src->dtype)) return tpu_ku_unsupported_dtype(call, src->dtype);
+  if (!ix_is_index_dt(index->dtype)) return tpu_ku_unsupported_dtype(call, index->dtype);
+  if (index->ndim > 1) return TPU_KU_INVALID(call, "Index is supposed to be a vector");
+  int32_t dim;
+  TPU_RETURN_IF_ERROR(ix_dim_arg(call, 1, self->ndim, &dim));
+  if (src->ndim != self->ndim && (src->ndim > 1 || self->ndim > 1))
+    return TPU_KU_INVALID(call, "source has %d dims but self has %d", (int)src->ndim, (int)self->ndim);
+  int64_t n = tpu_tensor_numel(index), len = src->ndim ? src->sizes[dim] : 1;
+  if (len != n)
+    return TPU_KU_INVALID(call, "Number of indices (%lld) should be equal to source.size(dim) (%lld)", (long long)n,
+                          (long long)len);
+  if (src->ndim == self->ndim)
+    for (int32_t d = 0; d < self->ndim; ++d)
+      if (d != dim && src->sizes[d] != self->sizes[d])
+        return TPU_KU_INVALID(call, "source size %lld at dim %d differs from self's %lld", (long long)src->sizes[d], (int)d,
+                              (long long)self->sizes[d]);
+  if (!ix_same_shape(&call->outputs[0], self)) return TPU_KU_INVALID(call, "output shape differs from self");
+  return TPU_OK;
+}
+
+/* Shared start of index_add / index_copy / index_fill runs: dim, the size
+ * along it, indices validated, out holding self. */
+static tpu_status_t ix_ia_begin(const tpu_k_call_t* call, bool wrap, int32_t* dim, int64_t* size) {
+  const tpu_tensor_t* self = tpu_ku_tensor(call, 0);
+  const tpu_tensor_t* out = &call->outputs[0];
+  TPU_RETURN_IF_ERROR(ix_dim_arg(call, 1, self->ndim, dim));
+  *size = self->ndim ? self->sizes[*dim] : 1;
+  TPU_RETURN_IF_ERROR(ix_validate(call, tpu_ku_tensor(call, 2), *size, *dim, wrap));
+  if (!ix_same_view(out, self)) TPU_RETURN_IF_ERROR(ix_copy(out, self, call->pool, call->op));
+  return TPU_OK;
+}
+
+static bool ix_is_one(const tpu_k_value_t* v) {
+  return (v->kind == TPU_K_INT && v->v.i == 1) || (v->kind == TPU_K_DOUBLE && v->v.d == 1.0) ||
+         (v->kind == TPU_K_BOOL && v->v.b);
+}
+
+/* index_add(self, dim, index, source, *, alpha). PyTorch's CPU paths: 0/1-d
+ * self adds element by element in the dtype's arithmetic (src * alpha
+ * rounded, then the sum); otherwise an int64 index with alpha == 1 along the
+ * first or last dim is a scatter_add (f16/bf16 accumulate in float), and
+ * the rest is add_(source slice, alpha) per index, which here runs the
+ * elementwise family's add_ kernel. */
+static tpu_status_t ix_index_add_run(const tpu_k_call_t* call) {
+  TPU_RETURN_IF_ERROR(ix_ia_check(call));
+  const tpu_tensor_t* index = tpu_ku_tensor(call, 2);
+  const tpu_tensor_t* src = tpu_ku_tensor(call, 3);
+  const tpu_tensor_t* out = &call->outputs[0];
+  tpu_k_value_t one;
+  memset(&one, 0, sizeof(one));
+  one.kind = TPU_K_INT;
+  one.v.i = 1;
+  const tpu_k_value_t* alpha = call->num_args > 4 && call->args[4].kind != TPU_K_NONE ? &call->args[4] : &one;
+  int32_t dim;
+  int64_t size;
+  TPU_RETURN_IF_ERROR(ix_ia_begin(call, false, &dim, &size));
+  int64_t n = tpu_tensor_numel(index);
+  if (n == 0 || tpu_tensor_numel(out) == 0) return TPU_OK;
+  const int odt = out->dtype;
+  if (out->ndim <= 1) {
+    int64_t os = out->ndim ? out->strides[0] * (int64_t)ix_es(out) : 0;
+    int64_t ss = src->ndim ? src->strides[0] * (int64_t)ix_es(src) : 0;
+    bool fp = tpu_dtype_is_floating((tpu_dtype_t)odt);
+    double ad = ix_round_dt(alpha->kind == TPU_K_DOUBLE ? alpha->v.d : (double)tpu_ku_int(call, 4, 1), odt);
+    int64_t ai = ix_wrap_dt(tpu_ku_int(call, 4, 1), odt);
+    for (int64_t i = 0; i < n; ++i) {
+      char* d = (char*)out->data + ix_index_at(index, i) * os;
+      const char* sp = (const char*)src->data + i * ss;
+      if (fp)
+        tpu_ku_store_f64(d, odt, tpu_ku_load_f64(d, odt) + ix_round_dt(tpu_ku_load_f64(sp, src->dtype) * ad, odt));
+      else
+        tpu_ku_store_i64(d, odt, (int64_t)((uint64_t)tpu_ku_load_i64(d, odt) +
+                                           (uint64_t)tpu_ku_load_i64(sp, src->dtype) * (uint64_t)ai));
+    }
+    return TPU_OK;
+  }
+  if (ix_is_one(alpha) && index->dtype == TPU_DTYPE_I64 && (dim == 0 || dim == out->ndim - 1)) {
+    /* index expanded to source's shape */
+    tpu_tensor_t iv = *src;
+    iv.data = index->data;
+    iv.dtype = index->dtype;
+    for (int32_t d = 0; d < iv.ndim; ++d) iv.strides[d] = 0;
+    iv.strides[dim] = index->ndim ? index->strides[0] : 0;
+    ix_sr_exec(call, out, &iv, src, NULL, dim, IX_R_SUM, true);
+    return TPU_OK;
+  }
+  const tpu_k_entry_t* add = tpu_k_lookup("aten::add_.Tensor");
+  if (!add) return TPU_ERROR(TPU_STATUS_INTERNAL, "%s: the add_ kernel is missing", call->op);
+  tpu_tensor_t ov = ix_select_view(out, dim, 0), sv = ix_select_view(src, dim, 0);
+  tpu_k_value_t args[3];
+  memset(args, 0, sizeof(args));
+  args[0].kind = args[1].kind = TPU_K_TENSOR;
+  args[0].v.tensor = &ov;
+  args[1].v.tensor = &sv;
+  args[2] = *alpha;
+  tpu_k_call_t sub = *call;
+  sub.op = add->name;
+  sub.num_args = 3;
+  sub.args = args;
+  sub.num_outputs = 1;
+  sub.outputs = &ov;
+  for (int64_t i = 0; i < n; ++i) {
+    ov = ix_select_view(out, dim, ix_index_at(index, i));
+    sv = ix_select_view(src, dim, i);
+    if (add->check) TPU_RETURN_IF_ERROR(add->check(&sub));
+    TPU_RETURN_IF_ERROR(add->run(&sub));
+  }
+  return TPU_OK;
+}
+
+/* index_copy(self, dim, index, source): slices in index order (a repeated
+ * index keeps the last source slice). */
+static tpu_status_t ix_index_copy_run(const tpu_k_call_t* call) {
+  TPU_RETURN_IF_ERROR(ix_ia_check(call));
+  const tpu_tensor_t* index = tpu_ku_tensor(call, 2);
+  const tpu_tensor_t* src = tpu_ku_tensor(call, 3);
+  const tpu_tensor_t* out = &call->outputs[0];
+  int32_t dim;
+  int64_t size;
+  TPU_RETURN_IF_ERROR(ix_ia_begin(call, false, &dim, &size));
+  int64_t n = tpu_tensor_numel(index);
+  for (int64_t i = 0; i < n; ++i) {
+    tpu_tensor_t dv = ix_select_view(out, dim, ix_index_at(index, i)), sv = ix_select_view(src, dim, i);
+    TPU_RETURN_IF_ERROR(ix_copy(&dv, &sv, call->pool, call->op));
+  }
+  return TPU_OK;
+}
+
+/* index_fill(self, dim, index, value): value a Scalar or a 0-dim tensor;
+ * negative indices count from the end. */
+static tpu_status_t ix_index_fill_check(const tpu_k_call_t* call) {
+  const tpu_tensor_t* self = tpu_ku_tensor(call, 0);
+  const tpu_tensor_t* index = tpu_ku_tensor(call, 2);
+  if (!self || !index || call->num_args < 4 || call->num_outputs < 1)
+    return TPU_KU_INVALID(call, "expected self, dim, index, value");
+  if (!ix_dtype_ok(self->dtype)) return tpu_ku_unsupported_dtype(call, self->dtype);
+  if (!ix_is_index_dt(index->dtype)) return tpu_ku_unsupported_dtype(call, index->dtype);
+  if (index->ndim > 1) return TPU_KU_INVALID(call, "Index has to be a vector/scalar");
+  int32_t dim;
+  TPU_RETURN_IF_ERROR(ix_dim_arg(call, 1, self->ndim, &dim));
+  const tpu_k_value_t* v = &call->args[3];
+  if (v->kind == TPU_K_TENSOR) {
+    if (!ix_dtype_ok(v->v.tensor->dtype)) return tpu_ku_unsupported_dtype(call, v->v.tensor->dtype);
+    if (v->v.tensor->ndim != 0)
+      return TPU_KU_INVALID(call, "index_fill_ only supports a 0-dimensional value tensor, but got tensor with %d dimension(s).",
+                            (int)v->v.tensor->ndim);
+  } else if (v->kind != TPU_K_INT && v->kind != TPU_K_DOUBLE && v->kind != TPU_K_BOOL) {
+    return TPU_KU_INVALID(call, "expected a Scalar or 0-dim tensor value");
+  }
+  if (!ix_same_shape(&call->outputs[0], self)) return TPU_KU_INVALID(call, "output shape differs from self");
+  return TPU_OK;
+}
+
+static tpu_status_t ix_index_fill_run(const tpu_k_call_t* call) {
+  TPU_RETURN_IF_ERROR(ix_index_fill_check(call));
+  const tpu_tensor_t* index = tpu_ku_tensor(call, 2);
+  const tpu_tensor_t* out = &call->outputs[0];
+  int32_t dim;
+  int64_t size;
+  TPU_RETURN_IF_ERROR(ix_ia_begin(call, true, &dim, &size));
+  const tpu_k_value_t* v = &call->args[3];
+  char val[8];
+  if (v->kind == TPU_K_TENSOR) {
+    const tpu_tensor_t* t = v->v.tensor;
+    if (tpu_dtype_is_floating((tpu_dtype_t)t->dtype)) tpu_ku_store_f64(val, out->dtype, tpu_ku_load_f64(t->data, t->dtype));
+    else tpu_ku_store_i64(val, out->dtype, tpu_ku_load_i64(t->data, t->dtype));
+  } else if (v->kind == TPU_K_DOUBLE) {
+    tpu_ku_store_f64(val, out->dtype, v->v.d);
+  } else {
+    tpu_ku_store_i64(val, out->dtype, tpu_ku_int(call, 3, 0));
+  }
+  int64_t n = tpu_tensor_numel(index);
+  for (int64_t i = 0; i < n; ++i) {
+    int64_t x = ix_index_at(index, i);
+    tpu_tensor_t sv = ix_select_view(out, dim, x < 0 ? x + size : x);
+    ix_fill(&sv, val, call->pool, call->op);
+  }
+  return TPU_OK;
+}
+
+/* ---- embedding_renorm_ ---------------------------------------------------------------
+ * embedding_renorm_(self, indices, max_norm, norm_type): every row of self
+ * named by indices, once, is scaled by max_norm / (norm + 1e-7) when its
+ * norm exceeds max_norm. Rows are deduplicated with a bitmap over windows of
+ * IX_RENORM_WINDOW rows (on the stack), one pass over indices per window. */
+#define IX_RENORM_WINDOW 65536
+
+typedef struct {
+  const tpu_tensor_t* w;
+  int idt;
+  double max_norm, p;
+  int64_t r0, rows; /* window [r0, r0 + IX_RENORM_WINDOW), rows of w */
+  uint64_t* seen;   /* bitmap of the window */
+} ix_renorm_t;
+
+static void ix_renorm_row(const ix_renorm_t* c, int64_t r) {
+  const tpu_tensor_t* w = c->w;
+  const int dt = w->dtype;
+  const int64_t es = (int64_t)ix_es(w), cs = w->strides[1] * es, n = w->sizes[1];
+  char* row = (char*)w->data + r * w->strides[0] * es;
+  const double p = c->p;
+  double acc = p == -INFINITY ? INFINITY : 0.0;
+  for (int64_t k = 0; k < n; ++k) {
+    double a = fabs(tpu_ku_load_f64(row + k * cs, dt));
+    if (p == INFINITY) acc = a > acc ? a : acc;
+    else if (p == -INFINITY) acc = a < acc ? a : acc;
+    else if (p == 0) acc += a != 0;
+    else if (p == 1) acc += a;
+    else if (p == 2) acc += a * a;
+    else acc += pow(a, p);
+  }
+  double norm = (p == 2) ? sqrt(acc) : (p == 1 || p == 0 || isinf(p)) ? acc : pow(acc, 1.0 / p);
+  norm = ix_round_dt(norm, dt); /* PyTorch: row.norm(p) is a tensor of the row's dtype */
+  if (!(norm > c->max_norm)) return;
+  double scale = ix_round_dt(c->max_norm / (norm + 1e-7), dt); /* row *= scale: scale as the dtype */
+  for (int64_t k = 0; k < n; ++k) {
+    double v = tpu_ku_load_f64(row + k * cs, dt);
+    tpu_ku_store_f64(row + k * cs, dt, dt == TPU_DTYPE_F64 ? v * scale : (double)((float)v * (float)scale));
+  }
+}
+
+static void ix_renorm_inner(void* ctx, char** p, const int64_t* st, int64_t n) {
+  const ix_renorm_t* c = (const ix_renorm_t*)ctx;
+  for (int64_t i = 0; i < n; ++i) {
+    int64_t r = ix_ld_index(p[0] + i * st[0], c->idt);
+    if (r < 0) r += c->rows;
+    r -= c->r0;
+    if (r < 0 || r >= IX_RENORM_WINDOW || (c->seen[r >> 6] >> (r & 63)) & 1u) continue;
+    c->seen[r >> 6] |= 1ull << (r & 63);
+    ix_renorm_row(c, r + c->r0);
+  }
+}
+
+static tpu_status_t ix_renorm_check(const tpu_k_call_t* call) {
+  const tpu_tensor_t* self = tpu_ku_tensor(call, 0);
+  const tpu_tensor_t* idx = tpu_ku_tensor(call, 1);
+  if (!self || !idx || call->num_outputs < 1) return TPU_KU_INVALID(call, "expected self and indices");
+  if (!tpu_dtype_is_floating((tpu_dtype_t)self->dtype)) return tpu_ku_unsupported_dtype(call, self->dtype);
+  if (!ix_is_index_dt(idx->dtype)) return tpu_ku_unsupported_dtype(call, idx->dtype);
+  if (self->ndim != 2) return TPU_KU_INVALID(call, "Expected 2-dimensional tensor, but got %d-dimensional tensor", (int)self->ndim);
+  if (!ix_same_shape(&call->outputs[0], self) || call->outputs[0].dtype != self->dtype)
+    return TPU_KU_INVALID(call, "output differs from self");
+  return TPU_OK;
+}
+
+static tpu_status_t ix_renorm_run(const tpu_k_call_t* call) {
+  TPU_RETURN_IF_ERROR(ix_renorm_check(call));
+  const tpu_tensor_t* self = tpu_ku_tensor(call, 0);
+  const tpu_tensor_t* idx = tpu_ku_tensor(call, 1);
+  const tpu_tensor_t* out = &call->outputs[0];
+  TPU_RETURN_IF_ERROR(ix_validate(call, idx, out->sizes[0], 0, true));
+  if (!ix_same_view(out, self)) TPU_RETURN_IF_ERROR(ix_copy(out, self, call->pool, call->op));
+  if (tpu_tensor_numel(idx) == 0 || tpu_tensor_numel(out) == 0) return TPU_OK;
+  tpu_ku_iter_t it;
+  TPU_RETURN_IF_ERROR(tpu_ku_iter_init(&it, 1, &idx, call->op));
+  uint64_t seen[IX_RENORM_WINDOW / 64];
+  ix_renorm_t c = {out, idx->dtype, tpu_ku_double(call, 2, 0.0), tpu_ku_double(call, 3, 2.0), 0, out->sizes[0], seen};
+  for (c.r0 = 0; c.r0 < c.rows; c.r0 += IX_RENORM_WINDOW) {
+    memset(seen, 0, sizeof(seen));
+    tpu_ku_iter_run(&it, 0, it.numel, ix_renorm_inner, &c);
+  }
   return TPU_OK;
 }
 
@@ -867,16 +1428,23 @@ static tpu_status_t ix_emb_run(const tpu_k_call_t* call) {
 
 /* ---- zero fill ------------------------------------------------------------------ */
 
-static void ix_zero_inner(void* ctx, char** p, const int64_t* st, int64_t n) {
-  int64_t es = *(const int64_t*)ctx;
-  if (st[0] == es) {
-    memset(p[0], 0, (size_t)(n * es));
+typedef struct {
+  int64_t es;
+  bool zero;
+  char val[8]; /* one element of t's dtype */
+} ix_fill_t;
+
+static void ix_fill_inner(void* ctx, char** p, const int64_t* st, int64_t n) {
+  const ix_fill_t* c = (const ix_fill_t*)ctx;
+  if (c->zero && st[0] == c->es) {
+    memset(p[0], 0, (size_t)(n * c->es));
     return;
   }
-  for (int64_t i = 0; i < n; ++i) memset(p[0] + i * st[0], 0, (size_t)es);
+  for (int64_t i = 0; i < n; ++i) memcpy(p[0] + i * st[0], c->val, (size_t)c->es);
 }
 
-static void ix_zero(const tpu_tensor_t* t, tpu_threadpool_t* pool, const char* op) {
+/* Every element of t <- the element at `val` (t's dtype); NULL: zero. */
+static void ix_fill(const tpu_tensor_t* t, const char* val, tpu_threadpool_t* pool, const char* op) {
   if (tpu_tensor_numel(t) == 0) return;
   tpu_ku_iter_t it;
   tpu_status_t s = tpu_ku_iter_init(&it, 1, &t, op);
@@ -884,9 +1452,15 @@ static void ix_zero(const tpu_tensor_t* t, tpu_threadpool_t* pool, const char* o
     tpu_status_free(s);
     return;
   }
-  int64_t es = (int64_t)ix_es(t);
-  tpu_ku_iter_parallel(&it, pool, 65536, ix_zero_inner, &es);
+  ix_fill_t c;
+  memset(&c, 0, sizeof(c));
+  c.es = (int64_t)ix_es(t);
+  c.zero = val == NULL;
+  if (val) memcpy(c.val, val, (size_t)c.es);
+  tpu_ku_iter_parallel(&it, pool, 65536, ix_fill_inner, &c);
 }
+
+static void ix_zero(const tpu_tensor_t* t, tpu_threadpool_t* pool, const char* op) { ix_fill(t, NULL, pool, op); }
 
 /* ---- cat / stack ------------------------------------------------------------------ */
 
@@ -1315,26 +1889,6 @@ static tpu_status_t ix_repeat_run(const tpu_k_call_t* call) {
 
 /* ---- sort / topk ---------------------------------------------------------------- */
 
-/* Lines of `t` along dim: fn(ctx, byte offset of the line start in each
- * operand). Operands share the iteration shape (all but dim). */
-typedef struct {
-  int nops;
-  const tpu_tensor_t* ops[3];
-  int32_t dim;
-  int64_t lines;
-} ix_lines_t;
-
-static void ix_line_offsets(const ix_lines_t* l, int64_t line, int64_t* off) {
-  const tpu_tensor_t* t0 = l->ops[0];
-  for (int k = 0; k < l->nops; ++k) off[k] = 0;
-  for (int32_t d = t0->ndim - 1; d >= 0; --d) {
-    if (d == l->dim) continue;
-    int64_t i = line % t0->sizes[d];
-    line /= t0->sizes[d];
-    for (int k = 0; k < l->nops; ++k) off[k] += i * l->ops[k]->strides[d] * (int64_t)ix_es(l->ops[k]);
-  }
-}
-
 /* Ordering key: a before b. Floats: NaN is largest; `desc` reverses the
  * value order; ties go by index (ascending), which makes every sort stable. */
 #define IX_SORT_IMPL(NAME, T, KT, KEY, ISNAN)                                              \
@@ -1607,14 +2161,38 @@ const tpu_k_entry_t tpu_k_index_entries[] = {
     {"aten::scatter_.value", ix_scatter_run, ix_scatter_check, 0, NULL},
     {"aten::scatter.src_out", ix_scatter_run, ix_scatter_check, 0, NULL},
     {"aten::scatter.value_out", ix_scatter_run, ix_scatter_check, 0, NULL},
-    {"aten::scatter_add", ix_scatter_run, ix_scatter_check, 0, NULL},
-    {"aten::scatter_add_", ix_scatter_run, ix_scatter_check, 0, NULL},
-    {"aten::scatter_add.out", ix_scatter_run, ix_scatter_check, 0, NULL},
+    {"aten::scatter_add", ix_sr_run, ix_sr_check, 0, NULL},
+    {"aten::scatter_add_", ix_sr_run, ix_sr_check, 0, NULL},
+    {"aten::scatter_add.out", ix_sr_run, ix_sr_check, 0, NULL},
+    {"aten::scatter.reduce", ix_sr_run, ix_sr_check, 0, NULL},
+    {"aten::scatter.value_reduce", ix_sr_run, ix_sr_check, 0, NULL},
+    {"aten::scatter_.reduce", ix_sr_run, ix_sr_check, 0, NULL},
+    {"aten::scatter_.value_reduce", ix_sr_run, ix_sr_check, 0, NULL},
+    {"aten::scatter.reduce_out", ix_sr_run, ix_sr_check, 0, NULL},
+    {"aten::scatter.value_reduce_out", ix_sr_run, ix_sr_check, 0, NULL},
+    {"aten::scatter_reduce.two", ix_sr_run, ix_sr_check, 0, NULL},
+    {"aten::scatter_reduce_.two", ix_sr_run, ix_sr_check, 0, NULL},
+    {"aten::scatter_reduce.two_out", ix_sr_run, ix_sr_check, 0, NULL},
     {"aten::index.Tensor", ix_index_run, ix_index_check, 0, NULL},
     {"aten::index.Tensor_out", ix_index_run, ix_index_check, 0, NULL},
     {"aten::index_put_", ix_put_run, ix_put_check, 0, NULL},
     {"aten::index_put", ix_put_run, ix_put_check, 0, NULL},
     {"aten::_index_put_impl_", ix_put_run, ix_put_check, 0, NULL},
+    {"aten::index_add", ix_index_add_run, ix_ia_check, 0, NULL},
+    {"aten::index_add_", ix_index_add_run, ix_ia_check, 0, NULL},
+    {"aten::index_add.out", ix_index_add_run, ix_ia_check, 0, NULL},
+    {"aten::index_copy", ix_index_copy_run, ix_ia_check, 0, NULL},
+    {"aten::index_copy_", ix_index_copy_run, ix_ia_check, 0, NULL},
+    {"aten::index_copy.out", ix_index_copy_run, ix_ia_check, 0, NULL},
+    {"aten::index_fill.int_Scalar", ix_index_fill_run, ix_index_fill_check, 0, NULL},
+    {"aten::index_fill.int_Tensor", ix_index_fill_run, ix_index_fill_check, 0, NULL},
+    {"aten::index_fill_.int_Scalar", ix_index_fill_run, ix_index_fill_check, 0, NULL},
+    {"aten::index_fill_.int_Tensor", ix_index_fill_run, ix_index_fill_check, 0, NULL},
+    {"aten::index_fill.int_Scalar_out", ix_index_fill_run, ix_index_fill_check, 0, NULL},
+    {"aten::index_fill.int_Tensor_out", ix_index_fill_run, ix_index_fill_check, 0, NULL},
+    {"aten::embedding_renorm_", ix_renorm_run, ix_renorm_check, 0, NULL},
+    {"aten::embedding_renorm", ix_renorm_run, ix_renorm_check, 0, NULL},
+    {"aten::embedding_renorm.out", ix_renorm_run, ix_renorm_check, 0, NULL},
     {"aten::embedding_dense_backward", ix_emb_run, ix_emb_check, 0, NULL},
     {"aten::embedding_dense_backward.out", ix_emb_run, ix_emb_check, 0, NULL},
     {"aten::cat", ix_cat_run, ix_cat_check, 0, NULL},

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/gemm.h"
 #include "kernels/kutil.h"
 
 #if defined(__x86_64__)
@@ -458,6 +459,42 @@ static void la_gemm_run(la_gemm_t* g, tpu_threadpool_t* pool) {
     g->mtiles = la_cdiv(g->M, g->mchunk);
   }
   tpu_parallel_for(pool, g->batch * g->mtiles * g->ntiles, 1, la_sgemm_par, g);
+}
+
+/* ---- exported tile core (kernels/gemm.h) -------------------------------------------- */
+
+bool tpu_k_gemm_use_avx2(void) { return la_use_avx2(); }
+
+void tpu_k_sgemm_tile(int64_t M, int64_t N, int64_t K, const tpu_k_gemm_mat_t* a,
+                      const tpu_k_gemm_mat_t* b, float* c, int64_t ldc, bool accumulate,
+                      bool avx2) {
+  if (M <= 0 || N <= 0) return;
+  if (K <= 0) {
+    if (!accumulate)
+      for (int64_t m = 0; m < M; ++m) memset(c + m * ldc, 0, (size_t)N * sizeof(float));
+    return;
+  }
+  la_gemm_t g;
+  memset(&g, 0, sizeof(g));
+  g.batch = 1;
+  g.M = M;
+  g.N = N;
+  g.K = K;
+  g.alpha = 1.0;
+  g.alpha_i = 1;
+  g.avx2 = avx2;
+  g.a.p = (const char*)a->data;
+  g.a.dt = a->dtype;
+  g.a.es = (int32_t)tpu_dtype_size((tpu_dtype_t)a->dtype);
+  g.a.rs = a->rs;
+  g.a.cs = a->cs;
+  g.b.p = (const char*)b->data;
+  g.b.dt = b->dtype;
+  g.b.es = (int32_t)tpu_dtype_size((tpu_dtype_t)b->dtype);
+  g.b.rs = b->rs;
+  g.b.cs = b->cs;
+  for (int64_t n0 = 0; n0 < N; n0 += LA_NC) /* la_sgemm_block packs at most LA_NC columns */
+    la_sgemm_block(&g, 0, 0, M, n0, la_min(N, n0 + LA_NC), c + n0, ldc, accumulate);
 }
 
 /* ---- entries ---------------------------------------------------------------------- */

@@ -14,6 +14,11 @@ TPU_K_FAMILY(random)
 TPU_K_FAMILY(reduce)
 TPU_K_FAMILY(linalg)
 TPU_K_FAMILY(index)
+TPU_K_FAMILY(loss)
+TPU_K_FAMILY(select)
+TPU_K_FAMILY(attention)
+TPU_K_FAMILY(conv)
+TPU_K_FAMILY(misc)
 #undef TPU_K_FAMILY
 
 typedef struct {
@@ -28,6 +33,11 @@ static const tpu_k_family_t kFamilies[] = {
     {tpu_k_reduce_entries, &tpu_k_reduce_count},
     {tpu_k_linalg_entries, &tpu_k_linalg_count},
     {tpu_k_index_entries, &tpu_k_index_count},
+    {tpu_k_loss_entries, &tpu_k_loss_count},
+    {tpu_k_select_entries, &tpu_k_select_count},
+    {tpu_k_attention_entries, &tpu_k_attention_count},
+    {tpu_k_conv_entries, &tpu_k_conv_count},
+    {tpu_k_misc_entries, &tpu_k_misc_count},
 };
 #define TPU_K_NUM_FAMILIES (sizeof(kFamilies) / sizeof(kFamilies[0]))
 

@@ -108,15 +108,16 @@ static void test_add_contiguous_alpha(void) {
   }
   tpu_tensor_t ta = T1(a, TPU_DTYPE_F32, N), tb = T1(b, TPU_DTYPE_F32, N), to = T1(o, TPU_DTYPE_F32, N);
   tpu_k_value_t args[] = {VT(&ta), VT(&tb), VD(2.5)};
+  /* alpha != 1: one fused multiply-add, like PyTorch's vec::fmadd */
   CHECK_OK(call_op("aten::add.Tensor", args, 3, &to));
   int bad = 0;
   for (int i = 0; i < N; ++i)
-    if (o[i] != a[i] + 2.5f * b[i]) bad++;
+    if (o[i] != fmaf(b[i], 2.5f, a[i])) bad++;
   CHECK(bad == 0);
   CHECK_OK(call_op("aten::sub.Tensor", args, 3, &to));
   bad = 0;
   for (int i = 0; i < N; ++i)
-    if (o[i] != a[i] - 2.5f * b[i]) bad++;
+    if (o[i] != fmaf(b[i], -2.5f, a[i])) bad++;
   CHECK(bad == 0);
   CHECK_OK(call_op("aten::mul.Tensor", args, 2, &to));
   bad = 0;
@@ -299,7 +300,7 @@ static void test_inplace_aliasing(void) {
   for (int i = 0; i < N; ++i) {
     x[i] = frand(-2, 2);
     y[i] = frand(-2, 2);
-    ref[i] = x[i] + 3.0f * y[i];
+    ref[i] = fmaf(y[i], 3.0f, x[i]);
   }
   tpu_tensor_t tx = T1(x, TPU_DTYPE_F32, N), ty = T1(y, TPU_DTYPE_F32, N);
   tpu_k_value_t args[] = {VT(&tx), VT(&ty), VI(3)};
@@ -1047,6 +1048,252 @@ static void test_vector_ops_through_kernels(void) {
   free(ho);
 }
 
+/* ---- predicates, sgn, shifts, isin, f16/bf16 rounding emulation ------------------ */
+
+static uint16_t bf(float f) { return tpu_ku_f32_to_bf16(f); }
+static float fb(uint16_t h) { return tpu_ku_bf16_to_f32(h); }
+static float rbf(float f) { return fb(bf(f)); }
+
+static void test_float_predicates(void) {
+  float x[8] = {-1.0f, -0.0f, 0.0f, NAN, -NAN, -INFINITY, INFINITY, 3.5f};
+  const char* ops[5] = {"aten::isinf", "aten::isposinf.out", "aten::isneginf", "aten::isfinite", "aten::signbit.out"};
+  const uint8_t want[5][8] = {{0, 0, 0, 0, 0, 1, 1, 0},
+                              {0, 0, 0, 0, 0, 0, 1, 0},
+                              {0, 0, 0, 0, 0, 1, 0, 0},
+                              {1, 1, 1, 0, 0, 0, 0, 1},
+                              {1, 1, 0, 0, 1, 1, 0, 0}};
+  uint16_t xb[8];
+  double xd[8];
+  for (int i = 0; i < 8; ++i) {
+    xb[i] = bf(x[i]);
+    xd[i] = x[i];
+  }
+  void* datas[3] = {x, xb, xd};
+  int dts[3] = {TPU_DTYPE_F32, TPU_DTYPE_BF16, TPU_DTYPE_F64};
+  for (int k = 0; k < 5; ++k) {
+    for (int d = 0; d < 3; ++d) {
+      uint8_t o[8];
+      tpu_tensor_t tx = T1(datas[d], dts[d], 8), to = T1(o, TPU_DTYPE_BOOL, 8);
+      tpu_k_value_t args[] = {VT(&tx), VT(&to)};
+      CHECK_OK(call_op(ops[k], args, strstr(ops[k], ".out") ? 2 : 1, &to));
+      CHECK(memcmp(o, want[k], 8) == 0);
+    }
+    /* strided view: every other element */
+    uint8_t o4[4];
+    int64_t n4 = 4, st2 = 2;
+    tpu_tensor_t tx = T_(x, TPU_DTYPE_F32, 1, &n4, &st2), to = T1(o4, TPU_DTYPE_BOOL, 4);
+    tpu_k_value_t args[] = {VT(&tx)};
+    CHECK_OK(call_op(ops[k], args, 1, &to));
+    CHECK(o4[0] == want[k][0] && o4[1] == want[k][2] && o4[2] == want[k][4] && o4[3] == want[k][6]);
+  }
+  /* integers: never inf, always finite, signbit = negative */
+  int8_t xi[4] = {-3, 0, 5, -128};
+  uint8_t o[4];
+  tpu_tensor_t ti = T1(xi, TPU_DTYPE_I8, 4), to = T1(o, TPU_DTYPE_BOOL, 4);
+  tpu_k_value_t ai[] = {VT(&ti)};
+  CHECK_OK(call_op("aten::isinf", ai, 1, &to));
+  CHECK(o[0] == 0 && o[1] == 0 && o[2] == 0 && o[3] == 0);
+  CHECK_OK(call_op("aten::isfinite", ai, 1, &to));
+  CHECK(o[0] == 1 && o[1] == 1 && o[2] == 1 && o[3] == 1);
+  CHECK_OK(call_op("aten::signbit", ai, 1, &to));
+  CHECK(o[0] == 1 && o[1] == 0 && o[2] == 0 && o[3] == 1);
+  /* 0-dim and empty */
+  float z = -2.0f;
+  uint8_t oz = 0;
+  tpu_tensor_t tz = T0(&z, TPU_DTYPE_F32), toz = T0(&oz, TPU_DTYPE_BOOL);
+  tpu_k_value_t az[] = {VT(&tz)};
+  CHECK_OK(call_op("aten::signbit", az, 1, &toz));
+  CHECK(oz == 1);
+  int64_t e0[2] = {0, 3};
+  tpu_tensor_t te = T_(NULL, TPU_DTYPE_F32, 2, e0, NULL), toe = T_(NULL, TPU_DTYPE_BOOL, 2, e0, NULL);
+  tpu_k_value_t ae[] = {VT(&te)};
+  CHECK_OK(call_op("aten::isneginf", ae, 1, &toe));
+  /* sgn on reals is sign (NaN -> 0) */
+  float so[8];
+  tpu_tensor_t tx = T1(x, TPU_DTYPE_F32, 8), tso = T1(so, TPU_DTYPE_F32, 8);
+  tpu_k_value_t as[] = {VT(&tx), VT(&tso)};
+  CHECK_OK(call_op("aten::sgn.out", as, 2, &tso));
+  CHECK(so[0] == -1 && so[1] == 0 && so[3] == 0 && so[5] == -1 && so[6] == 1 && so[7] == 1);
+}
+
+static void test_shifts(void) {
+  /* int8: negative or >= 8 shifts give 0 (left) or the sign fill (right) */
+  int8_t a[5] = {1, -1, 64, -128, 3}, b[5] = {-1, 7, 8, 1, 2}, o[5];
+  tpu_tensor_t ta = T1(a, TPU_DTYPE_I8, 5), tb = T1(b, TPU_DTYPE_I8, 5), to = T1(o, TPU_DTYPE_I8, 5);
+  tpu_k_value_t args[] = {VT(&ta), VT(&tb)};
+  CHECK_OK(call_op("aten::bitwise_left_shift.Tensor", args, 2, &to));
+  CHECK(o[0] == 0 && o[1] == -128 && o[2] == 0 && o[3] == 0 && o[4] == 12);
+  CHECK_OK(call_op("aten::__rshift__.Tensor", args, 2, &to));
+  CHECK(o[0] == 0 && o[1] == -1 && o[2] == 0 && o[3] == -64 && o[4] == 0);
+  /* uint8: right shifts by >= 8 give 0 */
+  uint8_t ua[3] = {255, 255, 255}, ub[3] = {7, 8, 200}, uo[3];
+  tpu_tensor_t tua = T1(ua, TPU_DTYPE_U8, 3), tub = T1(ub, TPU_DTYPE_U8, 3), tuo = T1(uo, TPU_DTYPE_U8, 3);
+  tpu_k_value_t uargs[] = {VT(&tua), VT(&tub)};
+  CHECK_OK(call_op("aten::bitwise_right_shift.Tensor", uargs, 2, &tuo));
+  CHECK(uo[0] == 1 && uo[1] == 0 && uo[2] == 0);
+  CHECK_OK(call_op("aten::__lshift__.Tensor", uargs, 2, &tuo));
+  CHECK(uo[0] == 128 && uo[1] == 0 && uo[2] == 0);
+  /* int64 edge shifts, Scalar forms, in place */
+  int64_t la[3] = {1, -5, 5}, lo[3];
+  tpu_tensor_t tla = T1(la, TPU_DTYPE_I64, 3), tlo = T1(lo, TPU_DTYPE_I64, 3);
+  tpu_k_value_t s63[] = {VT(&tla), VI(63)};
+  CHECK_OK(call_op("aten::bitwise_left_shift.Tensor_Scalar", s63, 2, &tlo));
+  CHECK(lo[0] == INT64_MIN && lo[2] == INT64_MIN);
+  CHECK_OK(call_op("aten::__rshift__.Scalar", s63, 2, &tlo));
+  CHECK(lo[0] == 0 && lo[1] == -1 && lo[2] == 0);
+  int64_t sh[3] = {1, 2, 70};
+  tpu_tensor_t tsh = T1(sh, TPU_DTYPE_I64, 3);
+  tpu_k_value_t st[] = {VI(3), VT(&tsh)};
+  CHECK_OK(call_op("aten::bitwise_left_shift.Scalar_Tensor", st, 2, &tlo));
+  CHECK(lo[0] == 6 && lo[1] == 12 && lo[2] == 0);
+  tpu_k_value_t ip[] = {VT(&tla), VI(2)};
+  CHECK_OK(call_op("aten::__ilshift__.Scalar", ip, 2, &tla));
+  CHECK(la[0] == 4 && la[1] == -20 && la[2] == 20);
+  /* float and bool are rejected */
+  float f[1] = {1};
+  uint8_t bo[1] = {1};
+  tpu_tensor_t tf = T1(f, TPU_DTYPE_F32, 1), tbo = T1(bo, TPU_DTYPE_BOOL, 1);
+  tpu_k_value_t fa[] = {VT(&tf), VI(1)};
+  CHECK_STATUS(call_op("aten::bitwise_left_shift.Tensor_Scalar", fa, 2, &tf), TPU_STATUS_UNIMPLEMENTED, "float32");
+  tpu_k_value_t ba[] = {VT(&tbo), VT(&tbo)};
+  CHECK_STATUS(call_op("aten::bitwise_right_shift.Tensor", ba, 2, &tbo), TPU_STATUS_UNIMPLEMENTED, "bool");
+}
+
+static void test_isin(void) {
+  /* int64 elements, small test set, invert, .out */
+  int64_t e[6] = {1, 2, 3, 4, 5, 2}, t[3] = {2, 5, 9};
+  uint8_t o[6];
+  tpu_tensor_t te = T1(e, TPU_DTYPE_I64, 6), tt = T1(t, TPU_DTYPE_I64, 3), to = T1(o, TPU_DTYPE_BOOL, 6);
+  tpu_k_value_t args[] = {VT(&te), VT(&tt), VB(false), VB(false)};
+  CHECK_OK(call_op("aten::isin.Tensor_Tensor", args, 4, &to));
+  CHECK(o[0] == 0 && o[1] == 1 && o[2] == 0 && o[3] == 0 && o[4] == 1 && o[5] == 1);
+  tpu_k_value_t iargs[] = {VT(&te), VT(&tt), VB(false), VB(true), VT(&to)};
+  CHECK_OK(call_op("aten::isin.Tensor_Tensor_out", iargs, 5, &to));
+  CHECK(o[0] == 1 && o[1] == 0 && o[5] == 0);
+  /* large test set (several sorted chunks), strided elements */
+  enum { NT = 20000, NE = 300 };
+  int32_t* tb = malloc(NT * 4);
+  int64_t* eb = malloc(NE * 2 * 8);
+  uint8_t* ob = malloc(NE);
+  for (int i = 0; i < NT; ++i) tb[i] = (i * 7919) % 40009; /* distinct, scattered */
+  for (int i = 0; i < 2 * NE; ++i) eb[i] = (i * 104729) % 40009;
+  int64_t ne = NE, st2 = 2;
+  tpu_tensor_t tte = T_(eb, TPU_DTYPE_I64, 1, &ne, &st2), ttb = T1(tb, TPU_DTYPE_I32, NT),
+               tob = T1(ob, TPU_DTYPE_BOOL, NE);
+  tpu_k_value_t bargs[] = {VT(&tte), VT(&ttb)};
+  for (int inv = 0; inv < 2; ++inv) {
+    tpu_k_value_t a4[] = {VT(&tte), VT(&ttb), VB(false), VB(inv)};
+    CHECK_OK(call_op_pool("aten::isin.Tensor_Tensor", inv ? a4 : bargs, inv ? 4 : 2, &tob, g_pool));
+    int bad = 0;
+    for (int i = 0; i < NE; ++i) {
+      bool in = false;
+      for (int j = 0; j < NT && !in; ++j) in = tb[j] == eb[2 * i];
+      if (ob[i] != (uint8_t)(in != (bool)inv)) bad++;
+    }
+    CHECK(bad == 0);
+  }
+  free(tb);
+  free(eb);
+  free(ob);
+  /* floats: NaN never matches, -0 matches 0; compared in the common dtype */
+  float fe[4] = {NAN, -0.0f, 1.5f, 2.0f};
+  double ft[3] = {0.0, NAN, 2.0};
+  tpu_tensor_t tfe = T1(fe, TPU_DTYPE_F32, 4), tft = T1(ft, TPU_DTYPE_F64, 3), tfo = T1(o, TPU_DTYPE_BOOL, 4);
+  tpu_k_value_t fargs[] = {VT(&tfe), VT(&tft)};
+  CHECK_OK(call_op("aten::isin.Tensor_Tensor", fargs, 2, &tfo));
+  CHECK(o[0] == 0 && o[1] == 1 && o[2] == 0 && o[3] == 1);
+  /* uint8 255 vs int8 -1: compared as int16, no match */
+  uint8_t u = 255;
+  int8_t m1 = -1;
+  tpu_tensor_t tu = T1(&u, TPU_DTYPE_U8, 1), tm = T1(&m1, TPU_DTYPE_I8, 1), to1 = T1(o, TPU_DTYPE_BOOL, 1);
+  tpu_k_value_t uargs[] = {VT(&tu), VT(&tm)};
+  CHECK_OK(call_op("aten::isin.Tensor_Tensor", uargs, 2, &to1));
+  CHECK(o[0] == 0);
+  /* Scalar forms; empty test set (invert -> all true); empty elements */
+  tpu_k_value_t sargs[] = {VT(&te), VI(4)};
+  CHECK_OK(call_op("aten::isin.Tensor_Scalar", sargs, 2, &to));
+  CHECK(o[3] == 1 && o[0] == 0);
+  uint8_t o0 = 0;
+  tpu_tensor_t to0 = T0(&o0, TPU_DTYPE_BOOL);
+  tpu_k_value_t s2[] = {VD(9.0), VT(&tt)};
+  CHECK_OK(call_op("aten::isin.Scalar_Tensor", s2, 2, &to0));
+  CHECK(o0 == 1);
+  tpu_tensor_t tempty = T1(NULL, TPU_DTYPE_I64, 0);
+  tpu_k_value_t eargs[] = {VT(&te), VT(&tempty), VB(false), VB(true)};
+  CHECK_OK(call_op("aten::isin.Tensor_Tensor", eargs, 4, &to));
+  CHECK(o[0] == 1 && o[5] == 1);
+  tpu_tensor_t toe = T1(NULL, TPU_DTYPE_BOOL, 0);
+  tpu_k_value_t e2[] = {VT(&tempty), VT(&tt)};
+  CHECK_OK(call_op("aten::isin.Tensor_Tensor", e2, 2, &toe));
+  /* bool inputs are rejected, like PyTorch */
+  tpu_tensor_t tbool = T1(o, TPU_DTYPE_BOOL, 6);
+  tpu_k_value_t b2[] = {VT(&tbool), VT(&tbool)};
+  CHECK_STATUS(call_op("aten::isin.Tensor_Tensor", b2, 2, &to), TPU_STATUS_UNIMPLEMENTED, "bool");
+}
+
+static void test_reduced_float_emulation(void) {
+  /* div trunc by a tensor: the bf16 quotient (17.95 -> 18) is truncated */
+  uint16_t a[1] = {bf(-3.890625f)}, b[1] = {bf(-0.216796875f)}, o[1];
+  tpu_tensor_t ta = T1(a, TPU_DTYPE_BF16, 1), tb = T1(b, TPU_DTYPE_BF16, 1), to = T1(o, TPU_DTYPE_BF16, 1);
+  uint16_t a2[2] = {a[0], a[0]}, b2[2] = {b[0], b[0]}, o2[2];
+  tpu_tensor_t ta2 = T1(a2, TPU_DTYPE_BF16, 2), tb2 = T1(b2, TPU_DTYPE_BF16, 2), to2 = T1(o2, TPU_DTYPE_BF16, 2);
+  tpu_k_value_t args[] = {VT(&ta2), VT(&tb2), VS("trunc")};
+  CHECK_OK(call_op("aten::div.Tensor_mode", args, 3, &to2));
+  CHECK(fb(o2[0]) == 18.0f && fb(o2[1]) == 18.0f);
+  /* by a single value: float quotient, 17 */
+  tpu_k_value_t sargs[] = {VT(&ta), VT(&tb), VS("trunc")};
+  CHECK_OK(call_op("aten::div.Tensor_mode", sargs, 3, &to));
+  CHECK(fb(o[0]) == 17.0f);
+  tpu_k_value_t dargs[] = {VT(&ta2), VD(-0.216796875), VS("trunc")};
+  CHECK_OK(call_op("aten::div.Scalar_mode", dargs, 3, &to2));
+  CHECK(fb(o2[0]) == 17.0f);
+  /* floor by a tensor follows bf16 arithmetic step by step */
+  enum { N = 64 };
+  uint16_t fa[N], fbv[N], fo[N];
+  for (int i = 0; i < N; ++i) {
+    fa[i] = bf(frand(-50, 50));
+    fbv[i] = bf(frand(0.1f, 3) * (i & 1 ? -1 : 1));
+  }
+  tpu_tensor_t tfa = T1(fa, TPU_DTYPE_BF16, N), tfb = T1(fbv, TPU_DTYPE_BF16, N), tfo = T1(fo, TPU_DTYPE_BF16, N);
+  tpu_k_value_t fargs[] = {VT(&tfa), VT(&tfb), VS("floor")};
+  CHECK_OK(call_op("aten::div.Tensor_mode", fargs, 3, &tfo));
+  int bad = 0;
+  for (int i = 0; i < N; ++i) {
+    float x = fb(fa[i]), y = fb(fbv[i]);
+    float mod = fmodf(x, y);
+    float div = rbf(rbf(x - mod) / y);
+    if (mod != 0 && ((y < 0) != (mod < 0))) div = rbf(div - 1);
+    float want = div == 0 ? copysignf(0, x / y) : floorf(div);
+    if (div != 0 && rbf(div - floorf(div)) > 0.5f) want = rbf(want + 1);
+    if (fo[i] != bf(want)) bad++;
+  }
+  CHECK(bad == 0);
+  /* add with alpha: alpha rounds to bf16; whole blocks of 32 fuse (one
+   * rounding), the tail of a run rounds alpha * other, then the sum */
+  enum { M = 40 };
+  uint16_t xa[M], xb[M], xo[M];
+  for (int i = 0; i < M; ++i) {
+    xa[i] = bf(frand(-10, 10));
+    xb[i] = bf(frand(-10, 10));
+  }
+  tpu_tensor_t txa = T1(xa, TPU_DTYPE_BF16, M), txb = T1(xb, TPU_DTYPE_BF16, M), txo = T1(xo, TPU_DTYPE_BF16, M);
+  tpu_k_value_t aargs[] = {VT(&txa), VT(&txb), VD(1.3)};
+  CHECK_OK(call_op("aten::add.Tensor", aargs, 3, &txo));
+  float al = rbf(1.3f);
+  bad = 0;
+  for (int i = 0; i < M; ++i) {
+    float want = i < 32 ? fmaf(fb(xb[i]), al, fb(xa[i])) : fb(xa[i]) + rbf(al * fb(xb[i]));
+    if (xo[i] != bf(want)) bad++;
+  }
+  CHECK(bad == 0);
+  /* f64: alpha fuses too */
+  double da[3] = {0.1, 1e16, -3}, db[3] = {0.7, 3, 1.0 / 3}, dout[3];
+  tpu_tensor_t tda = T1(da, TPU_DTYPE_F64, 3), tdb = T1(db, TPU_DTYPE_F64, 3), tdo = T1(dout, TPU_DTYPE_F64, 3);
+  tpu_k_value_t d64[] = {VT(&tda), VT(&tdb), VD(0.3)};
+  CHECK_OK(call_op("aten::add.Tensor", d64, 3, &tdo));
+  CHECK(dout[0] == fma(0.7, 0.3, 0.1) && dout[1] == fma(3, 0.3, 1e16) && dout[2] == fma(1.0 / 3, 0.3, -3));
+}
+
 int main(void) {
   CHECK_OK(tpu_threadpool_create(4, &g_pool));
   RUN_TEST(test_add_contiguous_alpha);
@@ -1067,6 +1314,10 @@ int main(void) {
   RUN_TEST(test_mixed_dtypes);
   RUN_TEST(test_vecmath_portable);
   RUN_TEST(test_vector_ops_through_kernels);
+  RUN_TEST(test_float_predicates);
+  RUN_TEST(test_shifts);
+  RUN_TEST(test_isin);
+  RUN_TEST(test_reduced_float_emulation);
   tpu_threadpool_destroy(g_pool);
   return TEST_REPORT();
 }

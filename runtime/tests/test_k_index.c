@@ -646,6 +646,191 @@ static void test_sort_topk(void) {
   fr(&x); fr(&sv); fr(&si);
 }
 
+/* ---- scatter reductions, index_add/copy/fill, embedding_renorm_ ------------------ */
+
+/* reference scatter_reduce over [rows, cols] along dim, integer-valued data */
+static void ref_scatter_reduce(const tt_t* self, const tt_t* idx, const tt_t* src, int dim, const char* red,
+                               bool include_self, tt_t* ref) {
+  int64_t n = tpu_tensor_numel(&self->t);
+  double cnt[64];
+  for (int64_t f = 0; f < n; ++f) {
+    setf(&ref->t, f, getf(&self->t, f));
+    cnt[f] = include_self;
+  }
+  int64_t ni = tpu_tensor_numel(&idx->t);
+  bool mean = strcmp(red, "mean") == 0, prod = strcmp(red, "prod") == 0;
+  bool amax = strcmp(red, "amax") == 0, amin = strcmp(red, "amin") == 0;
+  if (!include_self) {
+    for (int64_t f = 0; f < ni; ++f) {
+      int64_t ii[2];
+      unravel(&idx->t, f, ii);
+      ii[dim] = (int64_t)get(&idx->t, ii);
+      set(&ref->t, ii, prod ? 1 : amax ? -INFINITY : amin ? INFINITY : 0);
+    }
+  }
+  for (int64_t f = 0; f < ni; ++f) {
+    int64_t ii[2], di[2];
+    unravel(&idx->t, f, ii);
+    di[0] = ii[0];
+    di[1] = ii[1];
+    di[dim] = (int64_t)get(&idx->t, ii);
+    double a = get(&ref->t, di), v = get(&src->t, ii);
+    set(&ref->t, di, prod ? a * v : amax ? (a > v ? a : v) : amin ? (a < v ? a : v) : a + v);
+    cnt[di[0] * ref->t.sizes[1] + di[1]] += 1;
+  }
+  if (mean)
+    for (int64_t f = 0; f < n; ++f) setf(&ref->t, f, getf(&ref->t, f) / (cnt[f] == 0 ? 1 : cnt[f]));
+}
+
+static void test_scatter_reduce(void) {
+  int64_t s[2] = {4, 6}, is[2] = {5, 6};
+  const char* reds[5] = {"sum", "prod", "mean", "amax", "amin"};
+  for (int dim = 0; dim < 2; ++dim)
+    for (int r = 0; r < 5; ++r)
+      for (int inc = 0; inc < 2; ++inc) {
+        tt_t x = mk(TPU_DTYPE_F64, 2, s, NULL), idx = mk(TPU_DTYPE_I64, 2, is, NULL), src = mk(TPU_DTYPE_F64, 2, is, NULL);
+        tt_t out = mk(TPU_DTYPE_F64, 2, s, NULL), ref = mk(TPU_DTYPE_F64, 2, s, NULL);
+        fill(&x);
+        fill(&src);
+        int64_t is2[2] = {dim == 0 ? 5 : 4, dim == 0 ? 6 : 5};
+        idx.t.sizes[0] = is2[0];
+        idx.t.sizes[1] = is2[1];
+        fill_idx(&idx, 0, s[dim]);
+        tpu_k_value_t a[7] = {vt(&x.t), vi(dim), vt(&idx.t), vt(&src.t), {.kind = TPU_K_STRING, .v.s = reds[r]}, vb(inc),
+                              vt(&out.t)};
+        bool st = ok(call_op("aten::scatter_reduce.two_out", 7, a, 1, &out.t));
+        ref_scatter_reduce(&x, &idx, &src, dim, reds[r], inc, &ref);
+        int bad = 0;
+        for (int64_t f = 0; f < 24; ++f) bad += fabs(getf(&out.t, f) - getf(&ref.t, f)) > 1e-9 * fabs(getf(&ref.t, f));
+        CHECKF(st && bad == 0, "scatter_reduce %s dim %d include_self %d bad=%d", reds[r], dim, inc, bad);
+        fr(&x); fr(&idx); fr(&src); fr(&out); fr(&ref);
+      }
+  /* bf16 accumulates in float: 300 ones reach 300 (bf16 steps would stop at 256) */
+  int64_t n1 = 1, n300 = 300;
+  tt_t z = mk(TPU_DTYPE_BF16, 1, &n1, NULL), ones = mk(TPU_DTYPE_BF16, 1, &n300, NULL), i0 = mk(TPU_DTYPE_I64, 1, &n300, NULL);
+  for (int i = 0; i < 300; ++i) setf(&ones.t, i, 1.0);
+  tpu_k_value_t a[4] = {vt(&z.t), vi(0), vt(&i0.t), vt(&ones.t)};
+  CHECK(ok(call_op("aten::scatter_add_", 4, a, 1, &z.t)) && getf(&z.t, 0) == 300.0);
+  tpu_k_value_t m[6] = {vt(&z.t), vi(0), vt(&i0.t), vt(&ones.t), {.kind = TPU_K_STRING, .v.s = "mean"}, vb(false)};
+  CHECK(ok(call_op("aten::scatter_reduce_.two", 6, m, 1, &z.t)) && getf(&z.t, 0) == 1.0);
+  /* old API: scatter(reduce="multiply") with a value; int32 wraps */
+  int64_t s3 = 3, s4 = 4;
+  tt_t xi = mk(TPU_DTYPE_I32, 1, &s3, NULL), ii = mk(TPU_DTYPE_I64, 1, &s4, NULL), oi = mk(TPU_DTYPE_I32, 1, &s3, NULL);
+  for (int i = 0; i < 3; ++i) setf(&xi.t, i, i + 2);
+  int64_t iv[4] = {0, 0, 2, 0};
+  memcpy(ii.buf, iv, sizeof(iv));
+  tpu_k_value_t v[5] = {vt(&xi.t), vi(0), vt(&ii.t), vi(3), {.kind = TPU_K_STRING, .v.s = "multiply"}};
+  CHECK(ok(call_op("aten::scatter.value_reduce", 5, v, 1, &oi.t)) && getf(&oi.t, 0) == 54 && getf(&oi.t, 1) == 3 &&
+        getf(&oi.t, 2) == 12);
+  tpu_k_value_t bad[5] = {vt(&xi.t), vi(0), vt(&ii.t), vi(3), {.kind = TPU_K_STRING, .v.s = "max"}};
+  CHECK_STATUS(call_op("aten::scatter.value_reduce", 5, bad, 1, &oi.t), TPU_STATUS_INVALID_ARGUMENT, "add or multiply");
+  iv[1] = 3;
+  memcpy(ii.buf, iv, sizeof(iv));
+  CHECK_STATUS(call_op("aten::scatter.value_reduce", 5, v, 1, &oi.t), TPU_STATUS_OUT_OF_RANGE, "index 3 is out of bounds");
+  /* an empty index may have any dtype (PyTorch checks non-empty ones only) */
+  int64_t e2[2] = {0, 3};
+  tt_t ef = mk(TPU_DTYPE_F32, 2, e2, NULL), eo = mk(TPU_DTYPE_I32, 1, &s3, NULL);
+  tpu_k_value_t g[4] = {vt(&xi.t), vi(0), vt(&ef.t), vb(false)};
+  tt_t go = mk(TPU_DTYPE_I32, 2, e2, NULL);
+  CHECK(ok(call_op("aten::gather", 4, g, 1, &go.t)));
+  tpu_k_value_t sc[4] = {vt(&xi.t), vi(0), vt(&ef.t), vt(&xi.t)};
+  CHECK(ok(call_op("aten::scatter.src", 4, sc, 1, &eo.t)) && getf(&eo.t, 2) == getf(&xi.t, 2));
+  CHECK(ok(call_op("aten::scatter_add", 4, sc, 1, &eo.t)));
+  fr(&z); fr(&ones); fr(&i0); fr(&xi); fr(&ii); fr(&oi); fr(&ef); fr(&eo); fr(&go);
+}
+
+static void test_index_add_copy_fill(void) {
+  int64_t s[2] = {5, 3}, n4 = 4, ss[2] = {4, 3};
+  int perm[2] = {1, 0};
+  tt_t x = mk(TPU_DTYPE_F32, 2, s, perm), src = mk(TPU_DTYPE_F32, 2, ss, NULL), idx = mk(TPU_DTYPE_I64, 1, &n4, NULL);
+  fill(&x);
+  fill(&src);
+  int64_t iv[4] = {1, 4, 1, 0};
+  memcpy(idx.buf, iv, sizeof(iv));
+  for (int alpha = 1; alpha <= 2; ++alpha) {
+    tt_t o = mk(TPU_DTYPE_F32, 2, s, NULL);
+    tpu_k_value_t a[5] = {vt(&x.t), vi(0), vt(&idx.t), vt(&src.t), vi(alpha)};
+    bool st = ok(call_op("aten::index_add", 5, a, 1, &o.t));
+    int bad = 0;
+    for (int64_t r = 0; r < 5; ++r)
+      for (int64_t c = 0; c < 3; ++c) {
+        double want = get(&x.t, (int64_t[]){r, c});
+        for (int k = 0; k < 4; ++k)
+          if (iv[k] == r) want += alpha * get(&src.t, (int64_t[]){k, c});
+        bad += get(&o.t, (int64_t[]){r, c}) != want;
+      }
+    CHECKF(st && bad == 0, "index_add alpha %d bad=%d", alpha, bad);
+    fr(&o);
+  }
+  /* 1-d bf16 adds in bf16 arithmetic: 300 ones stop at 256 */
+  int64_t n1 = 1, n300 = 300;
+  tt_t z = mk(TPU_DTYPE_BF16, 1, &n1, NULL), ones = mk(TPU_DTYPE_BF16, 1, &n300, NULL), i0 = mk(TPU_DTYPE_I64, 1, &n300, NULL);
+  for (int i = 0; i < 300; ++i) setf(&ones.t, i, 1.0);
+  tpu_k_value_t za[5] = {vt(&z.t), vi(0), vt(&i0.t), vt(&ones.t), vi(1)};
+  CHECK(ok(call_op("aten::index_add_", 5, za, 1, &z.t)) && getf(&z.t, 0) == 256.0);
+  /* index_copy: the last of repeated indices wins */
+  tt_t o = mk(TPU_DTYPE_F32, 2, s, NULL);
+  tpu_k_value_t c[4] = {vt(&x.t), vi(0), vt(&idx.t), vt(&src.t)};
+  CHECK(ok(call_op("aten::index_copy", 4, c, 1, &o.t)));
+  CHECK(get(&o.t, (int64_t[]){1, 2}) == get(&src.t, (int64_t[]){2, 2}) &&
+        get(&o.t, (int64_t[]){0, 0}) == get(&src.t, (int64_t[]){3, 0}) &&
+        get(&o.t, (int64_t[]){2, 1}) == get(&x.t, (int64_t[]){2, 1}));
+  /* index_fill_ with negative indices, a Scalar and a 0-dim tensor value */
+  int64_t fv[2] = {-1, 1}, n2 = 2;
+  tt_t fi = mk(TPU_DTYPE_I64, 1, &n2, NULL);
+  memcpy(fi.buf, fv, sizeof(fv));
+  tpu_k_value_t f1[4] = {vt(&o.t), vi(1), vt(&fi.t), vd(7.5)};
+  CHECK(ok(call_op("aten::index_fill_.int_Scalar", 4, f1, 1, &o.t)));
+  CHECK(get(&o.t, (int64_t[]){3, 2}) == 7.5 && get(&o.t, (int64_t[]){0, 1}) == 7.5);
+  double dv = -2;
+  tpu_tensor_t t0;
+  memset(&t0, 0, sizeof(t0));
+  t0.data = &dv;
+  t0.dtype = TPU_DTYPE_F64;
+  tpu_k_value_t f2[4] = {vt(&o.t), vi(0), vt(&fi.t), vt(&t0)};
+  CHECK(ok(call_op("aten::index_fill_.int_Tensor", 4, f2, 1, &o.t)));
+  CHECK(get(&o.t, (int64_t[]){4, 0}) == -2 && get(&o.t, (int64_t[]){1, 2}) == -2);
+  fv[0] = -6;
+  memcpy(fi.buf, fv, sizeof(fv));
+  CHECK_STATUS(call_op("aten::index_fill_.int_Scalar", 4, f1, 1, &o.t), TPU_STATUS_OUT_OF_RANGE, "index -6");
+  /* index_add with an index past the end */
+  iv[2] = 5;
+  memcpy(idx.buf, iv, sizeof(iv));
+  tpu_k_value_t a[5] = {vt(&x.t), vi(0), vt(&idx.t), vt(&src.t), vi(1)};
+  CHECK_STATUS(call_op("aten::index_add", 5, a, 1, &o.t), TPU_STATUS_OUT_OF_RANGE, "index 5 is out of bounds");
+  fr(&x); fr(&src); fr(&idx); fr(&z); fr(&ones); fr(&i0); fr(&o); fr(&fi);
+}
+
+static void test_embedding_renorm(void) {
+  int64_t s[2] = {6, 4}, ni = 5;
+  tt_t w = mk(TPU_DTYPE_F32, 2, s, NULL), idx = mk(TPU_DTYPE_I64, 1, &ni, NULL);
+  for (int64_t f = 0; f < 24; ++f) setf(&w.t, f, (double)(f % 7) - 2.5);
+  tt_t before = mk(TPU_DTYPE_F32, 2, s, NULL);
+  memcpy(before.buf, w.buf, 24 * 4);
+  int64_t iv[5] = {1, 3, 1, -1, 3}; /* repeated rows are renormed once; -1 is row 5 */
+  memcpy(idx.buf, iv, sizeof(iv));
+  tpu_k_value_t a[4] = {vt(&w.t), vt(&idx.t), vd(1.0), vd(2.0)};
+  CHECK(ok(call_op("aten::embedding_renorm_", 4, a, 1, &w.t)));
+  int bad = 0;
+  for (int64_t r = 0; r < 6; ++r) {
+    double n2 = 0;
+    for (int64_t c = 0; c < 4; ++c) n2 += pow(get(&before.t, (int64_t[]){r, c}), 2);
+    double norm = (float)sqrt(n2);
+    bool touched = r == 1 || r == 3 || r == 5;
+    float scale = (float)(1.0 / (norm + 1e-7));
+    for (int64_t c = 0; c < 4; ++c) {
+      float v = (float)get(&before.t, (int64_t[]){r, c});
+      float want = touched && norm > 1.0 ? v * scale : v;
+      bad += (float)get(&w.t, (int64_t[]){r, c}) != want;
+    }
+  }
+  CHECKF(bad == 0, "embedding_renorm_ bad=%d", bad);
+  iv[0] = 6;
+  memcpy(idx.buf, iv, sizeof(iv));
+  CHECK_STATUS(call_op("aten::embedding_renorm_", 4, a, 1, &w.t), TPU_STATUS_OUT_OF_RANGE, "index 6");
+  fr(&w); fr(&idx); fr(&before);
+}
+
 int main(void) {
   tpu_status_t st = tpu_threadpool_create(2, &g_pool);
   if (st) {
@@ -661,6 +846,9 @@ int main(void) {
     RUN_TEST(test_flip_roll_tri);
     RUN_TEST(test_ranges);
     RUN_TEST(test_sort_topk);
+    RUN_TEST(test_scatter_reduce);
+    RUN_TEST(test_index_add_copy_fill);
+    RUN_TEST(test_embedding_renorm);
     tpu_threadpool_destroy(g_pool);
     g_pool = NULL;
   }

@@ -1,0 +1,446 @@
+/* misc.c - kernel family "misc" (see tpu/kernels.h for the ABI): histc, eye,
+ * log_sigmoid forward/backward, erfinv.
+ *
+ * histc: floating inputs follow the CPU: bin = (x - min) * bins / (max - min)
+ * evaluated in the input dtype's arithmetic (each f16/bf16 operation
+ * rounds), truncated, x == max in the last bin, x outside [min, max]
+ * dropped; integer inputs follow CUDA (the CPU rejects them):
+ * bin = (x - min) * bins / (max - min) in int64 arithmetic. min == max
+ * means "use the data's min and max" (read in run(), the output's shape is
+ * known); a range that is then still empty widens to [min - 1, max + 1]. */
+#include <float.h>
+#include <math.h>
+#include <string.h>
+
+#include "kernels/kutil.h"
+
+static int64_t mi_min64(int64_t a, int64_t b) { return a < b ? a : b; }
+
+static bool mi_is_int(int dt) {
+  return dt == TPU_DTYPE_I64 || dt == TPU_DTYPE_I32 || dt == TPU_DTYPE_I16 || dt == TPU_DTYPE_I8 ||
+         dt == TPU_DTYPE_U8;
+}
+
+/* Rounds v to the precision of dtype dt (floating dtypes). */
+static double mi_round(int dt, double v) {
+  switch (dt) {
+    case TPU_DTYPE_F32: return (double)(float)v;
+    case TPU_DTYPE_BF16: return tpu_ku_bf16_to_f32(tpu_ku_f32_to_bf16((float)v));
+    case TPU_DTYPE_F16: return tpu_ku_f16_to_f32(tpu_ku_f32_to_f16((float)v));
+    default: return v;
+  }
+}
+
+/* ---- histc ---------------------------------------------------------------- */
+
+enum { MI_HBINS = 4096 }; /* counters kept on the stack up to this many bins */
+
+typedef struct {
+  int dt;
+  bool is_int;
+  /* floats */
+  double lo, hi; /* rounded to the input dtype */
+  int64_t bins;
+  /* ints */
+  int64_t ilo, ihi;
+  /* min/max scan */
+  double fmin, fmax;
+  int64_t imin, imax;
+  bool seen, nan;
+  /* counting */
+  int64_t* cnt;      /* stack counters, or NULL */
+  const tpu_tensor_t* out;
+} mi_hist_t;
+
+static void mi_hist_scan(void* ctx, char** p, const int64_t* st, int64_t n) {
+  mi_hist_t* h = (mi_hist_t*)ctx;
+  const char* a = p[0];
+  for (int64_t i = 0; i < n; ++i, a += st[0]) {
+    if (h->is_int) {
+      int64_t v = tpu_ku_load_i64(a, h->dt);
+      if (!h->seen || v < h->imin) h->imin = v;
+      if (!h->seen || v > h->imax) h->imax = v;
+    } else {
+      double v = tpu_ku_load_f64(a, h->dt);
+      if (v != v) h->nan = true;
+      if (!h->seen || v < h->fmin) h->fmin = v;
+      if (!h->seen || v > h->fmax) h->fmax = v;
+    }
+    h->seen = true;
+  }
+}
+
+static void mi_hist_add(mi_hist_t* h, int64_t bin) {
+  if (h->cnt) {
+    h->cnt[bin]++;
+    return;
+  }
+  const tpu_tensor_t* o = h->out;
+  char* e = (char*)o->data + bin * o->strides[0] * (int64_t)tpu_dtype_size((tpu_dtype_t)o->dtype);
+  if (tpu_dtype_is_floating((tpu_dtype_t)o->dtype))
+    tpu_ku_store_f64(e, o->dtype, tpu_ku_load_f64(e, o->dtype) + 1.0);
+  else
+    tpu_ku_store_i64(e, o->dtype, tpu_ku_load_i64(e, o->dtype) + 1);
+}
+
+static void mi_hist_count(void* ctx, char** p, const int64_t* st, int64_t n) {
+  mi_hist_t* h = (mi_hist_t*)ctx;
+  const char* a = p[0];
+  int64_t bins = h->bins;
+  for (int64_t i = 0; i < n; ++i, a += st[0]) {
+    int64_t bin;
+    if (h->is_int) {
+      int64_t v = tpu_ku_load_i64(a, h->dt);
+      if (v < h->ilo || v > h->ihi) continue;
+      /* CUDA: (int)((v - min) * nbins / (max - min)) in the accumulate type */
+      uint64_t num = ((uint64_t)v - (uint64_t)h->ilo) * (uint64_t)bins;
+      bin = (int64_t)(num / ((uint64_t)h->ihi - (uint64_t)h->ilo));
+      if (bin == bins) bin = bins - 1;
+      if (bin < 0 || bin >= bins) continue;
+    } else {
+      double v = tpu_ku_load_f64(a, h->dt);
+      if (!(v >= h->lo && v <= h->hi)) continue;
+      double q;
+      if (h->dt == TPU_DTYPE_F64) {
+        q = (v - h->lo) * (double)bins / (h->hi - h->lo);
+      } else if (h->dt == TPU_DTYPE_F32) {
+        q = (double)((((float)v - (float)h->lo) * (float)bins) / ((float)h->hi - (float)h->lo));
+      } else {
+        int dt = h->dt;
+        q = mi_round(dt, mi_round(dt, mi_round(dt, v - h->lo) * mi_round(dt, (double)bins)) /
+                             mi_round(dt, h->hi - h->lo));
+      }
+      if (!(q >= 0.0)) continue; /* NaN: a range that rounded to empty */
+      bin = q >= (double)bins ? bins - 1 : (int64_t)q;
+    }
+    mi_hist_add(h, bin);
+  }
+}
+
+static tpu_status_t mi_histc_check(const tpu_k_call_t* call) {
+  const tpu_tensor_t* x = tpu_ku_tensor(call, 0);
+  if (!x || call->num_outputs < 1) return TPU_KU_INVALID(call, "expected a tensor argument");
+  const tpu_tensor_t* out = &call->outputs[0];
+  if (!tpu_dtype_is_floating((tpu_dtype_t)x->dtype) && !mi_is_int(x->dtype))
+    return tpu_ku_unsupported_dtype(call, x->dtype);
+  if (out->dtype != x->dtype) return tpu_ku_unsupported_dtype(call, out->dtype);
+  int64_t bins = tpu_ku_int(call, 1, 100);
+  if (bins <= 0) return TPU_KU_INVALID(call, "torch.histc: bins must be > 0, but got %lld", (long long)bins);
+  if (out->ndim != 1 || out->sizes[0] != bins)
+    return TPU_KU_INVALID(call, "expected a 1-D output of %lld bins", (long long)bins);
+  if (mi_is_int(x->dtype)) {
+    int64_t lo = tpu_ku_int(call, 2, 0), hi = tpu_ku_int(call, 3, 0);
+    if (lo != hi && lo > hi) return TPU_KU_INVALID(call, "torch.histc: max must be larger than min");
+  } else {
+    double lo = tpu_ku_double(call, 2, 0.0), hi = tpu_ku_double(call, 3, 0.0);
+    if (lo != hi) {
+      if (isinf(lo) || isinf(hi) || isnan(lo) || isnan(hi))
+        return TPU_KU_INVALID(call, "torch.histc: range of [%g, %g] is not finite", lo, hi);
+      if (!(lo < hi)) return TPU_KU_INVALID(call, "torch.histc: max must be larger than min");
+    }
+  }
+  return TPU_OK;
+}
+
+static tpu_status_t mi_histc_run(const tpu_k_call_t* call) {
+  TPU_RETURN_IF_ERROR(mi_histc_check(call));
+  const tpu_tensor_t* x = tpu_ku_tensor(call, 0);
+  const tpu_tensor_t* out = &call->outputs[0];
+  mi_hist_t h;
+  memset(&h, 0, sizeof(h));
+  h.dt = x->dtype;
+  h.is_int = mi_is_int(x->dtype);
+  h.bins = tpu_ku_int(call, 1, 100);
+  h.out = out;
+  int64_t n = tpu_tensor_numel(x);
+  tpu_ku_iter_t it;
+  const tpu_tensor_t* ops[1] = {x};
+  if (n > 0) TPU_RETURN_IF_ERROR(tpu_ku_iter_init(&it, 1, ops, call->op));
+  if (h.is_int) {
+    h.ilo = tpu_ku_int(call, 2, 0);
+    h.ihi = tpu_ku_int(call, 3, 0);
+    if (h.ilo == h.ihi && n > 0) {
+      tpu_ku_iter_run(&it, 0, n, mi_hist_scan, &h);
+      h.ilo = h.imin;
+      h.ihi = h.imax;
+    }
+    if (h.ilo == h.ihi) {
+      h.ilo -= 1;
+      h.ihi += 1;
+    }
+    if (!(h.ilo < h.ihi)) return TPU_KU_INVALID(call, "torch.histc: max must be larger than min");
+  } else {
+    h.lo = tpu_ku_double(call, 2, 0.0);
+    h.hi = tpu_ku_double(call, 3, 0.0);
+    if (h.lo == h.hi && n > 0) {
+      tpu_ku_iter_run(&it, 0, n, mi_hist_scan, &h);
+      h.lo = h.nan ? NAN : h.fmin;
+      h.hi = h.nan ? NAN : h.fmax;
+    }
+    if (h.lo == h.hi) {
+      h.lo -= 1.0;
+      h.hi += 1.0;
+    }
+    if (isinf(h.lo) || isinf(h.hi) || isnan(h.lo) || isnan(h.hi))
+      return TPU_KU_INVALID(call, "torch.histc: range of [%g, %g] is not finite", h.lo, h.hi);
+    if (!(h.lo < h.hi)) return TPU_KU_INVALID(call, "torch.histc: max must be larger than min");
+    /* the outer bin edges, as the CPU's linspace in the input dtype gives them */
+    h.lo = mi_round(h.dt, h.lo);
+    h.hi = mi_round(h.dt, h.hi);
+  }
+  int64_t cnt[MI_HBINS];
+  int64_t es = (int64_t)tpu_dtype_size((tpu_dtype_t)out->dtype);
+  if (h.bins <= MI_HBINS) {
+    memset(cnt, 0, (size_t)h.bins * sizeof(int64_t));
+    h.cnt = cnt;
+  } else {
+    for (int64_t b = 0; b < h.bins; ++b) tpu_ku_store_i64((char*)out->data + b * out->strides[0] * es, out->dtype, 0);
+  }
+  if (n > 0) tpu_ku_iter_run(&it, 0, n, mi_hist_count, &h);
+  if (h.cnt)
+    for (int64_t b = 0; b < h.bins; ++b)
+      tpu_ku_store_i64((char*)out->data + b * out->strides[0] * es, out->dtype, cnt[b]);
+  return TPU_OK;
+}
+
+/* ---- eye -------------------------------------------------------------------- */
+
+typedef struct {
+  const tpu_tensor_t* out;
+} mi_eye_t;
+
+static void mi_eye_rows(void* ctx, int64_t b, int64_t e) {
+  const tpu_tensor_t* o = ((const mi_eye_t*)ctx)->out;
+  int64_t es = (int64_t)tpu_dtype_size((tpu_dtype_t)o->dtype);
+  int64_t m = o->sizes[1];
+  for (int64_t i = b; i < e; ++i) {
+    char* row = (char*)o->data + i * o->strides[0] * es;
+    if (o->strides[1] == 1) {
+      memset(row, 0, (size_t)(m * es));
+    } else {
+      for (int64_t j = 0; j < m; ++j) memset(row + j * o->strides[1] * es, 0, (size_t)es);
+    }
+    if (i < m) tpu_ku_store_i64(row + i * o->strides[1] * es, o->dtype, 1);
+  }
+}
+
+static tpu_status_t mi_eye_check(const tpu_k_call_t* call) {
+  if (call->num_outputs < 1) return TPU_KU_INVALID(call, "expected an output");
+  const tpu_tensor_t* o = &call->outputs[0];
+  if (tpu_dtype_size((tpu_dtype_t)o->dtype) == 0) return tpu_ku_unsupported_dtype(call, o->dtype);
+  int64_t n = tpu_ku_int(call, 0, 0);
+  bool has_m = strcmp(call->op, "aten::eye.m_out") == 0;
+  int64_t m = has_m ? tpu_ku_int(call, 1, 0) : n;
+  if (n < 0) return TPU_KU_INVALID(call, "n must be greater or equal to 0, got %lld", (long long)n);
+  if (m < 0) return TPU_KU_INVALID(call, "m must be greater or equal to 0, got %lld", (long long)m);
+  if (o->ndim != 2 || o->sizes[0] != n || o->sizes[1] != m)
+    return TPU_KU_INVALID(call, "expected a %lldx%lld output", (long long)n, (long long)m);
+  return TPU_OK;
+}
+
+static tpu_status_t mi_eye_run(const tpu_k_call_t* call) {
+  TPU_RETURN_IF_ERROR(mi_eye_check(call));
+  const tpu_tensor_t* o = &call->outputs[0];
+  if (tpu_tensor_numel(o) == 0) return TPU_OK;
+  mi_eye_t x = {o};
+  tpu_parallel_for(call->pool, o->sizes[0], mi_min64(o->sizes[0], 1 + 65536 / (o->sizes[1] + 1)),
+                   mi_eye_rows, &x);
+  return TPU_OK;
+}
+
+/* ---- unary math: erfinv, log_sigmoid ------------------------------------------ */
+
+/* PyTorch's calc_erfinv (ATen/native/Math.h): rational initial guess, two
+ * Newton steps; in float for f32/f16/bf16 (as the CPU kernel), double for f64. */
+static float mi_erfinvf(float y) {
+  static const float a[4] = {0.886226899f, -1.645349621f, 0.914624893f, -0.140543331f};
+  static const float b[4] = {-2.118377725f, 1.442710462f, -0.329097515f, 0.012229801f};
+  static const float c[4] = {-1.970840454f, -1.624906493f, 3.429567803f, 1.641345311f};
+  static const float d[2] = {3.543889200f, 1.637067800f};
+  float ya = fabsf(y);
+  if (ya > 1.0f) return NAN;
+  if (ya == 1.0f) return copysignf(INFINITY, y);
+  float x;
+  if (ya <= 0.7f) {
+    float z = y * y;
+    float num = ((a[3] * z + a[2]) * z + a[1]) * z + a[0];
+    float dem = (((b[3] * z + b[2]) * z + b[1]) * z + b[0]) * z + 1.0f;
+    x = y * num / dem;
+  } else {
+    float z = sqrtf(-logf((1.0f - ya) / 2.0f));
+    float num = ((c[3] * z + c[2]) * z + c[1]) * z + c[0];
+    float dem = (d[1] * z + d[0]) * z + 1.0f;
+    x = copysignf(num, y) / dem;
+  }
+  const float k = 2.0f / (float)sqrt(3.14159265358979323846);
+  x = x - (erff(x) - y) / (k * expf(-x * x));
+  x = x - (erff(x) - y) / (k * expf(-x * x));
+  return x;
+}
+
+static double mi_erfinv(double y) {
+  static const double a[4] = {0.886226899, -1.645349621, 0.914624893, -0.140543331};
+  static const double b[4] = {-2.118377725, 1.442710462, -0.329097515, 0.012229801};
+  static const double c[4] = {-1.970840454, -1.624906493, 3.429567803, 1.641345311};
+  static const double d[2] = {3.543889200, 1.637067800};
+  double ya = fabs(y);
+  if (ya > 1.0) return NAN;
+  if (ya == 1.0) return copysign(INFINITY, y);
+  double x;
+  if (ya <= 0.7) {
+    double z = y * y;
+    double num = ((a[3] * z + a[2]) * z + a[1]) * z + a[0];
+    double dem = (((b[3] * z + b[2]) * z + b[1]) * z + b[0]) * z + 1.0;
+    x = y * num / dem;
+  } else {
+    double z = sqrt(-log((1.0 - ya) / 2.0));
+    double num = ((c[3] * z + c[2]) * z + c[1]) * z + c[0];
+    double dem = (d[1] * z + d[0]) * z + 1.0;
+    x = copysign(num, y) / dem;
+  }
+  const double k = 2.0 / sqrt(3.14159265358979323846);
+  x = x - (erf(x) - y) / (k * exp(-x * x));
+  x = x - (erf(x) - y) / (k * exp(-x * x));
+  return x;
+}
+
+typedef enum { MI_ERFINV, MI_LOGSIG_FWD, MI_LOGSIG_BWD } mi_op_t;
+
+typedef struct {
+  mi_op_t op;
+  int nout, nin;
+  int dt[4]; /* operand dtypes: outputs first, then inputs */
+  bool f64;  /* compute in double */
+} mi_un_t;
+
+/* log_sigmoid(x) = min(x, 0) - log1p(exp(-|x|)); buffer = exp(-|x|). */
+static void mi_un_inner(void* ctx, char** p, const int64_t* st, int64_t n) {
+  const mi_un_t* u = (const mi_un_t*)ctx;
+  for (int64_t i = 0; i < n; ++i) {
+    char* q[4];
+    for (int k = 0; k < u->nout + u->nin; ++k) q[k] = p[k] + i * st[k];
+    switch (u->op) {
+      case MI_ERFINV: {
+        double x = tpu_ku_load_f64(q[1], u->dt[1]);
+        double r = u->f64 ? mi_erfinv(x) : (double)mi_erfinvf((float)x);
+        tpu_ku_store_f64(q[0], u->dt[0], r);
+        break;
+      }
+      case MI_LOGSIG_FWD: {
+        double x = tpu_ku_load_f64(q[u->nout], u->dt[u->nout]);
+        double out, z;
+        if (u->f64) {
+          z = exp(-fabs(x));
+          out = (x < 0 ? x : 0.0) - log1p(z);
+        } else {
+          float xf = (float)x, zf = expf(-fabsf(xf));
+          z = zf;
+          out = (double)((xf < 0.0f ? xf : 0.0f) - log1pf(zf));
+        }
+        tpu_ku_store_f64(q[0], u->dt[0], out);
+        if (u->nout > 1 && u->dt[1] != TPU_DTYPE_INVALID) tpu_ku_store_f64(q[1], u->dt[1], z);
+        break;
+      }
+      case MI_LOGSIG_BWD: { /* (grad_input; grad_output, self): z recomputed from self */
+        double g = tpu_ku_load_f64(q[1], u->dt[1]);
+        double x = tpu_ku_load_f64(q[2], u->dt[2]);
+        double r;
+        if (u->f64) {
+          double z = exp(-fabs(x));
+          r = x < 0 ? (1.0 - z / (1.0 + z)) * g : (z / (1.0 + z)) * g;
+        } else {
+          float xf = (float)x, gf = (float)g, zf = expf(-fabsf(xf));
+          r = xf < 0.0f ? (1.0f - zf / (1.0f + zf)) * gf : (zf / (1.0f + zf)) * gf;
+        }
+        tpu_ku_store_f64(q[0], u->dt[0], r);
+        break;
+      }
+    }
+  }
+}
+
+static mi_op_t mi_op_of(const char* op) {
+  if (strncmp(op, "aten::erfinv", 12) == 0) return MI_ERFINV;
+  if (strncmp(op, "aten::log_sigmoid_forward", 25) == 0) return MI_LOGSIG_FWD;
+  return MI_LOGSIG_BWD;
+}
+
+/* Sets up operands: ops[0..nout) outputs, then inputs. */
+static tpu_status_t mi_un_setup(const tpu_k_call_t* call, mi_un_t* u, const tpu_tensor_t** ops) {
+  memset(u, 0, sizeof(*u));
+  u->op = mi_op_of(call->op);
+  const tpu_tensor_t* a = tpu_ku_tensor(call, 0);
+  const tpu_tensor_t* b = tpu_ku_tensor(call, 1);
+  if (!a || call->num_outputs < 1) return TPU_KU_INVALID(call, "expected tensor arguments");
+  switch (u->op) {
+    case MI_ERFINV:
+      u->nout = 1;
+      u->nin = 1;
+      ops[0] = &call->outputs[0];
+      ops[1] = a;
+      break;
+    case MI_LOGSIG_FWD:
+      u->nout = (call->num_outputs > 1 && call->outputs[1].dtype != TPU_DTYPE_INVALID &&
+                 tpu_tensor_numel(&call->outputs[1]) == tpu_tensor_numel(&call->outputs[0]))
+                    ? 2
+                    : 1;
+      u->nin = 1;
+      ops[0] = &call->outputs[0];
+      ops[1] = u->nout > 1 ? &call->outputs[1] : NULL;
+      ops[u->nout] = a;
+      break;
+    case MI_LOGSIG_BWD:
+      if (!b) return TPU_KU_INVALID(call, "expected tensor arguments");
+      u->nout = 1;
+      u->nin = 2;
+      ops[0] = &call->outputs[0];
+      ops[1] = a; /* grad_output */
+      ops[2] = b; /* self */
+      break;
+  }
+  int nops = u->nout + u->nin;
+  for (int k = 0; k < nops; ++k) {
+    int dt = ops[k]->dtype;
+    bool in = k >= u->nout;
+    bool ok = tpu_dtype_is_floating((tpu_dtype_t)dt) ||
+              (in && u->op == MI_ERFINV && tpu_dtype_size((tpu_dtype_t)dt) > 0);
+    if (!ok) return tpu_ku_unsupported_dtype(call, dt);
+    u->dt[k] = dt;
+  }
+  u->f64 = ops[0]->dtype == TPU_DTYPE_F64;
+  return TPU_OK;
+}
+
+static tpu_status_t mi_un_check(const tpu_k_call_t* call) {
+  mi_un_t u;
+  const tpu_tensor_t* ops[4];
+  TPU_RETURN_IF_ERROR(mi_un_setup(call, &u, ops));
+  tpu_ku_iter_t it;
+  return tpu_ku_iter_init(&it, u.nout + u.nin, ops, call->op);
+}
+
+static tpu_status_t mi_un_run(const tpu_k_call_t* call) {
+  mi_un_t u;
+  const tpu_tensor_t* ops[4];
+  TPU_RETURN_IF_ERROR(mi_un_setup(call, &u, ops));
+  if (tpu_tensor_numel(ops[0]) == 0) return TPU_OK;
+  tpu_ku_iter_t it;
+  TPU_RETURN_IF_ERROR(tpu_ku_iter_init(&it, u.nout + u.nin, ops, call->op));
+  tpu_ku_iter_parallel(&it, call->pool, 8192, mi_un_inner, &u);
+  return TPU_OK;
+}
+
+const tpu_k_entry_t tpu_k_misc_entries[] = {
+    {"aten::histc", mi_histc_run, mi_histc_check, 0, NULL},
+    {"aten::histc.out", mi_histc_run, mi_histc_check, 0, NULL},
+    {"aten::eye.out", mi_eye_run, mi_eye_check, 0, NULL},
+    {"aten::eye.m_out", mi_eye_run, mi_eye_check, 0, NULL},
+    {"aten::erfinv", mi_un_run, mi_un_check, 0, NULL},
+    {"aten::erfinv.out", mi_un_run, mi_un_check, 0, NULL},
+    {"aten::erfinv_", mi_un_run, mi_un_check, 0, NULL},
+    {"aten::log_sigmoid_forward", mi_un_run, mi_un_check, 0, NULL},
+    {"aten::log_sigmoid_forward.output", mi_un_run, mi_un_check, 0, NULL},
+    {"aten::log_sigmoid_backward", mi_un_run, mi_un_check, 0, NULL},
+    {"aten::log_sigmoid_backward.grad_input", mi_un_run, mi_un_check, 0, NULL},
+};
+const size_t tpu_k_misc_count = sizeof(tpu_k_misc_entries) / sizeof(tpu_k_misc_entries[0]);

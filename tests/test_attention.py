@@ -1,0 +1,207 @@
+"""Fused scaled_dot_product_attention on tpu (aten::_scaled_dot_product_fused_
+attention_overrideable + backward, C kernels tpu::sdpa_fwd / tpu::sdpa_bwd)
+against PyTorch's CPU results, with the CPU fallback forbidden."""
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+from torch.utils._python_dispatch import TorchDispatchMode
+
+import torch_tpu  # noqa: F401
+
+FWD = "aten._scaled_dot_product_fused_attention_overrideable.default"
+BWD = "aten._scaled_dot_product_fused_attention_overrideable_backward.default"
+
+
+@pytest.fixture(autouse=True)
+def _no_fallback(monkeypatch):
+    monkeypatch.setenv("TORCH_TPU_FALLBACK", "error")
+    yield
+
+
+class OpLog(TorchDispatchMode):
+    """Records the ATen ops that reach the backend (after autograd and
+    composite decompositions)."""
+
+    def __init__(self):
+        super().__init__()
+        self.ops = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.ops.append(str(func))
+        return func(*args, **(kwargs or {}))
+
+
+TOL = {torch.float32: (2e-5, 2e-4), torch.bfloat16: (2e-2, 3e-2), torch.float16: (2e-3, 3e-3)}
+
+
+def _rand(*shape, dtype=torch.float32, seed=None):
+    return torch.randn(*shape, dtype=torch.float32).to(dtype)
+
+
+def _compare(q, k, v, dtype=torch.float32, grad=True, mask_grad=False, **kw):
+    """Runs SDPA on tpu and cpu (math reference), forward and backward;
+    returns the ops the tpu run dispatched."""
+    ref_in = [t.clone().requires_grad_(grad) for t in (q, k, v)]
+    tpu_in = [t.to("tpu").detach().requires_grad_(grad) for t in (q, k, v)]
+    mask = kw.pop("attn_mask", None)
+    ref_kw, tpu_kw = dict(kw), dict(kw)
+    if mask is not None:
+        ref_mask = mask.clone().requires_grad_(mask_grad)
+        tpu_mask = mask.to("tpu").detach().requires_grad_(mask_grad)
+        ref_kw["attn_mask"], tpu_kw["attn_mask"] = ref_mask, tpu_mask
+    with sdpa_kernel([SDPBackend.MATH]):
+        ref = F.scaled_dot_product_attention(*ref_in, **ref_kw)
+    with OpLog() as log:
+        out = F.scaled_dot_product_attention(*tpu_in, **tpu_kw)
+        gout = torch.randn(out.shape, dtype=torch.float32).to(dtype)
+        if grad:
+            out.backward(gout.to("tpu"))
+    atol, rtol = TOL[dtype]
+    torch.testing.assert_close(out.cpu().float(), ref.float(), atol=atol, rtol=rtol)
+    if grad:
+        ref.backward(gout)
+        for a, b, name in zip(tpu_in, ref_in, "qkv"):
+            scale = max(1.0, b.grad.float().abs().max().item())
+            torch.testing.assert_close(a.grad.cpu().float() / scale, b.grad.float() / scale, atol=atol * 2,
+                                       rtol=rtol, msg=lambda m: f"grad {name}: {m}")
+        if mask_grad:
+            torch.testing.assert_close(tpu_kw["attn_mask"].grad.cpu().float(), ref_kw["attn_mask"].grad.float(),
+                                       atol=atol * 2, rtol=rtol)
+    assert FWD in log.ops, log.ops
+    if grad:
+        assert BWD in log.ops, log.ops
+    # the fused path, not the math decomposition
+    assert not any(op.startswith(("aten.bmm", "aten._softmax", "aten.matmul", "aten._safe_softmax"))
+                   for op in log.ops), log.ops
+    return log.ops
+
+
+def test_registered_for_tpu():
+    for name in ("aten::_fused_sdp_choice", "aten::_scaled_dot_product_fused_attention_overrideable",
+                 "aten::_scaled_dot_product_fused_attention_overrideable_backward"):
+        assert torch._C._dispatch_has_kernel_for_dispatch_key(name, "PrivateUse1"), name
+    q = torch.randn(1, 2, 8, 16, device="tpu")
+    assert torch._fused_sdp_choice(q, q, q) == SDPBackend.OVERRIDEABLE.value
+
+
+def test_plain():
+    _compare(_rand(2, 3, 37, 40), _rand(2, 3, 45, 40), _rand(2, 3, 45, 24))
+
+
+@pytest.mark.parametrize("L,S", [(64, 64), (33, 90), (90, 33), (1, 70)])
+def test_causal(L, S):
+    _compare(_rand(1, 4, L, 32), _rand(1, 4, S, 32), _rand(1, 4, S, 32), is_causal=True)
+
+
+def test_bool_mask_with_fully_masked_row():
+    mask = torch.rand(40, 70) > 0.3
+    mask[5] = False  # a row that sees nothing: output and grads 0, as PyTorch's math path
+    ops = _compare(_rand(2, 2, 40, 16), _rand(2, 2, 70, 16), _rand(2, 2, 70, 16), attn_mask=mask)
+    assert FWD in ops
+
+
+def test_bool_mask_per_batch_and_head():
+    mask = torch.rand(2, 3, 1, 50) > 0.4
+    _compare(_rand(2, 3, 20, 16), _rand(2, 3, 50, 16), _rand(2, 3, 50, 16), attn_mask=mask)
+
+
+def test_additive_mask():
+    mask = torch.randn(2, 1, 30, 48)
+    mask[0, 0, 3] = float("-inf")  # fully masked row
+    mask[1, 0, :, 7] = float("-inf")
+    _compare(_rand(2, 4, 30, 32), _rand(2, 4, 48, 32), _rand(2, 4, 48, 32), attn_mask=mask)
+
+
+def test_additive_mask_grad():
+    mask = torch.randn(1, 2, 24, 40) * 0.5
+    _compare(_rand(1, 2, 24, 16), _rand(1, 2, 40, 16), _rand(1, 2, 40, 16), attn_mask=mask, mask_grad=True)
+
+
+def test_gqa_enable_gqa():
+    q, k, v = _rand(2, 8, 33, 32), _rand(2, 2, 50, 32), _rand(2, 2, 50, 32)
+    _compare(q, k, v, enable_gqa=True)
+    _compare(q, k, v, enable_gqa=True, is_causal=True)
+
+
+def test_gqa_matches_repeated_kv():
+    q, k, v = _rand(1, 6, 20, 16), _rand(1, 3, 20, 16), _rand(1, 3, 20, 16)
+    qt, kt, vt = q.to("tpu"), k.to("tpu"), v.to("tpu")
+    a = F.scaled_dot_product_attention(qt, kt, vt, enable_gqa=True)
+    b = F.scaled_dot_product_attention(qt, kt.repeat_interleave(2, 1), vt.repeat_interleave(2, 1))
+    torch.testing.assert_close(a.cpu(), b.cpu(), atol=1e-6, rtol=1e-5)
+
+
+def test_gqa_without_enable_gqa_raises_like_cpu():
+    q, k = _rand(1, 4, 8, 16), _rand(1, 2, 8, 16)
+    assert torch._fused_sdp_choice(q.to("tpu"), k.to("tpu"), k.to("tpu")) == SDPBackend.MATH.value
+
+
+@pytest.mark.parametrize("scale", [0.05, 1.0, -0.3])
+def test_scale(scale):
+    _compare(_rand(1, 2, 16, 32), _rand(1, 2, 24, 32), _rand(1, 2, 24, 32), scale=scale)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_half_dtypes(dtype):
+    q, k, v = (_rand(1, 4, 70, 64, dtype=dtype) for _ in range(3))
+    _compare(q, k, v, dtype=dtype, is_causal=True)
+    mask = (torch.rand(70, 70) > 0.2).to(torch.bool)
+    _compare(q, k, v, dtype=dtype, attn_mask=mask)
+
+
+def test_non_contiguous_inputs():
+    # [B, L, H, E] projections viewed as [B, H, L, E], as transformers does
+    q = _rand(2, 19, 4, 32).transpose(1, 2)
+    k = _rand(2, 23, 4, 32).transpose(1, 2)
+    v = _rand(2, 23, 4, 32).transpose(1, 2)
+    _compare(q, k, v)
+
+
+def test_no_grad_inference_and_decode():
+    q, k, v = _rand(3, 8, 1, 64), _rand(3, 2, 100, 64), _rand(3, 2, 100, 64)
+    with torch.no_grad():
+        _compare(q, k, v, grad=False, enable_gqa=True)
+
+
+def test_unsupported_cases_use_math():
+    q = torch.randn(1, 2, 8, 16, device="tpu")
+    mask = torch.ones(8, 8, dtype=torch.bool, device="tpu")
+    math = SDPBackend.MATH.value
+    assert torch._fused_sdp_choice(q, q, q, dropout_p=0.1) == math
+    assert torch._fused_sdp_choice(q, q, q, attn_mask=mask, is_causal=True) == math
+    assert torch._fused_sdp_choice(q.double(), q.double(), q.double()) == math
+    big = torch.randn(1, 1, 4, 512, device="tpu")
+    assert torch._fused_sdp_choice(big, big, big) == math
+    with sdpa_kernel([SDPBackend.MATH]):
+        assert torch._fused_sdp_choice(q, q, q) == math
+
+
+def test_direct_op_outputs():
+    q, k, v = (torch.randn(2, 3, 5, 8, device="tpu") for _ in range(3))
+    res = torch.ops.aten._scaled_dot_product_fused_attention_overrideable(q, k, v, None, 0.0, True)
+    out, lse = res[0], res[1]
+    assert out.shape == (2, 3, 5, 8) and lse.shape == (2, 3, 5) and lse.dtype == torch.float32
+    assert res[4] == 5 and res[5] == 5
+    s = (q.cpu() @ k.cpu().transpose(-1, -2)) / math.sqrt(8)
+    s = s.masked_fill(torch.ones(5, 5, dtype=torch.bool).triu(1), float("-inf"))
+    torch.testing.assert_close(lse.cpu(), torch.logsumexp(s, -1), atol=1e-5, rtol=1e-5)
+
+
+def test_sum_backward_expanded_grad_and_expanded_mask():
+    # out.sum().backward() hands the kernel a stride-0 grad_out; the mask is
+    # an expanded (stride-0) view too
+    q, k, v = _rand(2, 4, 12, 16), _rand(2, 4, 20, 16), _rand(2, 4, 20, 16)
+    small = torch.rand(1, 1, 1, 20) > 0.3
+    mask = small.expand(2, 4, 12, 20)
+    ref_in = [t.clone().requires_grad_() for t in (q, k, v)]
+    tpu_in = [t.to("tpu").requires_grad_() for t in (q, k, v)]
+    with sdpa_kernel([SDPBackend.MATH]):
+        F.scaled_dot_product_attention(*ref_in, attn_mask=mask).sum().backward()
+    with OpLog() as log:
+        F.scaled_dot_product_attention(*tpu_in, attn_mask=small.to("tpu").expand(2, 4, 12, 20)).sum().backward()
+    assert FWD in log.ops and BWD in log.ops
+    for a, b in zip(tpu_in, ref_in):
+        torch.testing.assert_close(a.grad.cpu(), b.grad, atol=4e-5, rtol=2e-4)
