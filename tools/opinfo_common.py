@@ -143,6 +143,19 @@ def grad_cases():
             if op.supports_autograd and torch.float32 in op_dtypes(op)]
 
 
+# Widened float32 tolerances, each with its measured reason. Kept explicit and
+# small: everything else uses PyTorch's defaults.
+WIDENED_TOL = {
+    # Fused flash attention sums in another order than CPU's math path; over
+    # random inputs its max error vs a float64 reference is 2.7e-6 (CPU's:
+    # 2.1e-6), but samples with large logits differ from CPU by up to 1.5e-5.
+    ("nn.functional.scaled_dot_product_attention", torch.float32): dict(rtol=1e-4, atol=3e-5),
+    # Normalised size 1: the exact weight gradient is 0; PyTorch's CPU kernel
+    # returns rounding noise of 2.4e-5 where tpu returns 0.
+    ("nn.functional.layer_norm", torch.float32): dict(rtol=1.3e-6, atol=3e-5),
+}
+
+
 def tolerance(op, dtype) -> dict:
     """rtol/atol for assert_close: PyTorch's per-dtype defaults (bf16/f16: the
     OpInfo tests' 1.6e-2/1e-2), widened by any toleranceOverride the OpInfo
@@ -165,6 +178,10 @@ def tolerance(op, dtype) -> dict:
                 t = d.d[dtype]
                 rtol = t.rtol if rtol is None else max(rtol, t.rtol)
                 atol = t.atol if atol is None else max(atol, t.atol)
+    wide = WIDENED_TOL.get((op.name + ("." + op.variant_test_name if op.variant_test_name else ""), dtype))
+    if wide is not None:
+        rtol = wide["rtol"] if rtol is None else max(rtol, wide["rtol"])
+        atol = wide["atol"] if atol is None else max(atol, wide["atol"])
     if rtol is None:
         return {}
     return dict(rtol=rtol, atol=atol)
