@@ -59,6 +59,7 @@ typedef enum {
   OP_THRESHOLD, OP_THRESHOLD_BWD, OP_SOFTPLUS, OP_SOFTPLUS_BWD, OP_LEAKY_RELU,
   OP_LEAKY_RELU_BWD, OP_HARDTANH, OP_HARDTANH_BWD, OP_MISH, OP_MISH_BWD,
   OP_ISINF, OP_ISPOSINF, OP_ISNEGINF, OP_ISFINITE, OP_SIGNBIT, OP_LSHIFT, OP_RSHIFT,
+  OP_FLOOR_DIVIDE, /* div(rounding_mode='floor') without the mode argument */
   /* internal variants chosen at setup */
   OP_DIV_TRUNC, OP_DIV_FLOOR, OP_ROUND_DEC, OP_POW_SCALAR,
   OP_ADD_RTAIL, /* add/sub in f16/bf16 arithmetic: PyTorch's scalar tail loop */
@@ -83,6 +84,7 @@ typedef struct {
 static const ew_opinfo_t kOpInfo[OP_COUNT_] = {
     [OP_ADD] = {2, 2, 3, 0},        [OP_SUB] = {2, 2, 3, 0},
     [OP_MUL] = {2, 2, 3, 0},        [OP_DIV] = {2, 2, 3, 0},
+    [OP_FLOOR_DIVIDE] = {2, 2, 3, 0},
     [OP_POW] = {2, 2, 3, 0},        [OP_MAXIMUM] = {2, 2, 3, 0},
     [OP_MINIMUM] = {2, 2, 3, 0},    [OP_EQ] = {2, 2, 3, EW_CMP},
     [OP_NE] = {2, 2, 3, EW_CMP},    [OP_LT] = {2, 2, 3, EW_CMP},
@@ -763,6 +765,10 @@ static tpu_status_t ew_setup(const tpu_k_call_t* call, int op, ew_plan_t* p) {
         c->vblock = EW_TORCH_VBLOCK_HALF;
       }
       break;
+    case OP_FLOOR_DIVIDE:
+      c->op = OP_DIV_FLOOR;
+      if (reduced && !other_scalar) c->rdt = rt;
+      break;
     case OP_DIV: {
       const char* mode = tpu_ku_string(call, np, NULL);
       if (!mode) {
@@ -1063,7 +1069,7 @@ static tpu_status_t ew_isin_run(const tpu_k_call_t* call) {
   X(GELU) X(GELU_BWD) X(SILU) X(SILU_BWD) X(SIGMOID_BWD) X(TANH_BWD) X(THRESHOLD)     \
   X(THRESHOLD_BWD) X(SOFTPLUS) X(SOFTPLUS_BWD) X(LEAKY_RELU) X(LEAKY_RELU_BWD)        \
   X(HARDTANH) X(HARDTANH_BWD) X(MISH) X(MISH_BWD) X(ISINF) X(ISPOSINF) X(ISNEGINF)    \
-  X(ISFINITE) X(SIGNBIT) X(LSHIFT) X(RSHIFT)
+  X(ISFINITE) X(SIGNBIT) X(LSHIFT) X(RSHIFT) X(FLOOR_DIVIDE)
 
 #define EW_WRAPPERS(NAME)                                                               \
   static tpu_status_t ew_run_##NAME(const tpu_k_call_t* c) { return ew_run(c, OP_##NAME); } \
@@ -1106,6 +1112,9 @@ const tpu_k_entry_t tpu_k_elementwise_entries[] = {
     E("aten::div.Scalar_out", DIV) E("aten::div.Scalar_mode_out", DIV)
     E("aten::div_.Tensor", DIV) E("aten::div_.Scalar", DIV) E("aten::div_.Tensor_mode", DIV)
     E("aten::div_.Scalar_mode", DIV)
+    E("aten::floor_divide", FLOOR_DIVIDE) E("aten::floor_divide.Scalar", FLOOR_DIVIDE)
+    E("aten::floor_divide.out", FLOOR_DIVIDE) E("aten::floor_divide.Scalar_out", FLOOR_DIVIDE)
+    E("aten::floor_divide_.Tensor", FLOOR_DIVIDE) E("aten::floor_divide_.Scalar", FLOOR_DIVIDE)
     E("aten::pow.Tensor_Tensor", POW) E("aten::pow.Tensor_Scalar", POW)
     E("aten::pow.Scalar", POW) E("aten::pow.Tensor_Tensor_out", POW)
     E("aten::pow.Tensor_Scalar_out", POW) E("aten::pow.Scalar_out", POW)
