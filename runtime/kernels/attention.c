@@ -118,11 +118,7 @@ static const at_ops_t kAtOpsAvx2 = {tpu_k_avx2_attn_gemm, tpu_k_avx2_attn_exp_su
 
 static const at_ops_t* at_ops(void) {
 #if AT_X86
-  const char* isa = getenv("TORCH_TPU_KERNEL_ISA");
-  if (isa && strcmp(isa, "generic") == 0) return &kAtOpsC;
-  __builtin_cpu_init();
-  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c"))
-    return &kAtOpsAvx2;
+  if (tpu_ku_use_avx2()) return &kAtOpsAvx2;
 #endif
   return &kAtOpsC;
 }

@@ -21,12 +21,7 @@ void tpu_k_avx2_bf16_to_f32(float* restrict o, const uint16_t* restrict a, int64
 
 static inline bool cp_f16c(void) {
 #ifdef CP_HAVE_F16C_BUILD
-#if defined(__clang__) /* older clang cannot query f16c; every AVX2 CPU has it */
-  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-#else
-  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-         __builtin_cpu_supports("f16c");
-#endif
+  return tpu_ku_use_avx2();
 #else
   return false;
 #endif

@@ -334,12 +334,7 @@ void tpu_k_avx2_ew_tiles_f32(void* ctx, char** ptrs, const int64_t* st, int64_t 
 
 static inline bool ew_use_avx2(void) {
 #ifdef EW_HAVE_AVX2_BUILD
-#if defined(__clang__) /* older clang cannot query f16c; every AVX2 CPU has it */
-  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-#else
-  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-         __builtin_cpu_supports("f16c");
-#endif
+  return tpu_ku_use_avx2();
 #else
   return false;
 #endif

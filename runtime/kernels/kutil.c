@@ -1,6 +1,8 @@
 /* kutil.c - helpers shared by every kernel file (see kutil.h). */
 #include "kernels/kutil.h"
 
+#include <stdlib.h>
+
 #include <stdio.h>
 
 /* ---- dtypes / tensors ---------------------------------------------------- */
@@ -416,4 +418,19 @@ void tpu_ku_iter_parallel(const tpu_ku_iter_t* it, tpu_threadpool_t* pool, int64
   }
   ku_par_ctx_t c = {it, fn, ctx};
   tpu_parallel_for(pool, it->numel, grain, ku_par_body, &c);
+}
+
+bool tpu_ku_use_avx2(void) {
+#if defined(__x86_64__) && defined(__GNUC__)
+  const char* isa = getenv("TORCH_TPU_KERNEL_ISA");
+  if (isa && strcmp(isa, "generic") == 0) return false;
+  __builtin_cpu_init();
+#if defined(__clang__) /* older clang cannot query f16c; every AVX2+FMA CPU has it */
+  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+#else
+  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+#endif
+#else
+  return false;
+#endif
 }

@@ -74,6 +74,12 @@ static inline int64_t tpu_ku_load_i64(const void* p, int dtype) {
 void tpu_ku_store_f64(void* p, int dtype, double v);
 void tpu_ku_store_i64(void* p, int dtype, int64_t v);
 
+/* ---- ISA selection ----------------------------------------------------------
+ * True when the AVX2 + FMA + F16C variants under arch/x86_64 may run: the CPU
+ * has them and TORCH_TPU_KERNEL_ISA is not "generic" (which forces the
+ * portable C paths, for tests and comparisons). False on other ISAs. */
+bool tpu_ku_use_avx2(void);
+
 /* ---- arguments ------------------------------------------------------------ */
 static inline const tpu_tensor_t* tpu_ku_tensor(const tpu_k_call_t* c, int i) {
   return (i < c->num_args && c->args[i].kind == TPU_K_TENSOR) ? c->args[i].v.tensor : NULL;

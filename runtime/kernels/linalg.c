@@ -45,11 +45,7 @@ static int64_t la_cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 static bool la_use_avx2(void) {
 #if LA_X86
-  const char* isa = getenv("TORCH_TPU_KERNEL_ISA");
-  if (isa && strcmp(isa, "generic") == 0) return false;
-  __builtin_cpu_init();
-  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-         __builtin_cpu_supports("f16c");
+  return tpu_ku_use_avx2();
 #else
   return false;
 #endif

@@ -29,10 +29,7 @@ float tpu_k_avx2_extreme(const float* x, int64_t n, int mx, int* nan);
 
 static bool rd_use_avx2(void) {
 #if defined(__x86_64__)
-  const char* isa = getenv("TORCH_TPU_KERNEL_ISA");
-  if (isa && strcmp(isa, "generic") == 0) return false;
-  __builtin_cpu_init();
-  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  return tpu_ku_use_avx2();
 #else
   return false;
 #endif
