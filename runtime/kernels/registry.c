@@ -19,6 +19,7 @@ TPU_K_FAMILY(select)
 TPU_K_FAMILY(attention)
 TPU_K_FAMILY(conv)
 TPU_K_FAMILY(misc)
+TPU_K_FAMILY(solve)
 #undef TPU_K_FAMILY
 
 typedef struct {
@@ -38,6 +39,7 @@ static const tpu_k_family_t kFamilies[] = {
     {tpu_k_attention_entries, &tpu_k_attention_count},
     {tpu_k_conv_entries, &tpu_k_conv_count},
     {tpu_k_misc_entries, &tpu_k_misc_count},
+    {tpu_k_solve_entries, &tpu_k_solve_count},
 };
 #define TPU_K_NUM_FAMILIES (sizeof(kFamilies) / sizeof(kFamilies[0]))
 
