@@ -10,47 +10,18 @@
 #include <string.h>
 
 #include "kernels/kutil.h"
-#include "tests/test_util.h"
+#include "tests/test_kernel_util.h"
 #include "tpu/base.h"
 #include "tpu/kernels.h"
 
-#define CHECKF(cond, ...)                                                     \
-  do {                                                                        \
-    char chkf_[512];                                                          \
-    snprintf(chkf_, sizeof(chkf_), __VA_ARGS__);                              \
-    tpu_test_result_((cond) ? true : false, __FILE__, __LINE__, #cond, chkf_); \
-  } while (0)
-
 static uint64_t g_rng = 0x2545F4914F6CDD1Dull;
-static double urand(void) { /* [-1, 1) */
-  g_rng ^= g_rng << 13;
-  g_rng ^= g_rng >> 7;
-  g_rng ^= g_rng << 17;
-  return (double)(g_rng >> 11) / 4503599627370496.0 - 1.0;
-}
-
-typedef struct {
-  tpu_tensor_t t;
-  void* buf;
-} tt_t;
+static double urand(void) { return tku_urand(&g_rng); } /* [-1, 1) */
 
 static tt_t mk(int dtype, int ndim, const int64_t* sizes, const int* perm) {
-  tt_t r;
-  memset(&r, 0, sizeof(r));
-  r.t.dtype = dtype;
-  r.t.ndim = ndim;
-  int64_t st = 1;
-  for (int i = ndim - 1; i >= 0; --i) {
-    int d = perm ? perm[i] : i;
-    r.t.strides[d] = st;
-    st *= sizes[d] > 0 ? sizes[d] : 1;
-  }
-  for (int d = 0; d < ndim; ++d) r.t.sizes[d] = sizes[d];
-  r.buf = calloc(1, (size_t)st * tpu_dtype_size(dtype) + 64);
-  r.t.data = r.buf;
-  return r;
+  return tku_alloc(dtype, ndim, sizes, perm, 1, 64);
 }
-static void fr(tt_t* t) { free(t->buf); }
+
+
 static char* ep4(const tpu_tensor_t* t, int64_t a, int64_t b, int64_t c, int64_t d) {
   int64_t idx[4] = {a, b, c, d}, off = 0;
   int lead = 4 - t->ndim;
@@ -66,34 +37,6 @@ static void fill(tt_t* x) {
     for (int64_t b = 0; b < s[1]; ++b)
       for (int64_t c = 0; c < s[2]; ++c)
         for (int64_t d = 0; d < s[3]; ++d) tpu_ku_store_f64(ep4(&x->t, a, b, c, d), x->t.dtype, urand() * 1.5);
-}
-
-static tpu_k_value_t vt(const tpu_tensor_t* t) { tpu_k_value_t v; memset(&v, 0, sizeof(v)); v.kind = TPU_K_TENSOR; v.v.tensor = t; return v; }
-static tpu_k_value_t vd(double d) { tpu_k_value_t v; memset(&v, 0, sizeof(v)); v.kind = TPU_K_DOUBLE; v.v.d = d; return v; }
-static tpu_k_value_t vb(bool b) { tpu_k_value_t v; memset(&v, 0, sizeof(v)); v.kind = TPU_K_BOOL; v.v.b = b; return v; }
-static tpu_k_value_t vn(void) { tpu_k_value_t v; memset(&v, 0, sizeof(v)); v.kind = TPU_K_NONE; return v; }
-
-static tpu_threadpool_t* g_pool;
-
-static tpu_status_t call_op(const char* name, int nargs, const tpu_k_value_t* args, int nout, const tpu_tensor_t* outs) {
-  const tpu_k_entry_t* e = tpu_k_lookup(name);
-  if (!e) return TPU_ERROR(TPU_STATUS_UNIMPLEMENTED, "no entry %s", name);
-  tpu_k_call_t c;
-  memset(&c, 0, sizeof(c));
-  c.op = name;
-  c.num_args = nargs;
-  c.args = args;
-  c.num_outputs = nout;
-  c.outputs = outs;
-  c.pool = g_pool;
-  if (e->check) TPU_RETURN_IF_ERROR(e->check(&c));
-  return e->run(&c);
-}
-static bool ok(tpu_status_t s) {
-  if (s == TPU_OK) return true;
-  printf("  status: %s\n", tpu_status_message(s));
-  tpu_status_free(s);
-  return false;
 }
 
 /* ---- reference -------------------------------------------------------------------- */

@@ -8,65 +8,22 @@
 #include <string.h>
 
 #include "kernels/kutil.h"
-#include "tests/test_util.h"
+#include "tests/test_kernel_util.h"
 #include "tpu/base.h"
 #include "tpu/kernels.h"
 
-#define CHECKF(cond, ...)                                                     \
-  do {                                                                        \
-    char chkf_[512];                                                          \
-    snprintf(chkf_, sizeof(chkf_), __VA_ARGS__);                              \
-    tpu_test_result_((cond) ? true : false, __FILE__, __LINE__, #cond, chkf_); \
-  } while (0)
-
 static uint64_t g_rng = 88172645463325252ull;
-static double urand(void) { /* [-1, 1) */
-  g_rng ^= g_rng << 13;
-  g_rng ^= g_rng >> 7;
-  g_rng ^= g_rng << 17;
-  return (double)(g_rng >> 11) / 4503599627370496.0 - 1.0;
-}
+static double urand(void) { return tku_urand(&g_rng); } /* [-1, 1) */
 
-static tpu_threadpool_t* g_pool;
+/* `gap` > 1 spreads the innermost memory dim. */
+static tt_t mk(int dtype, int ndim, const int64_t* sizes, const int* perm, int64_t gap) {
+  return tku_alloc(dtype, ndim, sizes, perm, gap, 16);
+}
 
 /* A tensor over its own storage; `perm` (optional) is the memory order of
  * the dims, outermost first. `gap` > 1 spreads the innermost memory dim. */
-typedef struct {
-  tpu_tensor_t t;
-  void* buf;
-} tt_t;
 
-static tt_t mk(int dtype, int ndim, const int64_t* sizes, const int* perm, int64_t gap) {
-  tt_t r;
-  memset(&r, 0, sizeof(r));
-  r.t.dtype = dtype;
-  r.t.ndim = ndim;
-  int64_t st = gap;
-  for (int i = ndim - 1; i >= 0; --i) {
-    int d = perm ? perm[i] : i;
-    r.t.strides[d] = st;
-    st *= sizes[d] > 0 ? sizes[d] : 1;
-  }
-  for (int d = 0; d < ndim; ++d) r.t.sizes[d] = sizes[d];
-  size_t bytes = (size_t)st * tpu_dtype_size(dtype) + 16;
-  r.buf = calloc(1, bytes);
-  r.t.data = r.buf;
-  return r;
-}
-static void fr(tt_t* t) { free(t->buf); }
-
-static int64_t off_of(const tpu_tensor_t* t, const int64_t* idx) {
-  int64_t o = 0;
-  for (int d = 0; d < t->ndim; ++d) o += idx[d] * t->strides[d];
-  return o;
-}
-static double get(const tpu_tensor_t* t, const int64_t* idx) {
-  return tpu_ku_load_f64((char*)t->data + off_of(t, idx) * (int64_t)tpu_dtype_size(t->dtype), t->dtype);
-}
-static void set(const tpu_tensor_t* t, const int64_t* idx, double v) {
-  tpu_ku_store_f64((char*)t->data + off_of(t, idx) * (int64_t)tpu_dtype_size(t->dtype), t->dtype, v);
-}
-static void unravel(int64_t r, const int64_t* sizes, int n, int64_t* idx) {
+static void unravel_n(int64_t r, const int64_t* sizes, int n, int64_t* idx) {
   for (int j = n - 1; j >= 0; --j) {
     idx[j] = r % sizes[j];
     r /= sizes[j];
@@ -77,7 +34,7 @@ static int64_t numel(const tpu_tensor_t* t) { return tpu_tensor_numel(t); }
 static void fill(tt_t* x) {
   int64_t idx[TPU_MAX_DIMS];
   for (int64_t i = 0; i < numel(&x->t); ++i) {
-    unravel(i, x->t.sizes, x->t.ndim, idx);
+    unravel_n(i, x->t.sizes, x->t.ndim, idx);
     double v = urand();
     set(&x->t, idx, tpu_dtype_is_floating(x->t.dtype) ? v : floor(v * 5.0));
   }
@@ -85,7 +42,7 @@ static void fill(tt_t* x) {
 static void fill_nan(tt_t* x) {
   int64_t idx[TPU_MAX_DIMS];
   for (int64_t i = 0; i < numel(&x->t); ++i) {
-    unravel(i, x->t.sizes, x->t.ndim, idx);
+    unravel_n(i, x->t.sizes, x->t.ndim, idx);
     set(&x->t, idx, NAN);
   }
 }
@@ -96,7 +53,7 @@ static double* dense(const tpu_tensor_t* t) {
   double* d = calloc((size_t)(n > 0 ? n : 1), sizeof(double));
   int64_t idx[TPU_MAX_DIMS];
   for (int64_t i = 0; i < n; ++i) {
-    unravel(i, t->sizes, t->ndim, idx);
+    unravel_n(i, t->sizes, t->ndim, idx);
     d[i] = get(t, idx);
   }
   return d;
@@ -107,7 +64,7 @@ static double cmp(const tpu_tensor_t* got, const double* ref, const double* mag)
   double worst = 0.0;
   int64_t idx[TPU_MAX_DIMS];
   for (int64_t i = 0; i < numel(got); ++i) {
-    unravel(i, got->sizes, got->ndim, idx);
+    unravel_n(i, got->sizes, got->ndim, idx);
     double e = fabs(get(got, idx) - ref[i]) / (1.0 + mag[i]);
     if (!(e <= worst)) worst = isnan(e) ? INFINITY : e;
   }
@@ -127,37 +84,6 @@ static const char* g_path = "auto";
 /* Y spatial size (regular-conv output side). */
 static int64_t ysize(const cfg_t* c, int j) {
   return (c->xs[j] + 2 * c->p[j] - c->d[j] * (c->k[j] - 1) - 1) / c->s[j] + 1;
-}
-
-static tpu_k_value_t vt(const tpu_tensor_t* t) { tpu_k_value_t v; v.kind = TPU_K_TENSOR; v.v.tensor = t; return v; }
-static tpu_k_value_t vnone(void) { tpu_k_value_t v; v.kind = TPU_K_NONE; return v; }
-static tpu_k_value_t vb(bool b) { tpu_k_value_t v; v.kind = TPU_K_BOOL; v.v.b = b; return v; }
-static tpu_k_value_t vi(int64_t i) { tpu_k_value_t v; v.kind = TPU_K_INT; v.v.i = i; return v; }
-static tpu_k_value_t vints(const int64_t* p, int64_t n) {
-  tpu_k_value_t v; v.kind = TPU_K_INTS; v.v.ints.data = p; v.v.ints.len = n; return v;
-}
-
-static tpu_status_t call_op(const char* name, int nargs, const tpu_k_value_t* args, int nout,
-                            const tpu_tensor_t* outs) {
-  const tpu_k_entry_t* e = tpu_k_lookup(name);
-  if (!e) return TPU_ERROR(TPU_STATUS_UNIMPLEMENTED, "no entry %s", name);
-  tpu_k_call_t c;
-  memset(&c, 0, sizeof(c));
-  c.op = name;
-  c.num_args = nargs;
-  c.args = args;
-  c.num_outputs = nout;
-  c.outputs = outs;
-  c.pool = g_pool;
-  if (e->check) TPU_RETURN_IF_ERROR(e->check(&c));
-  return e->run(&c);
-}
-
-static bool ok(tpu_status_t s) {
-  if (s == TPU_OK) return true;
-  printf("  status: %s\n", tpu_status_message(s));
-  tpu_status_free(s);
-  return false;
 }
 
 static void sizes_of(const cfg_t* c, int64_t* xsz, int64_t* ysz, int64_t* wsz) {
@@ -194,9 +120,9 @@ static void reference(const cfg_t* c, const int64_t* xsz, const int64_t* ysz, co
         int64_t xc = g * Cg + ci;
         for (int64_t y = 0; y < yp; ++y) {
           int64_t yi[4], ki[4];
-          unravel(y, ysz + 2, nd, yi);
+          unravel_n(y, ysz + 2, nd, yi);
           for (int64_t kk = 0; kk < kp; ++kk) {
-            unravel(kk, wsz + 2, nd, ki);
+            unravel_n(kk, wsz + 2, nd, ki);
             int64_t xlin = 0;
             bool in = true;
             for (int j = 0; j < nd; ++j) {
@@ -285,7 +211,7 @@ static void run_cfg(const cfg_t* c, int dt) {
     reference(c, xsz, ysz, wsz, Xd, Wd, gYd, r1, m1, r2, m2, r3, m3);
     if (c->bias)
       for (int64_t i = 0; i < ny; ++i) r1[i] += Bd[(i / ysp) % c->Cy];
-    tpu_k_value_t a[9] = {vt(&X.t), vt(&W.t), c->bias ? vt(&B.t) : vnone(), vints(S, nd), vints(P, nd),
+    tpu_k_value_t a[9] = {vt(&X.t), vt(&W.t), c->bias ? vt(&B.t) : vn(), vints(S, nd), vints(P, nd),
                           vints(D, nd), vb(false), vints(OP, nd), vi(c->G)};
     bool s = ok(call_op("tpu::conv_fwd", 9, a, 1, &Y.t));
     double e = cmp(&Y.t, r1, m1);
@@ -318,7 +244,7 @@ static void run_cfg(const cfg_t* c, int dt) {
     fill_nan(&out);
     int64_t tpo[4];
     for (int j = 0; j < nd; ++j) tpo[j] = OP[j];
-    tpu_k_value_t a[9] = {vt(&Y.t), vt(&W.t), c->bias ? vt(&B.t) : vnone(), vints(S, nd), vints(P, nd),
+    tpu_k_value_t a[9] = {vt(&Y.t), vt(&W.t), c->bias ? vt(&B.t) : vn(), vints(S, nd), vints(P, nd),
                           vints(D, nd), vb(true), vints(tpo, nd), vi(c->G)};
     bool s = ok(call_op("tpu::conv_fwd", 9, a, 1, &out.t));
     double e = cmp(&out.t, r2, m2);
@@ -431,7 +357,7 @@ static void test_errors(void) {
   int64_t xs[3] = {1, 4, 8}, ws[3] = {6, 3, 3}, ys[3] = {1, 6, 6};
   tt_t x = mk(TPU_DTYPE_F32, 3, xs, NULL, 1), w = mk(TPU_DTYPE_F32, 3, ws, NULL, 1), y = mk(TPU_DTYPE_F32, 3, ys, NULL, 1);
   int64_t one[1] = {1}, zero[1] = {0};
-  tpu_k_value_t a[9] = {vt(&x.t), vt(&w.t), vnone(), vints(one, 1), vints(zero, 1), vints(one, 1),
+  tpu_k_value_t a[9] = {vt(&x.t), vt(&w.t), vn(), vints(one, 1), vints(zero, 1), vints(one, 1),
                         vb(false), vints(zero, 1), vi(1)};
   CHECK_STATUS(call_op("tpu::conv_fwd", 9, a, 1, &y.t), TPU_STATUS_INVALID_ARGUMENT, "channel");
   tt_t xi = mk(TPU_DTYPE_BOOL, 3, xs, NULL, 1);
@@ -468,7 +394,7 @@ static void test_mask_and_empty(void) {
   /* N = 0 */
   int64_t x0[4] = {0, 4, 6, 6}, y0[4] = {0, 8, 6, 6};
   tt_t X0 = mk(TPU_DTYPE_F32, 4, x0, NULL, 1), Y0 = mk(TPU_DTYPE_F32, 4, y0, NULL, 1);
-  tpu_k_value_t a[9] = {vt(&X0.t), vt(&W.t), vnone(), vints(one, 2), vints(one, 2), vints(one, 2),
+  tpu_k_value_t a[9] = {vt(&X0.t), vt(&W.t), vn(), vints(one, 2), vints(one, 2), vints(one, 2),
                         vb(false), vints(one, 2), vi(2)};
   CHECK_OK(call_op("tpu::conv_fwd", 9, a, 1, &Y0.t));
   fr(&X); fr(&W); fr(&gY); fr(&gW); fr(&X0); fr(&Y0);

@@ -5,68 +5,8 @@
 #include <stdlib.h>
 
 #include "kernels/kutil.h"
-#include "tests/test_util.h"
+#include "tests/test_kernel_util.h"
 #include "tpu/kernels.h"
-
-static tpu_tensor_t T_(void* data, int dtype, int ndim, const int64_t* sizes,
-                       const int64_t* strides) {
-  tpu_tensor_t t;
-  memset(&t, 0, sizeof(t));
-  t.data = data;
-  t.dtype = dtype;
-  t.ndim = ndim;
-  int64_t s = 1;
-  for (int d = ndim - 1; d >= 0; --d) {
-    t.sizes[d] = sizes[d];
-    t.strides[d] = strides ? strides[d] : s;
-    s *= sizes[d];
-  }
-  return t;
-}
-static tpu_tensor_t T1(void* data, int dtype, int64_t n) { return T_(data, dtype, 1, &n, NULL); }
-
-static tpu_k_value_t VT(const tpu_tensor_t* t) {
-  tpu_k_value_t v = {.kind = TPU_K_TENSOR};
-  v.v.tensor = t;
-  return v;
-}
-static tpu_k_value_t VI(int64_t i) {
-  tpu_k_value_t v = {.kind = TPU_K_INT};
-  v.v.i = i;
-  return v;
-}
-static tpu_k_value_t VD(double d) {
-  tpu_k_value_t v = {.kind = TPU_K_DOUBLE};
-  v.v.d = d;
-  return v;
-}
-static tpu_k_value_t VB(bool b) {
-  tpu_k_value_t v = {.kind = TPU_K_BOOL};
-  v.v.b = b;
-  return v;
-}
-
-static tpu_threadpool_t* g_pool;
-
-static tpu_status_t call_op_pool(const char* name, const tpu_k_value_t* args, int nargs,
-                                 const tpu_tensor_t* out, tpu_threadpool_t* pool) {
-  const tpu_k_entry_t* e = tpu_k_lookup(name);
-  if (!e) return TPU_ERROR(TPU_STATUS_UNIMPLEMENTED, "no kernel %s", name);
-  tpu_k_call_t c;
-  memset(&c, 0, sizeof(c));
-  c.op = name;
-  c.num_args = nargs;
-  c.args = args;
-  c.num_outputs = 1;
-  c.outputs = out;
-  c.pool = pool;
-  if (e->check) TPU_RETURN_IF_ERROR(e->check(&c));
-  return e->run(&c);
-}
-static tpu_status_t call_op(const char* name, const tpu_k_value_t* args, int nargs,
-                            const tpu_tensor_t* out) {
-  return call_op_pool(name, args, nargs, out, NULL);
-}
 
 /* ---- kutil ------------------------------------------------------------------- */
 
@@ -158,7 +98,7 @@ static void test_store_conversions(void) {
 }
 
 static void test_args_and_errors(void) {
-  tpu_k_value_t args[] = {VI(3), VD(-2.9), VB(true), {.kind = TPU_K_STRING, .v.s = "floor"},
+  tpu_k_value_t args[] = {vi(3), vd(-2.9), vb(true), {.kind = TPU_K_STRING, .v.s = "floor"},
                           {.kind = TPU_K_NONE}};
   tpu_k_call_t c;
   memset(&c, 0, sizeof(c));
@@ -315,17 +255,17 @@ static void test_copy_same_dtype(void) {
   float* b = malloc(N * 4);
   for (int i = 0; i < N; ++i) a[i] = (float)i * 0.5f;
   tpu_tensor_t ta = T1(a, TPU_DTYPE_F32, N), tb = T1(b, TPU_DTYPE_F32, N);
-  tpu_k_value_t args[] = {VT(&tb), VT(&ta), VB(false)};
+  tpu_k_value_t args[] = {vt(&tb), vt(&ta), vb(false)};
   CHECK_OK(call_op_pool("aten::copy_", args, 3, &tb, g_pool));
   CHECK(memcmp(a, b, N * 4) == 0);
   /* self-copy is a no-op */
-  tpu_k_value_t self[] = {VT(&ta), VT(&ta), VB(false)};
-  CHECK_OK(call_op("aten::copy_", self, 3, &ta));
+  tpu_k_value_t self[] = {vt(&ta), vt(&ta), vb(false)};
+  CHECK_OK(call_op1("aten::copy_", self, 3, &ta));
   CHECK(a[123] == 61.5f);
   /* transposed source [300, 333] (strides [1, 300]) into contiguous */
   int64_t sz[] = {300, 333}, st[] = {1, 300};
   tpu_tensor_t src = T_(a, TPU_DTYPE_F32, 2, sz, st), dst = T_(b, TPU_DTYPE_F32, 2, sz, NULL);
-  tpu_k_value_t t2[] = {VT(&dst), VT(&src), VB(false)};
+  tpu_k_value_t t2[] = {vt(&dst), vt(&src), vb(false)};
   CHECK_OK(call_op_pool("aten::copy_", t2, 3, &dst, g_pool));
   int bad = 0;
   for (int i = 0; i < 300; ++i)
@@ -336,8 +276,8 @@ static void test_copy_same_dtype(void) {
   int16_t row[7] = {1, -2, 3, -4, 5, -6, 7}, mat[5 * 7];
   int64_t s57[] = {5, 7}, s7[] = {7};
   tpu_tensor_t tr = T_(row, TPU_DTYPE_I16, 1, s7, NULL), tm = T_(mat, TPU_DTYPE_I16, 2, s57, NULL);
-  tpu_k_value_t t3[] = {VT(&tm), VT(&tr), VB(false)};
-  CHECK_OK(call_op("aten::copy_", t3, 3, &tm));
+  tpu_k_value_t t3[] = {vt(&tm), vt(&tr), vb(false)};
+  CHECK_OK(call_op1("aten::copy_", t3, 3, &tm));
   bad = 0;
   for (int i = 0; i < 35; ++i)
     if (mat[i] != row[i % 7]) bad++;
@@ -345,8 +285,8 @@ static void test_copy_same_dtype(void) {
   /* non-broadcastable */
   int64_t s6[] = {6};
   tpu_tensor_t t6 = T_(row, TPU_DTYPE_I16, 1, s6, NULL);
-  tpu_k_value_t t4[] = {VT(&tm), VT(&t6), VB(false)};
-  CHECK_STATUS(call_op("aten::copy_", t4, 3, &tm), TPU_STATUS_INVALID_ARGUMENT, "aten::copy_");
+  tpu_k_value_t t4[] = {vt(&tm), vt(&t6), vb(false)};
+  CHECK_STATUS(call_op1("aten::copy_", t4, 3, &tm), TPU_STATUS_INVALID_ARGUMENT, "aten::copy_");
   free(a);
   free(b);
 }
@@ -357,15 +297,15 @@ static void test_copy_conversions(void) {
   uint16_t h[6];
   float back[6];
   tpu_tensor_t tf = T1(f, TPU_DTYPE_F32, 6), th = T1(h, TPU_DTYPE_BF16, 6), tback = T1(back, TPU_DTYPE_F32, 6);
-  tpu_k_value_t a1[] = {VT(&th), VT(&tf), VB(false)};
-  CHECK_OK(call_op("aten::copy_", a1, 3, &th));
+  tpu_k_value_t a1[] = {vt(&th), vt(&tf), vb(false)};
+  CHECK_OK(call_op1("aten::copy_", a1, 3, &th));
   CHECK(h[0] == 0x3F80 && h[1] == 0x3F82 && h[3] == 0x8000);
-  tpu_k_value_t a2[] = {VT(&tback), VT(&th), VB(false)};
-  CHECK_OK(call_op("aten::copy_", a2, 3, &tback));
+  tpu_k_value_t a2[] = {vt(&tback), vt(&th), vb(false)};
+  CHECK_OK(call_op1("aten::copy_", a2, 3, &tback));
   CHECK(back[0] == 1.0f && back[1] == 1.0f + 2.0f / 128 && isnan(back[5]));
   tpu_tensor_t th16 = T1(h, TPU_DTYPE_F16, 6);
-  tpu_k_value_t a3[] = {VT(&th16), VT(&tf), VB(false)};
-  CHECK_OK(call_op("aten::copy_", a3, 3, &th16));
+  tpu_k_value_t a3[] = {vt(&th16), vt(&tf), vb(false)};
+  CHECK_OK(call_op1("aten::copy_", a3, 3, &th16));
   CHECK(h[0] == 0x3C04 && h[2] == 0x7C00 && h[3] == 0x8000 && h[4] == 0x0000);
   CHECK((h[5] & 0x7C00) == 0x7C00 && (h[5] & 0x3FF));
   /* float -> int truncates; out of range saturates then wraps; NaN -> 0 */
@@ -373,33 +313,33 @@ static void test_copy_conversions(void) {
   int32_t i32[6];
   uint8_t u8[6];
   tpu_tensor_t td = T1(d, TPU_DTYPE_F64, 6), ti = T1(i32, TPU_DTYPE_I32, 6), tu = T1(u8, TPU_DTYPE_U8, 6);
-  tpu_k_value_t a4[] = {VT(&ti), VT(&td), VB(false)};
-  CHECK_OK(call_op("aten::copy_", a4, 3, &ti));
+  tpu_k_value_t a4[] = {vt(&ti), vt(&td), vb(false)};
+  CHECK_OK(call_op1("aten::copy_", a4, 3, &ti));
   CHECK(i32[0] == -2 && i32[1] == 2 && i32[2] == -1 && i32[3] == 0 && i32[4] == 0 && i32[5] == 255);
-  tpu_k_value_t a5[] = {VT(&tu), VT(&td), VB(false)};
-  CHECK_OK(call_op("aten::copy_", a5, 3, &tu));
+  tpu_k_value_t a5[] = {vt(&tu), vt(&td), vb(false)};
+  CHECK_OK(call_op1("aten::copy_", a5, 3, &tu));
   CHECK(u8[0] == 254 && u8[1] == 2 && u8[5] == 255);
   /* to bool: != 0, NaN is true */
   uint8_t bo[6];
   tpu_tensor_t tb = T1(bo, TPU_DTYPE_BOOL, 6);
-  tpu_k_value_t a6[] = {VT(&tb), VT(&td), VB(false)};
-  CHECK_OK(call_op("aten::copy_", a6, 3, &tb));
+  tpu_k_value_t a6[] = {vt(&tb), vt(&td), vb(false)};
+  CHECK_OK(call_op1("aten::copy_", a6, 3, &tb));
   CHECK(bo[0] == 1 && bo[4] == 1);
   double z[2] = {0.0, -0.0};
   tpu_tensor_t tz = T1(z, TPU_DTYPE_F64, 2), tb2 = T1(bo, TPU_DTYPE_BOOL, 2);
-  tpu_k_value_t a7[] = {VT(&tb2), VT(&tz), VB(false)};
-  CHECK_OK(call_op("aten::copy_", a7, 3, &tb2));
+  tpu_k_value_t a7[] = {vt(&tb2), vt(&tz), vb(false)};
+  CHECK_OK(call_op1("aten::copy_", a7, 3, &tb2));
   CHECK(bo[0] == 0 && bo[1] == 0);
   /* int64 -> int8 wraps; int64 -> f64 exact for 2^53; int -> f16 */
   int64_t big[3] = {300, -129, ((int64_t)1 << 53)};
   int8_t i8[3];
   double bd[3];
   tpu_tensor_t tbig = T1(big, TPU_DTYPE_I64, 3), ti8 = T1(i8, TPU_DTYPE_I8, 3), tbd = T1(bd, TPU_DTYPE_F64, 3);
-  tpu_k_value_t a8[] = {VT(&ti8), VT(&tbig), VB(false)};
-  CHECK_OK(call_op("aten::copy_", a8, 3, &ti8));
+  tpu_k_value_t a8[] = {vt(&ti8), vt(&tbig), vb(false)};
+  CHECK_OK(call_op1("aten::copy_", a8, 3, &ti8));
   CHECK(i8[0] == 44 && i8[1] == 127);
-  tpu_k_value_t a9[] = {VT(&tbd), VT(&tbig), VB(false)};
-  CHECK_OK(call_op("aten::copy_", a9, 3, &tbd));
+  tpu_k_value_t a9[] = {vt(&tbd), vt(&tbig), vb(false)};
+  CHECK_OK(call_op1("aten::copy_", a9, 3, &tbd));
   CHECK(bd[2] == 9007199254740992.0);
   /* every dtype pair on a value all can hold (0..3, strided source) */
   const int dts[] = {TPU_DTYPE_F32, TPU_DTYPE_F64, TPU_DTYPE_F16, TPU_DTYPE_BF16, TPU_DTYPE_I64,
@@ -412,8 +352,8 @@ static void test_copy_conversions(void) {
       for (int i = 0; i < 8; ++i)
         tpu_ku_store_i64(sbuf + i * tpu_dtype_size(dts[s]), dts[s], dts[s] == TPU_DTYPE_BOOL ? (i / 2) % 2 : i / 2);
       tpu_tensor_t ts = T_(sbuf, dts[s], 1, n4, st2), tt = T_(dbuf, dts[t], 1, n4, NULL);
-      tpu_k_value_t aa[] = {VT(&tt), VT(&ts), VB(false)};
-      tpu_status_t st = call_op("aten::copy_", aa, 3, &tt);
+      tpu_k_value_t aa[] = {vt(&tt), vt(&ts), vb(false)};
+      tpu_status_t st = call_op1("aten::copy_", aa, 3, &tt);
       if (st) {
         bad++;
         tpu_status_free(st);
@@ -429,13 +369,13 @@ static void test_copy_conversions(void) {
   /* zero-size and 0-dim copies */
   int64_t s0[] = {0};
   tpu_tensor_t e1 = T_(NULL, TPU_DTYPE_F32, 1, s0, NULL), e2 = T_(NULL, TPU_DTYPE_F16, 1, s0, NULL);
-  tpu_k_value_t a10[] = {VT(&e1), VT(&e2), VB(false)};
-  CHECK_OK(call_op("aten::copy_", a10, 3, &e1));
+  tpu_k_value_t a10[] = {vt(&e1), vt(&e2), vb(false)};
+  CHECK_OK(call_op1("aten::copy_", a10, 3, &e1));
   double sc = 2.5;
   float out3[3];
   tpu_tensor_t tsc = T_(&sc, TPU_DTYPE_F64, 0, NULL, NULL), to3 = T1(out3, TPU_DTYPE_F32, 3);
-  tpu_k_value_t a11[] = {VT(&to3), VT(&tsc), VB(false)};
-  CHECK_OK(call_op("aten::copy_", a11, 3, &to3));
+  tpu_k_value_t a11[] = {vt(&to3), vt(&tsc), vb(false)};
+  CHECK_OK(call_op1("aten::copy_", a11, 3, &to3));
   CHECK(out3[0] == 2.5f && out3[2] == 2.5f);
 }
 
@@ -445,67 +385,67 @@ static void test_fill_zero(void) {
   float f[10];
   int64_t s25[] = {2, 5}, st[] = {1, 2};
   tpu_tensor_t tf = T_(f, TPU_DTYPE_F32, 2, s25, st);
-  tpu_k_value_t a1[] = {VT(&tf), VD(1.25)};
-  CHECK_OK(call_op("aten::fill_.Scalar", a1, 2, &tf));
+  tpu_k_value_t a1[] = {vt(&tf), vd(1.25)};
+  CHECK_OK(call_op1("aten::fill_.Scalar", a1, 2, &tf));
   int bad = 0;
   for (int i = 0; i < 10; ++i)
     if (f[i] != 1.25f) bad++;
   CHECK(bad == 0);
   uint16_t h[4];
   tpu_tensor_t th = T1(h, TPU_DTYPE_BF16, 4);
-  tpu_k_value_t a2[] = {VT(&th), VD(1.0 + 1.0 / 256)};
-  CHECK_OK(call_op("aten::fill_.Scalar", a2, 2, &th));
+  tpu_k_value_t a2[] = {vt(&th), vd(1.0 + 1.0 / 256)};
+  CHECK_OK(call_op1("aten::fill_.Scalar", a2, 2, &th));
   CHECK(h[0] == 0x3F80 && h[3] == 0x3F80);
   int64_t i64[3];
   tpu_tensor_t ti = T1(i64, TPU_DTYPE_I64, 3);
-  tpu_k_value_t a3[] = {VT(&ti), VI(INT64_MAX)};
-  CHECK_OK(call_op("aten::fill_.Scalar", a3, 2, &ti));
+  tpu_k_value_t a3[] = {vt(&ti), vi(INT64_MAX)};
+  CHECK_OK(call_op1("aten::fill_.Scalar", a3, 2, &ti));
   CHECK(i64[0] == INT64_MAX && i64[2] == INT64_MAX);
-  tpu_k_value_t a4[] = {VT(&ti), VD(-7.9)};
-  CHECK_OK(call_op("aten::fill_.Scalar", a4, 2, &ti));
+  tpu_k_value_t a4[] = {vt(&ti), vd(-7.9)};
+  CHECK_OK(call_op1("aten::fill_.Scalar", a4, 2, &ti));
   CHECK(i64[1] == -7);
   uint8_t b[5];
   tpu_tensor_t tb = T1(b, TPU_DTYPE_BOOL, 5);
-  tpu_k_value_t a5[] = {VT(&tb), VB(true)};
-  CHECK_OK(call_op("aten::fill_.Scalar", a5, 2, &tb));
+  tpu_k_value_t a5[] = {vt(&tb), vb(true)};
+  CHECK_OK(call_op1("aten::fill_.Scalar", a5, 2, &tb));
   CHECK(b[0] == 1 && b[4] == 1);
   /* fill_.Tensor with a 0-dim value of another dtype */
   double v = -3.5;
   tpu_tensor_t tv = T_(&v, TPU_DTYPE_F64, 0, NULL, NULL);
-  tpu_k_value_t a6[] = {VT(&tf), VT(&tv)};
-  CHECK_OK(call_op("aten::fill_.Tensor", a6, 2, &tf));
+  tpu_k_value_t a6[] = {vt(&tf), vt(&tv)};
+  CHECK_OK(call_op1("aten::fill_.Tensor", a6, 2, &tf));
   CHECK(f[0] == -3.5f && f[9] == -3.5f);
-  tpu_k_value_t a7[] = {VT(&ti), VT(&tv)};
-  CHECK_OK(call_op("aten::fill_.Tensor", a7, 2, &ti));
+  tpu_k_value_t a7[] = {vt(&ti), vt(&tv)};
+  CHECK_OK(call_op1("aten::fill_.Tensor", a7, 2, &ti));
   CHECK(i64[0] == -3);
-  tpu_k_value_t a8[] = {VT(&tf), VT(&tf)};
-  CHECK_STATUS(call_op("aten::fill_.Tensor", a8, 2, &tf), TPU_STATUS_INVALID_ARGUMENT, "0-dimension");
+  tpu_k_value_t a8[] = {vt(&tf), vt(&tf)};
+  CHECK_STATUS(call_op1("aten::fill_.Tensor", a8, 2, &tf), TPU_STATUS_INVALID_ARGUMENT, "0-dimension");
   /* zero_, large and parallel */
   enum { N = 200003 };
   double* big = malloc(N * 8);
   for (int i = 0; i < N; ++i) big[i] = 1.0;
   tpu_tensor_t tbig = T1(big, TPU_DTYPE_F64, N);
-  tpu_k_value_t a9[] = {VT(&tbig)};
+  tpu_k_value_t a9[] = {vt(&tbig)};
   CHECK_OK(call_op_pool("aten::zero_", a9, 1, &tbig, g_pool));
   bad = 0;
   for (int i = 0; i < N; ++i)
     if (big[i] != 0.0 || signbit(big[i])) bad++;
   CHECK(bad == 0);
-  tpu_k_value_t a10[] = {VT(&tbig), VD(-0.0)};
+  tpu_k_value_t a10[] = {vt(&tbig), vd(-0.0)};
   CHECK_OK(call_op_pool("aten::fill_.Scalar", a10, 2, &tbig, g_pool));
   CHECK(signbit(big[N - 1]) && big[N - 1] == 0.0);
   free(big);
   /* zero-size: data NULL must not be touched */
   int64_t s0[] = {3, 0};
   tpu_tensor_t tz = T_(NULL, TPU_DTYPE_F32, 2, s0, NULL);
-  tpu_k_value_t a11[] = {VT(&tz), VD(1.0)};
-  CHECK_OK(call_op("aten::fill_.Scalar", a11, 2, &tz));
-  tpu_k_value_t a12[] = {VT(&tz)};
-  CHECK_OK(call_op("aten::zero_", a12, 1, &tz));
+  tpu_k_value_t a11[] = {vt(&tz), vd(1.0)};
+  CHECK_OK(call_op1("aten::fill_.Scalar", a11, 2, &tz));
+  tpu_k_value_t a12[] = {vt(&tz)};
+  CHECK_OK(call_op1("aten::zero_", a12, 1, &tz));
   /* rejected dtype names the op */
   tpu_tensor_t tbad = T1(f, 42, 2);
-  tpu_k_value_t a13[] = {VT(&tbad)};
-  CHECK_STATUS(call_op("aten::zero_", a13, 1, &tbad), TPU_STATUS_UNIMPLEMENTED, "aten::zero_");
+  tpu_k_value_t a13[] = {vt(&tbad)};
+  CHECK_STATUS(call_op1("aten::zero_", a13, 1, &tbad), TPU_STATUS_UNIMPLEMENTED, "aten::zero_");
 }
 
 int main(void) {

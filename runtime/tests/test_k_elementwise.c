@@ -7,87 +7,10 @@
 
 #include "kernels/ew_vecmath.h"
 #include "kernels/kutil.h"
-#include "tests/test_util.h"
+#include "tests/test_kernel_util.h"
 #include "tpu/kernels.h"
 
 /* ---- helpers ---------------------------------------------------------------- */
-
-static tpu_tensor_t T_(void* data, int dtype, int ndim, const int64_t* sizes,
-                       const int64_t* strides) {
-  tpu_tensor_t t;
-  memset(&t, 0, sizeof(t));
-  t.data = data;
-  t.dtype = dtype;
-  t.ndim = ndim;
-  int64_t s = 1;
-  for (int d = ndim - 1; d >= 0; --d) {
-    t.sizes[d] = sizes[d];
-    t.strides[d] = strides ? strides[d] : s;
-    s *= sizes[d];
-  }
-  return t;
-}
-static tpu_tensor_t T1(void* data, int dtype, int64_t n) { return T_(data, dtype, 1, &n, NULL); }
-static tpu_tensor_t T0(void* data, int dtype) { return T_(data, dtype, 0, NULL, NULL); }
-
-static tpu_k_value_t VT(const tpu_tensor_t* t) {
-  tpu_k_value_t v = {.kind = TPU_K_TENSOR};
-  v.v.tensor = t;
-  return v;
-}
-static tpu_k_value_t VI(int64_t i) {
-  tpu_k_value_t v = {.kind = TPU_K_INT};
-  v.v.i = i;
-  return v;
-}
-static tpu_k_value_t VD(double d) {
-  tpu_k_value_t v = {.kind = TPU_K_DOUBLE};
-  v.v.d = d;
-  return v;
-}
-static tpu_k_value_t VB(bool b) {
-  tpu_k_value_t v = {.kind = TPU_K_BOOL};
-  v.v.b = b;
-  return v;
-}
-static tpu_k_value_t VS(const char* s) {
-  tpu_k_value_t v = {.kind = TPU_K_STRING};
-  v.v.s = s;
-  return v;
-}
-static tpu_k_value_t VN(void) {
-  tpu_k_value_t v = {.kind = TPU_K_NONE};
-  return v;
-}
-
-static tpu_threadpool_t* g_pool;
-
-/* Looks the op up, runs check() then run(). */
-static tpu_status_t call_op_pool(const char* name, const tpu_k_value_t* args, int nargs,
-                                 const tpu_tensor_t* out, tpu_threadpool_t* pool) {
-  const tpu_k_entry_t* e = tpu_k_lookup(name);
-  if (!e) return TPU_ERROR(TPU_STATUS_UNIMPLEMENTED, "no kernel %s", name);
-  tpu_k_call_t c;
-  memset(&c, 0, sizeof(c));
-  c.op = name;
-  c.num_args = nargs;
-  c.args = args;
-  c.num_outputs = 1;
-  c.outputs = out;
-  c.pool = pool;
-  if (e->check) TPU_RETURN_IF_ERROR(e->check(&c));
-  return e->run(&c);
-}
-static tpu_status_t call_op(const char* name, const tpu_k_value_t* args, int nargs,
-                            const tpu_tensor_t* out) {
-  return call_op_pool(name, args, nargs, out, NULL);
-}
-
-static bool close_f(double got, double want, double rtol, double atol) {
-  if (isnan(want)) return isnan(got);
-  if (isinf(want)) return got == want;
-  return fabs(got - want) <= atol + rtol * fabs(want);
-}
 
 static uint32_t g_rng = 12345u;
 static float frand(float lo, float hi) {
@@ -107,31 +30,31 @@ static void test_add_contiguous_alpha(void) {
     b[i] = frand(-10, 10);
   }
   tpu_tensor_t ta = T1(a, TPU_DTYPE_F32, N), tb = T1(b, TPU_DTYPE_F32, N), to = T1(o, TPU_DTYPE_F32, N);
-  tpu_k_value_t args[] = {VT(&ta), VT(&tb), VD(2.5)};
+  tpu_k_value_t args[] = {vt(&ta), vt(&tb), vd(2.5)};
   /* alpha != 1: one fused multiply-add, like PyTorch's vec::fmadd */
-  CHECK_OK(call_op("aten::add.Tensor", args, 3, &to));
+  CHECK_OK(call_op1("aten::add.Tensor", args, 3, &to));
   int bad = 0;
   for (int i = 0; i < N; ++i)
     if (o[i] != fmaf(b[i], 2.5f, a[i])) bad++;
   CHECK(bad == 0);
-  CHECK_OK(call_op("aten::sub.Tensor", args, 3, &to));
+  CHECK_OK(call_op1("aten::sub.Tensor", args, 3, &to));
   bad = 0;
   for (int i = 0; i < N; ++i)
     if (o[i] != fmaf(b[i], -2.5f, a[i])) bad++;
   CHECK(bad == 0);
-  CHECK_OK(call_op("aten::mul.Tensor", args, 2, &to));
+  CHECK_OK(call_op1("aten::mul.Tensor", args, 2, &to));
   bad = 0;
   for (int i = 0; i < N; ++i)
     if (o[i] != a[i] * b[i]) bad++;
   CHECK(bad == 0);
-  CHECK_OK(call_op("aten::div.Tensor", args, 2, &to));
+  CHECK_OK(call_op1("aten::div.Tensor", args, 2, &to));
   bad = 0;
   for (int i = 0; i < N; ++i)
     if (o[i] != a[i] / b[i]) bad++;
   CHECK(bad == 0);
   /* .out overload: out tensor is also the last argument */
-  tpu_k_value_t oargs[] = {VT(&ta), VT(&tb), VI(1), VT(&to)};
-  CHECK_OK(call_op("aten::add.out", oargs, 4, &to));
+  tpu_k_value_t oargs[] = {vt(&ta), vt(&tb), vi(1), vt(&to)};
+  CHECK_OK(call_op1("aten::add.out", oargs, 4, &to));
   CHECK(o[7] == a[7] + b[7]);
   free(a);
   free(b);
@@ -147,16 +70,16 @@ static void test_broadcast(void) {
   int64_t s45[] = {4, 5}, s5[] = {5}, s41[] = {4, 1}, s15[] = {1, 5};
   tpu_tensor_t ta = T_(a, TPU_DTYPE_F32, 2, s45, NULL), tr = T_(row, TPU_DTYPE_F32, 1, s5, NULL);
   tpu_tensor_t to = T_(o, TPU_DTYPE_F32, 2, s45, NULL);
-  tpu_k_value_t args[] = {VT(&ta), VT(&tr), VI(1)};
-  CHECK_OK(call_op("aten::add.Tensor", args, 3, &to));
+  tpu_k_value_t args[] = {vt(&ta), vt(&tr), vi(1)};
+  CHECK_OK(call_op1("aten::add.Tensor", args, 3, &to));
   int bad = 0;
   for (int i = 0; i < 4; ++i)
     for (int j = 0; j < 5; ++j)
       if (o[i * 5 + j] != a[i * 5 + j] + row[j]) bad++;
   CHECK(bad == 0);
   tpu_tensor_t tc = T_(col, TPU_DTYPE_F32, 2, s41, NULL), tr2 = T_(row, TPU_DTYPE_F32, 2, s15, NULL);
-  tpu_k_value_t args2[] = {VT(&tc), VT(&tr2)};
-  CHECK_OK(call_op("aten::mul.Tensor", args2, 2, &to));
+  tpu_k_value_t args2[] = {vt(&tc), vt(&tr2)};
+  CHECK_OK(call_op1("aten::mul.Tensor", args2, 2, &to));
   bad = 0;
   for (int i = 0; i < 4; ++i)
     for (int j = 0; j < 5; ++j)
@@ -165,8 +88,8 @@ static void test_broadcast(void) {
   /* not broadcastable: [4,5] + [4] */
   int64_t s4[] = {4};
   tpu_tensor_t tbad = T_(col, TPU_DTYPE_F32, 1, s4, NULL);
-  tpu_k_value_t args3[] = {VT(&ta), VT(&tbad), VI(1)};
-  CHECK_STATUS(call_op("aten::add.Tensor", args3, 3, &to), TPU_STATUS_INVALID_ARGUMENT, "broadcast");
+  tpu_k_value_t args3[] = {vt(&ta), vt(&tbad), vi(1)};
+  CHECK_STATUS(call_op1("aten::add.Tensor", args3, 3, &to), TPU_STATUS_INVALID_ARGUMENT, "broadcast");
 }
 
 static void test_transposed_and_strided(void) {
@@ -181,8 +104,8 @@ static void test_transposed_and_strided(void) {
   tpu_tensor_t ta = T_(buf, TPU_DTYPE_F32, 2, sz, tst);
   tpu_tensor_t tb = T_(b, TPU_DTYPE_F32, 2, sz, NULL);
   tpu_tensor_t to = T_(o, TPU_DTYPE_F32, 2, sz, NULL);
-  tpu_k_value_t args[] = {VT(&ta), VT(&tb)};
-  CHECK_OK(call_op("aten::mul.Tensor", args, 2, &to));
+  tpu_k_value_t args[] = {vt(&ta), vt(&tb)};
+  CHECK_OK(call_op1("aten::mul.Tensor", args, 2, &to));
   int bad = 0;
   for (int i = 0; i < 4; ++i)
     for (int j = 0; j < 5; ++j)
@@ -190,7 +113,7 @@ static void test_transposed_and_strided(void) {
   CHECK(bad == 0);
   /* transposed output */
   tpu_tensor_t tot = T_(o, TPU_DTYPE_F32, 2, sz, tst);
-  CHECK_OK(call_op("aten::mul.Tensor", args, 2, &tot));
+  CHECK_OK(call_op1("aten::mul.Tensor", args, 2, &tot));
   bad = 0;
   for (int i = 0; i < 4; ++i)
     for (int j = 0; j < 5; ++j)
@@ -201,8 +124,8 @@ static void test_transposed_and_strided(void) {
   for (int i = 0; i < 10; ++i) src[i] = (float)i;
   int64_t s5[] = {5}, st2[] = {2};
   tpu_tensor_t ts = T_(src, TPU_DTYPE_F32, 1, s5, st2), td = T1(dst, TPU_DTYPE_F32, 5);
-  tpu_k_value_t a1[] = {VT(&ts)};
-  CHECK_OK(call_op("aten::neg", a1, 1, &td));
+  tpu_k_value_t a1[] = {vt(&ts)};
+  CHECK_OK(call_op1("aten::neg", a1, 1, &td));
   CHECK(dst[0] == -0.0f && dst[1] == -2.0f && dst[4] == -8.0f);
 }
 
@@ -210,30 +133,30 @@ static void test_zero_dim_and_scalars(void) {
   float a[3] = {1, 2, 3}, o[3];
   double s = 0.5;
   tpu_tensor_t ta = T1(a, TPU_DTYPE_F32, 3), ts = T0(&s, TPU_DTYPE_F64), to = T1(o, TPU_DTYPE_F32, 3);
-  tpu_k_value_t args[] = {VT(&ta), VT(&ts), VI(1)};
-  CHECK_OK(call_op("aten::add.Tensor", args, 3, &to));
+  tpu_k_value_t args[] = {vt(&ta), vt(&ts), vi(1)};
+  CHECK_OK(call_op1("aten::add.Tensor", args, 3, &to));
   CHECK(o[0] == 1.5f && o[2] == 3.5f);
-  tpu_k_value_t args2[] = {VT(&ta), VI(4), VI(2)};
-  CHECK_OK(call_op("aten::add.Scalar", args2, 3, &to));
+  tpu_k_value_t args2[] = {vt(&ta), vi(4), vi(2)};
+  CHECK_OK(call_op1("aten::add.Scalar", args2, 3, &to));
   CHECK(o[0] == 9.0f && o[1] == 10.0f);
-  tpu_k_value_t args3[] = {VT(&ta), VD(0.25)};
-  CHECK_OK(call_op("aten::mul.Scalar", args3, 2, &to));
+  tpu_k_value_t args3[] = {vt(&ta), vd(0.25)};
+  CHECK_OK(call_op1("aten::mul.Scalar", args3, 2, &to));
   CHECK(o[0] == 0.25f && o[2] == 0.75f);
   /* 0-dim output */
   float x = 3.0f, y;
   tpu_tensor_t tx = T0(&x, TPU_DTYPE_F32), ty = T0(&y, TPU_DTYPE_F32);
-  tpu_k_value_t a4[] = {VT(&tx), VT(&tx)};
-  CHECK_OK(call_op("aten::mul.Tensor", a4, 2, &ty));
+  tpu_k_value_t a4[] = {vt(&tx), vt(&tx)};
+  CHECK_OK(call_op1("aten::mul.Tensor", a4, 2, &ty));
   CHECK(y == 9.0f);
   /* pow.Scalar: Scalar self, Tensor exponent */
-  tpu_k_value_t a5[] = {VD(2.0), VT(&ta)};
-  CHECK_OK(call_op("aten::pow.Scalar", a5, 2, &to));
+  tpu_k_value_t a5[] = {vd(2.0), vt(&ta)};
+  CHECK_OK(call_op1("aten::pow.Scalar", a5, 2, &to));
   CHECK(o[0] == 2.0f && o[1] == 4.0f && o[2] == 8.0f);
   /* integer tensor + float scalar -> float output */
   int64_t ia[3] = {1, 2, 3};
   tpu_tensor_t tia = T1(ia, TPU_DTYPE_I64, 3);
-  tpu_k_value_t a6[] = {VT(&tia), VD(0.5), VI(1)};
-  CHECK_OK(call_op("aten::add.Scalar", a6, 3, &to));
+  tpu_k_value_t a6[] = {vt(&tia), vd(0.5), vi(1)};
+  CHECK_OK(call_op1("aten::add.Scalar", a6, 3, &to));
   CHECK(o[0] == 1.5f && o[2] == 3.5f);
 }
 
@@ -242,48 +165,48 @@ static void test_zero_size(void) {
   float b[5] = {0};
   tpu_tensor_t ta = T_(NULL, TPU_DTYPE_F32, 2, sz, NULL), tb = T_(b, TPU_DTYPE_F32, 1, s5, NULL);
   tpu_tensor_t to = T_(NULL, TPU_DTYPE_F32, 2, sz, NULL);
-  tpu_k_value_t args[] = {VT(&ta), VT(&tb), VI(1)};
-  CHECK_OK(call_op("aten::add.Tensor", args, 3, &to));
-  tpu_k_value_t a1[] = {VT(&ta)};
-  CHECK_OK(call_op("aten::exp", a1, 1, &to));
-  CHECK_OK(call_op("aten::gelu", a1, 1, &to));
+  tpu_k_value_t args[] = {vt(&ta), vt(&tb), vi(1)};
+  CHECK_OK(call_op1("aten::add.Tensor", args, 3, &to));
+  tpu_k_value_t a1[] = {vt(&ta)};
+  CHECK_OK(call_op1("aten::exp", a1, 1, &to));
+  CHECK_OK(call_op1("aten::gelu", a1, 1, &to));
   tpu_tensor_t tob = T_(NULL, TPU_DTYPE_BOOL, 2, sz, NULL);
-  CHECK_OK(call_op("aten::eq.Tensor", args, 2, &tob));
+  CHECK_OK(call_op1("aten::eq.Tensor", args, 2, &tob));
 }
 
 static void test_half_rounding(void) {
   /* bf16: 1 + 2^-8 is a tie -> even (1.0); (1 + 2^-7) + 2^-8 -> 1 + 2^-6 */
   uint16_t a[2] = {0x3F80, 0x3F81}, b[2] = {0x3B80, 0x3B80}, o[2];
   tpu_tensor_t ta = T1(a, TPU_DTYPE_BF16, 2), tb = T1(b, TPU_DTYPE_BF16, 2), to = T1(o, TPU_DTYPE_BF16, 2);
-  tpu_k_value_t args[] = {VT(&ta), VT(&tb), VI(1)};
-  CHECK_OK(call_op("aten::add.Tensor", args, 3, &to));
+  tpu_k_value_t args[] = {vt(&ta), vt(&tb), vi(1)};
+  CHECK_OK(call_op1("aten::add.Tensor", args, 3, &to));
   CHECK(o[0] == 0x3F80);
   CHECK(o[1] == 0x3F82);
   /* f16: 1 + 2^-11 tie -> 1.0; (1 + 2^-10) + 2^-11 -> 1 + 2^-9 */
   uint16_t ha[2] = {0x3C00, 0x3C01}, hb[2] = {0x1000, 0x1000}, ho[2];
   tpu_tensor_t tha = T1(ha, TPU_DTYPE_F16, 2), thb = T1(hb, TPU_DTYPE_F16, 2), tho = T1(ho, TPU_DTYPE_F16, 2);
-  tpu_k_value_t hargs[] = {VT(&tha), VT(&thb), VI(1)};
-  CHECK_OK(call_op("aten::add.Tensor", hargs, 3, &tho));
+  tpu_k_value_t hargs[] = {vt(&tha), vt(&thb), vi(1)};
+  CHECK_OK(call_op1("aten::add.Tensor", hargs, 3, &tho));
   CHECK(ho[0] == 0x3C00);
   CHECK(ho[1] == 0x3C02);
   /* f16 overflow -> inf, and mixed f16 + f32 -> f32 output */
   uint16_t big[1] = {0x7BFF}; /* 65504 */
   tpu_tensor_t tbig = T1(big, TPU_DTYPE_F16, 1), tho1 = T1(ho, TPU_DTYPE_F16, 1);
-  tpu_k_value_t bargs[] = {VT(&tbig), VT(&tbig), VI(1)};
-  CHECK_OK(call_op("aten::add.Tensor", bargs, 3, &tho1));
+  tpu_k_value_t bargs[] = {vt(&tbig), vt(&tbig), vi(1)};
+  CHECK_OK(call_op1("aten::add.Tensor", bargs, 3, &tho1));
   CHECK(ho[0] == 0x7C00);
   float f[1] = {0.25f}, fo[1];
   tpu_tensor_t tf = T1(f, TPU_DTYPE_F32, 1), tfo = T1(fo, TPU_DTYPE_F32, 1);
-  tpu_k_value_t margs[] = {VT(&tbig), VT(&tf), VI(1)};
-  CHECK_OK(call_op("aten::add.Tensor", margs, 3, &tfo));
+  tpu_k_value_t margs[] = {vt(&tbig), vt(&tf), vi(1)};
+  CHECK_OK(call_op1("aten::add.Tensor", margs, 3, &tfo));
   CHECK(fo[0] == 65504.25f);
   /* bf16 exp vs float reference rounded to bf16 */
   uint16_t xe[4], oe[4];
   float xs[4] = {-1.5f, 0.0f, 0.75f, 3.0f};
   for (int i = 0; i < 4; ++i) xe[i] = tpu_ku_f32_to_bf16(xs[i]);
   tpu_tensor_t txe = T1(xe, TPU_DTYPE_BF16, 4), toe = T1(oe, TPU_DTYPE_BF16, 4);
-  tpu_k_value_t eargs[] = {VT(&txe)};
-  CHECK_OK(call_op("aten::exp", eargs, 1, &toe));
+  tpu_k_value_t eargs[] = {vt(&txe)};
+  CHECK_OK(call_op1("aten::exp", eargs, 1, &toe));
   int bad = 0;
   for (int i = 0; i < 4; ++i) {
     uint16_t want = tpu_ku_f32_to_bf16(expf(tpu_ku_bf16_to_f32(xe[i])));
@@ -303,26 +226,26 @@ static void test_inplace_aliasing(void) {
     ref[i] = fmaf(y[i], 3.0f, x[i]);
   }
   tpu_tensor_t tx = T1(x, TPU_DTYPE_F32, N), ty = T1(y, TPU_DTYPE_F32, N);
-  tpu_k_value_t args[] = {VT(&tx), VT(&ty), VI(3)};
-  CHECK_OK(call_op("aten::add_.Tensor", args, 3, &tx));
+  tpu_k_value_t args[] = {vt(&tx), vt(&ty), vi(3)};
+  CHECK_OK(call_op1("aten::add_.Tensor", args, 3, &tx));
   int bad = 0;
   for (int i = 0; i < N; ++i)
     if (x[i] != ref[i]) bad++;
   CHECK(bad == 0);
   /* x.mul_(x): both inputs alias the output */
   for (int i = 0; i < N; ++i) ref[i] = x[i] * x[i];
-  tpu_k_value_t a2[] = {VT(&tx), VT(&tx)};
-  CHECK_OK(call_op("aten::mul_.Tensor", a2, 2, &tx));
+  tpu_k_value_t a2[] = {vt(&tx), vt(&tx)};
+  CHECK_OK(call_op1("aten::mul_.Tensor", a2, 2, &tx));
   bad = 0;
   for (int i = 0; i < N; ++i)
     if (x[i] != ref[i]) bad++;
   CHECK(bad == 0);
   /* in-place unary and in-place with a dtype change on load (bf16 self) */
   for (int i = 0; i < N; ++i) ref[i] = expf(x[i] * 0.1f);
-  tpu_k_value_t a3[] = {VT(&tx), VD(0.1)};
-  CHECK_OK(call_op("aten::mul_.Scalar", a3, 2, &tx));
-  tpu_k_value_t a4[] = {VT(&tx)};
-  CHECK_OK(call_op("aten::exp_", a4, 1, &tx));
+  tpu_k_value_t a3[] = {vt(&tx), vd(0.1)};
+  CHECK_OK(call_op1("aten::mul_.Scalar", a3, 2, &tx));
+  tpu_k_value_t a4[] = {vt(&tx)};
+  CHECK_OK(call_op1("aten::exp_", a4, 1, &tx));
   bad = 0;
   for (int i = 0; i < N; ++i)
     if (!close_f(x[i], ref[i], 1e-6, 0)) bad++;
@@ -330,16 +253,16 @@ static void test_inplace_aliasing(void) {
   /* addcmul_ / addcdiv_ / lerp_ in place */
   float s[4] = {1, 2, 3, 4}, t1[4] = {1, 1, 2, 2}, t2[4] = {2, 4, 8, 16};
   tpu_tensor_t ts = T1(s, TPU_DTYPE_F32, 4), tt1 = T1(t1, TPU_DTYPE_F32, 4), tt2 = T1(t2, TPU_DTYPE_F32, 4);
-  tpu_k_value_t a5[] = {VT(&ts), VT(&tt1), VT(&tt2), VD(0.5)};
-  CHECK_OK(call_op("aten::addcmul_", a5, 4, &ts));
+  tpu_k_value_t a5[] = {vt(&ts), vt(&tt1), vt(&tt2), vd(0.5)};
+  CHECK_OK(call_op1("aten::addcmul_", a5, 4, &ts));
   CHECK(s[0] == 2.0f && s[1] == 4.0f && s[2] == 11.0f && s[3] == 20.0f);
-  CHECK_OK(call_op("aten::addcdiv_", a5, 4, &ts));
+  CHECK_OK(call_op1("aten::addcdiv_", a5, 4, &ts));
   CHECK(s[0] == 2.25f && s[1] == 4.125f && s[2] == 11.125f && s[3] == 20.0625f);
   float e[4] = {10, 10, 10, 10};
   tpu_tensor_t te = T1(e, TPU_DTYPE_F32, 4);
-  tpu_k_value_t a6[] = {VT(&ts), VT(&te), VD(0.25)};
+  tpu_k_value_t a6[] = {vt(&ts), vt(&te), vd(0.25)};
   float before = s[0];
-  CHECK_OK(call_op("aten::lerp_.Scalar", a6, 3, &ts));
+  CHECK_OK(call_op1("aten::lerp_.Scalar", a6, 3, &ts));
   CHECK(s[0] == before + 0.25f * (10.0f - before));
   free(x);
   free(y);
@@ -349,25 +272,25 @@ static void test_inplace_aliasing(void) {
 static void test_rejected_dtypes(void) {
   int64_t i[2] = {1, 2}, o[2];
   tpu_tensor_t ti = T1(i, TPU_DTYPE_I64, 2), to = T1(o, TPU_DTYPE_I64, 2);
-  tpu_k_value_t a1[] = {VT(&ti)};
-  CHECK_STATUS(call_op("aten::exp", a1, 1, &to), TPU_STATUS_UNIMPLEMENTED, "aten::exp");
-  CHECK_STATUS(call_op("aten::exp", a1, 1, &to), TPU_STATUS_UNIMPLEMENTED, "int64");
+  tpu_k_value_t a1[] = {vt(&ti)};
+  CHECK_STATUS(call_op1("aten::exp", a1, 1, &to), TPU_STATUS_UNIMPLEMENTED, "aten::exp");
+  CHECK_STATUS(call_op1("aten::exp", a1, 1, &to), TPU_STATUS_UNIMPLEMENTED, "int64");
   float f[2] = {1, 2}, fo[2];
   tpu_tensor_t tf = T1(f, TPU_DTYPE_F32, 2), tfo = T1(fo, TPU_DTYPE_F32, 2);
-  tpu_k_value_t a2[] = {VT(&tf), VT(&tf)};
-  CHECK_STATUS(call_op("aten::bitwise_and.Tensor", a2, 2, &tfo), TPU_STATUS_UNIMPLEMENTED,
+  tpu_k_value_t a2[] = {vt(&tf), vt(&tf)};
+  CHECK_STATUS(call_op1("aten::bitwise_and.Tensor", a2, 2, &tfo), TPU_STATUS_UNIMPLEMENTED,
                "aten::bitwise_and.Tensor: dtype float32");
   tpu_tensor_t tbad = T1(f, 99, 2);
-  tpu_k_value_t a3[] = {VT(&tbad), VT(&tf), VI(1)};
-  CHECK_STATUS(call_op("aten::add.Tensor", a3, 3, &tfo), TPU_STATUS_UNIMPLEMENTED, "aten::add.Tensor");
+  tpu_k_value_t a3[] = {vt(&tbad), vt(&tf), vi(1)};
+  CHECK_STATUS(call_op1("aten::add.Tensor", a3, 3, &tfo), TPU_STATUS_UNIMPLEMENTED, "aten::add.Tensor");
   /* a bad rounding mode / approximate string */
-  tpu_k_value_t a4[] = {VT(&tf), VT(&tf), VS("round")};
-  CHECK_STATUS(call_op("aten::div.Tensor_mode", a4, 3, &tfo), TPU_STATUS_INVALID_ARGUMENT, "rounding_mode");
-  tpu_k_value_t a5[] = {VT(&tf), VS("fast")};
-  CHECK_STATUS(call_op("aten::gelu", a5, 2, &tfo), TPU_STATUS_INVALID_ARGUMENT, "approximate");
+  tpu_k_value_t a4[] = {vt(&tf), vt(&tf), vs("round")};
+  CHECK_STATUS(call_op1("aten::div.Tensor_mode", a4, 3, &tfo), TPU_STATUS_INVALID_ARGUMENT, "rounding_mode");
+  tpu_k_value_t a5[] = {vt(&tf), vs("fast")};
+  CHECK_STATUS(call_op1("aten::gelu", a5, 2, &tfo), TPU_STATUS_INVALID_ARGUMENT, "approximate");
   /* integer pow with a negative Scalar exponent */
-  tpu_k_value_t a6[] = {VT(&ti), VI(-2)};
-  CHECK_STATUS(call_op("aten::pow.Tensor_Scalar", a6, 2, &to), TPU_STATUS_INVALID_ARGUMENT, "negative");
+  tpu_k_value_t a6[] = {vt(&ti), vi(-2)};
+  CHECK_STATUS(call_op1("aten::pow.Tensor_Scalar", a6, 2, &to), TPU_STATUS_INVALID_ARGUMENT, "negative");
 }
 
 /* ---- integers ----------------------------------------------------------------- */
@@ -375,72 +298,72 @@ static void test_rejected_dtypes(void) {
 static void test_integer_ops(void) {
   int64_t a[6] = {-7, 7, -7, 7, INT64_MIN, INT64_MAX}, b[6] = {2, 2, -2, -2, -1, 1}, o[6];
   tpu_tensor_t ta = T1(a, TPU_DTYPE_I64, 6), tb = T1(b, TPU_DTYPE_I64, 6), to = T1(o, TPU_DTYPE_I64, 6);
-  tpu_k_value_t tr[] = {VT(&ta), VT(&tb), VS("trunc")};
-  CHECK_OK(call_op("aten::div.Tensor_mode", tr, 3, &to));
+  tpu_k_value_t tr[] = {vt(&ta), vt(&tb), vs("trunc")};
+  CHECK_OK(call_op1("aten::div.Tensor_mode", tr, 3, &to));
   CHECK(o[0] == -3 && o[1] == 3 && o[2] == 3 && o[3] == -3 && o[4] == INT64_MIN && o[5] == INT64_MAX);
-  tpu_k_value_t fl[] = {VT(&ta), VT(&tb), VS("floor")};
-  CHECK_OK(call_op("aten::div.Tensor_mode", fl, 3, &to));
+  tpu_k_value_t fl[] = {vt(&ta), vt(&tb), vs("floor")};
+  CHECK_OK(call_op1("aten::div.Tensor_mode", fl, 3, &to));
   CHECK(o[0] == -4 && o[1] == 3 && o[2] == 3 && o[3] == -4 && o[4] == INT64_MIN);
-  tpu_k_value_t ab[] = {VT(&ta), VT(&tb)};
-  CHECK_OK(call_op("aten::remainder.Tensor", ab, 2, &to));
+  tpu_k_value_t ab[] = {vt(&ta), vt(&tb)};
+  CHECK_OK(call_op1("aten::remainder.Tensor", ab, 2, &to));
   CHECK(o[0] == 1 && o[1] == 1 && o[2] == -1 && o[3] == -1 && o[4] == 0 && o[5] == 0);
-  CHECK_OK(call_op("aten::fmod.Tensor", ab, 2, &to));
+  CHECK_OK(call_op1("aten::fmod.Tensor", ab, 2, &to));
   CHECK(o[0] == -1 && o[1] == 1 && o[2] == -1 && o[3] == 1 && o[4] == 0);
   /* wrap-around, no UB */
-  tpu_k_value_t ad[] = {VT(&ta), VT(&tb), VI(1)};
-  CHECK_OK(call_op("aten::add.Tensor", ad, 3, &to));
+  tpu_k_value_t ad[] = {vt(&ta), vt(&tb), vi(1)};
+  CHECK_OK(call_op1("aten::add.Tensor", ad, 3, &to));
   CHECK(o[5] == INT64_MIN && o[4] == INT64_MAX);
-  CHECK_OK(call_op("aten::mul.Tensor", ab, 2, &to));
+  CHECK_OK(call_op1("aten::mul.Tensor", ab, 2, &to));
   CHECK(o[4] == INT64_MIN && o[0] == -14);
-  tpu_k_value_t ng[] = {VT(&ta)};
-  CHECK_OK(call_op("aten::neg", ng, 1, &to));
+  tpu_k_value_t ng[] = {vt(&ta)};
+  CHECK_OK(call_op1("aten::neg", ng, 1, &to));
   CHECK(o[4] == INT64_MIN && o[0] == 7);
-  CHECK_OK(call_op("aten::abs", ng, 1, &to));
+  CHECK_OK(call_op1("aten::abs", ng, 1, &to));
   CHECK(o[0] == 7 && o[4] == INT64_MIN);
   /* division by zero */
   int64_t z[6] = {1, 0, 1, 1, 1, 1};
   tpu_tensor_t tz = T1(z, TPU_DTYPE_I64, 6);
-  tpu_k_value_t dz[] = {VT(&ta), VT(&tz), VS("trunc")};
-  CHECK_STATUS(call_op("aten::div.Tensor_mode", dz, 3, &to), TPU_STATUS_INVALID_ARGUMENT, "ZeroDivisionError");
-  tpu_k_value_t rz[] = {VT(&ta), VI(0)};
-  CHECK_STATUS(call_op("aten::remainder.Scalar", rz, 2, &to), TPU_STATUS_INVALID_ARGUMENT, "ZeroDivisionError");
+  tpu_k_value_t dz[] = {vt(&ta), vt(&tz), vs("trunc")};
+  CHECK_STATUS(call_op1("aten::div.Tensor_mode", dz, 3, &to), TPU_STATUS_INVALID_ARGUMENT, "ZeroDivisionError");
+  tpu_k_value_t rz[] = {vt(&ta), vi(0)};
+  CHECK_STATUS(call_op1("aten::remainder.Scalar", rz, 2, &to), TPU_STATUS_INVALID_ARGUMENT, "ZeroDivisionError");
   /* uint8 wraps, int32 pow */
   uint8_t u[3] = {1, 2, 250}, uo[3];
   tpu_tensor_t tu = T1(u, TPU_DTYPE_U8, 3), tuo = T1(uo, TPU_DTYPE_U8, 3);
-  tpu_k_value_t us[] = {VT(&tu), VI(10), VI(1)};
-  CHECK_OK(call_op("aten::add.Scalar", us, 3, &tuo));
+  tpu_k_value_t us[] = {vt(&tu), vi(10), vi(1)};
+  CHECK_OK(call_op1("aten::add.Scalar", us, 3, &tuo));
   CHECK(uo[0] == 11 && uo[2] == 4);
-  tpu_k_value_t us2[] = {VT(&tu), VI(3), VI(1)};
-  CHECK_OK(call_op("aten::sub.Scalar", us2, 3, &tuo));
+  tpu_k_value_t us2[] = {vt(&tu), vi(3), vi(1)};
+  CHECK_OK(call_op1("aten::sub.Scalar", us2, 3, &tuo));
   CHECK(uo[0] == 254 && uo[2] == 247);
   int32_t p[4] = {2, -1, 1, 3}, e[4] = {10, -3, -2, 2}, po[4];
   tpu_tensor_t tp = T1(p, TPU_DTYPE_I32, 4), te = T1(e, TPU_DTYPE_I32, 4), tpo = T1(po, TPU_DTYPE_I32, 4);
-  tpu_k_value_t pw[] = {VT(&tp), VT(&te)};
-  CHECK_OK(call_op("aten::pow.Tensor_Tensor", pw, 2, &tpo));
+  tpu_k_value_t pw[] = {vt(&tp), vt(&te)};
+  CHECK_OK(call_op1("aten::pow.Tensor_Tensor", pw, 2, &tpo));
   CHECK(po[0] == 1024 && po[1] == -1 && po[2] == 1 && po[3] == 9);
   /* bitwise */
-  tpu_k_value_t bw[] = {VT(&tp), VI(6)};
-  CHECK_OK(call_op("aten::bitwise_and.Scalar", bw, 2, &tpo));
+  tpu_k_value_t bw[] = {vt(&tp), vi(6)};
+  CHECK_OK(call_op1("aten::bitwise_and.Scalar", bw, 2, &tpo));
   CHECK(po[0] == 2 && po[1] == 6 && po[3] == 2);
-  CHECK_OK(call_op("aten::bitwise_xor.Scalar", bw, 2, &tpo));
+  CHECK_OK(call_op1("aten::bitwise_xor.Scalar", bw, 2, &tpo));
   CHECK(po[0] == 4 && po[1] == ~6);
-  tpu_k_value_t bn[] = {VT(&tp)};
-  CHECK_OK(call_op("aten::bitwise_not", bn, 1, &tpo));
+  tpu_k_value_t bn[] = {vt(&tp)};
+  CHECK_OK(call_op1("aten::bitwise_not", bn, 1, &tpo));
   CHECK(po[0] == ~2 && po[1] == 0);
   uint8_t bb[2] = {1, 0}, bo[2];
   tpu_tensor_t tbb = T1(bb, TPU_DTYPE_BOOL, 2), tbo = T1(bo, TPU_DTYPE_BOOL, 2);
-  tpu_k_value_t bn2[] = {VT(&tbb)};
-  CHECK_OK(call_op("aten::bitwise_not", bn2, 1, &tbo));
+  tpu_k_value_t bn2[] = {vt(&tbb)};
+  CHECK_OK(call_op1("aten::bitwise_not", bn2, 1, &tbo));
   CHECK(bo[0] == 0 && bo[1] == 1);
   /* clamp on ints, with min None */
-  tpu_k_value_t cl[] = {VT(&tp), VN(), VI(2)};
-  CHECK_OK(call_op("aten::clamp", cl, 3, &tpo));
+  tpu_k_value_t cl[] = {vt(&tp), vn(), vi(2)};
+  CHECK_OK(call_op1("aten::clamp", cl, 3, &tpo));
   CHECK(po[0] == 2 && po[1] == -1 && po[3] == 2);
-  tpu_k_value_t cl2[] = {VT(&tp), VI(0), VI(2)};
-  CHECK_OK(call_op("aten::clamp", cl2, 3, &tpo));
+  tpu_k_value_t cl2[] = {vt(&tp), vi(0), vi(2)};
+  CHECK_OK(call_op1("aten::clamp", cl2, 3, &tpo));
   CHECK(po[0] == 2 && po[1] == 0 && po[2] == 1 && po[3] == 2);
-  tpu_k_value_t cl3[] = {VT(&tp), VN(), VN()};
-  CHECK_STATUS(call_op("aten::clamp", cl3, 3, &tpo), TPU_STATUS_INVALID_ARGUMENT, "min");
+  tpu_k_value_t cl3[] = {vt(&tp), vn(), vn()};
+  CHECK_STATUS(call_op1("aten::clamp", cl3, 3, &tpo), TPU_STATUS_INVALID_ARGUMENT, "min");
 }
 
 /* ---- comparisons, selection, logical -------------------------------------- */
@@ -450,47 +373,47 @@ static void test_comparisons(void) {
   int64_t b[4] = {1, 3, 0, 16777217};
   uint8_t o[4];
   tpu_tensor_t ta = T1(a, TPU_DTYPE_F32, 4), tb = T1(b, TPU_DTYPE_I64, 4), to = T1(o, TPU_DTYPE_BOOL, 4);
-  tpu_k_value_t args[] = {VT(&ta), VT(&tb)};
-  CHECK_OK(call_op("aten::eq.Tensor", args, 2, &to));
+  tpu_k_value_t args[] = {vt(&ta), vt(&tb)};
+  CHECK_OK(call_op1("aten::eq.Tensor", args, 2, &to));
   CHECK(o[0] == 1 && o[1] == 0 && o[2] == 0 && o[3] == 0);
-  CHECK_OK(call_op("aten::lt.Tensor", args, 2, &to));
+  CHECK_OK(call_op1("aten::lt.Tensor", args, 2, &to));
   CHECK(o[0] == 0 && o[1] == 1 && o[2] == 0 && o[3] == 1);
-  CHECK_OK(call_op("aten::ne.Tensor", args, 2, &to));
+  CHECK_OK(call_op1("aten::ne.Tensor", args, 2, &to));
   CHECK(o[2] == 1);
   /* compared in float32 (promoted type): 16777217 rounds to 16777216 */
   float big[1] = {16777216.0f};
   int64_t bi[1] = {16777217};
   tpu_tensor_t tbig = T1(big, TPU_DTYPE_F32, 1), tbi = T1(bi, TPU_DTYPE_I64, 1), to1 = T1(o, TPU_DTYPE_BOOL, 1);
-  tpu_k_value_t a2[] = {VT(&tbig), VT(&tbi)};
-  CHECK_OK(call_op("aten::eq.Tensor", a2, 2, &to1));
+  tpu_k_value_t a2[] = {vt(&tbig), vt(&tbi)};
+  CHECK_OK(call_op1("aten::eq.Tensor", a2, 2, &to1));
   CHECK(o[0] == 1);
   /* int64 vs int64 compares exactly */
   int64_t bj[1] = {16777216};
   tpu_tensor_t tbj = T1(bj, TPU_DTYPE_I64, 1);
-  tpu_k_value_t a3[] = {VT(&tbi), VT(&tbj)};
-  CHECK_OK(call_op("aten::eq.Tensor", a3, 2, &to1));
+  tpu_k_value_t a3[] = {vt(&tbi), vt(&tbj)};
+  CHECK_OK(call_op1("aten::eq.Tensor", a3, 2, &to1));
   CHECK(o[0] == 0);
   /* f16 tensor == 0.1 compares in f16 (the scalar is cast first) */
   uint16_t h[1] = {tpu_ku_f32_to_f16(0.1f)};
   tpu_tensor_t th = T1(h, TPU_DTYPE_F16, 1);
-  tpu_k_value_t a4[] = {VT(&th), VD(0.1)};
-  CHECK_OK(call_op("aten::eq.Scalar", a4, 2, &to1));
+  tpu_k_value_t a4[] = {vt(&th), vd(0.1)};
+  CHECK_OK(call_op1("aten::eq.Scalar", a4, 2, &to1));
   CHECK(o[0] == 1);
   /* uint8 == 261 wraps to 5, as PyTorch does */
   uint8_t u[1] = {5};
   tpu_tensor_t tu = T1(u, TPU_DTYPE_U8, 1);
-  tpu_k_value_t a5[] = {VT(&tu), VI(261)};
-  CHECK_OK(call_op("aten::eq.Scalar", a5, 2, &to1));
+  tpu_k_value_t a5[] = {vt(&tu), vi(261)};
+  CHECK_OK(call_op1("aten::eq.Scalar", a5, 2, &to1));
   CHECK(o[0] == 1);
   /* in-place comparison keeps self's dtype */
   float s[3] = {1, 5, 9};
   tpu_tensor_t ts = T1(s, TPU_DTYPE_F32, 3);
-  tpu_k_value_t a6[] = {VT(&ts), VD(5.0)};
-  CHECK_OK(call_op("aten::ge_.Scalar", a6, 2, &ts));
+  tpu_k_value_t a6[] = {vt(&ts), vd(5.0)};
+  CHECK_OK(call_op1("aten::ge_.Scalar", a6, 2, &ts));
   CHECK(s[0] == 0.0f && s[1] == 1.0f && s[2] == 1.0f);
   /* isnan */
-  tpu_k_value_t a7[] = {VT(&ta)};
-  CHECK_OK(call_op("aten::isnan", a7, 1, &to));
+  tpu_k_value_t a7[] = {vt(&ta)};
+  CHECK_OK(call_op1("aten::isnan", a7, 1, &to));
   CHECK(o[0] == 0 && o[2] == 1);
 }
 
@@ -499,18 +422,18 @@ static void test_where_masked_logical(void) {
   float x[4] = {1, 2, 3, 4}, y[4] = {-1, -2, -3, -4}, o[4];
   tpu_tensor_t tc = T1(cond, TPU_DTYPE_BOOL, 4), tx = T1(x, TPU_DTYPE_F32, 4), ty = T1(y, TPU_DTYPE_F32, 4);
   tpu_tensor_t to = T1(o, TPU_DTYPE_F32, 4);
-  tpu_k_value_t w[] = {VT(&tc), VT(&tx), VT(&ty)};
-  CHECK_OK(call_op("aten::where.self", w, 3, &to));
+  tpu_k_value_t w[] = {vt(&tc), vt(&tx), vt(&ty)};
+  CHECK_OK(call_op1("aten::where.self", w, 3, &to));
   CHECK(o[0] == 1 && o[1] == -2 && o[2] == 3 && o[3] == -4);
-  tpu_k_value_t w2[] = {VT(&tc), VT(&tx), VD(7.0)};
-  CHECK_OK(call_op("aten::where.ScalarOther", w2, 3, &to));
+  tpu_k_value_t w2[] = {vt(&tc), vt(&tx), vd(7.0)};
+  CHECK_OK(call_op1("aten::where.ScalarOther", w2, 3, &to));
   CHECK(o[1] == 7 && o[2] == 3);
   /* masked_fill with a broadcast mask [2,1] over [2,2] */
   int64_t s22[] = {2, 2}, s21[] = {2, 1};
   uint8_t m[2] = {0, 1};
   tpu_tensor_t tx2 = T_(x, TPU_DTYPE_F32, 2, s22, NULL), tm = T_(m, TPU_DTYPE_BOOL, 2, s21, NULL);
-  tpu_k_value_t mf[] = {VT(&tx2), VT(&tm), VD(-9.5)};
-  CHECK_OK(call_op("aten::masked_fill_.Scalar", mf, 3, &tx2));
+  tpu_k_value_t mf[] = {vt(&tx2), vt(&tm), vd(-9.5)};
+  CHECK_OK(call_op1("aten::masked_fill_.Scalar", mf, 3, &tx2));
   CHECK(x[0] == 1 && x[1] == 2 && x[2] == -9.5f && x[3] == -9.5f);
   /* masked_fill.Tensor with a 0-dim int value into an int tensor */
   int32_t iv[4] = {1, 2, 3, 4}, io[4];
@@ -518,24 +441,24 @@ static void test_where_masked_logical(void) {
   uint8_t m4[4] = {1, 0, 0, 1};
   tpu_tensor_t tiv = T1(iv, TPU_DTYPE_I32, 4), tio = T1(io, TPU_DTYPE_I32, 4);
   tpu_tensor_t tm4 = T1(m4, TPU_DTYPE_BOOL, 4), tval = T0(&val, TPU_DTYPE_I64);
-  tpu_k_value_t mf2[] = {VT(&tiv), VT(&tm4), VT(&tval)};
-  CHECK_OK(call_op("aten::masked_fill.Tensor", mf2, 3, &tio));
+  tpu_k_value_t mf2[] = {vt(&tiv), vt(&tm4), vt(&tval)};
+  CHECK_OK(call_op1("aten::masked_fill.Tensor", mf2, 3, &tio));
   CHECK(io[0] == 42 && io[1] == 2 && io[3] == 42);
   /* logical ops: float inputs, bool output; logical_not on ints */
   float la[4] = {0, 1, NAN, 0}, lb[4] = {0, 0, 2, 3};
   uint8_t lo[4];
   tpu_tensor_t tla = T1(la, TPU_DTYPE_F32, 4), tlb = T1(lb, TPU_DTYPE_F32, 4), tlo = T1(lo, TPU_DTYPE_BOOL, 4);
-  tpu_k_value_t l2[] = {VT(&tla), VT(&tlb)};
-  CHECK_OK(call_op("aten::logical_and", l2, 2, &tlo));
+  tpu_k_value_t l2[] = {vt(&tla), vt(&tlb)};
+  CHECK_OK(call_op1("aten::logical_and", l2, 2, &tlo));
   CHECK(lo[0] == 0 && lo[1] == 0 && lo[2] == 1 && lo[3] == 0);
-  CHECK_OK(call_op("aten::logical_or", l2, 2, &tlo));
+  CHECK_OK(call_op1("aten::logical_or", l2, 2, &tlo));
   CHECK(lo[0] == 0 && lo[1] == 1 && lo[2] == 1 && lo[3] == 1);
-  CHECK_OK(call_op("aten::logical_xor", l2, 2, &tlo));
+  CHECK_OK(call_op1("aten::logical_xor", l2, 2, &tlo));
   CHECK(lo[0] == 0 && lo[1] == 1 && lo[2] == 0 && lo[3] == 1);
   double tiny[1] = {1e-300};
   tpu_tensor_t ttiny = T1(tiny, TPU_DTYPE_F64, 1), tlo1 = T1(lo, TPU_DTYPE_BOOL, 1);
-  tpu_k_value_t l1[] = {VT(&ttiny)};
-  CHECK_OK(call_op("aten::logical_not", l1, 1, &tlo1));
+  tpu_k_value_t l1[] = {vt(&ttiny)};
+  CHECK_OK(call_op1("aten::logical_not", l1, 1, &tlo1));
   CHECK(lo[0] == 0);
 }
 
@@ -594,8 +517,8 @@ static void test_unary_float(void) {
       xd[i] = x[i];
     }
     tpu_tensor_t tx = T1(x, TPU_DTYPE_F32, N), to = T1(o, TPU_DTYPE_F32, N);
-    tpu_k_value_t args[] = {VT(&tx)};
-    tpu_status_t st = call_op(cases[c].name, args, 1, &to);
+    tpu_k_value_t args[] = {vt(&tx)};
+    tpu_status_t st = call_op1(cases[c].name, args, 1, &to);
     CHECK(st == TPU_OK);
     if (st) {
       fprintf(stderr, "  %s: %s\n", cases[c].name, tpu_status_message(st));
@@ -613,8 +536,8 @@ static void test_unary_float(void) {
     CHECK(bad == 0);
     /* float64 */
     tpu_tensor_t txd = T1(xd, TPU_DTYPE_F64, N), tod = T1(od, TPU_DTYPE_F64, N);
-    tpu_k_value_t dargs[] = {VT(&txd)};
-    CHECK_OK(call_op(cases[c].name, dargs, 1, &tod));
+    tpu_k_value_t dargs[] = {vt(&txd)};
+    CHECK_OK(call_op1(cases[c].name, dargs, 1, &tod));
     bad = 0;
     for (int i = 0; i < N; ++i) {
       double want = cases[c].fn(xd[i]);
@@ -628,8 +551,8 @@ static void test_unary_float(void) {
   /* gelu tanh approximation */
   for (int i = 0; i < N; ++i) x[i] = frand(-6, 6);
   tpu_tensor_t tx = T1(x, TPU_DTYPE_F32, N), to = T1(o, TPU_DTYPE_F32, N);
-  tpu_k_value_t ga[] = {VT(&tx), VS("tanh")};
-  CHECK_OK(call_op("aten::gelu", ga, 2, &to));
+  tpu_k_value_t ga[] = {vt(&tx), vs("tanh")};
+  CHECK_OK(call_op1("aten::gelu", ga, 2, &to));
   int bad = 0;
   for (int i = 0; i < N; ++i)
     if (!close_f(o[i], r_gelu_tanh(x[i]), 4e-6, 1e-6)) bad++;
@@ -638,8 +561,8 @@ static void test_unary_float(void) {
   int64_t iv[3] = {1, 4, 9};
   float fo[3];
   tpu_tensor_t tiv = T1(iv, TPU_DTYPE_I64, 3), tfo = T1(fo, TPU_DTYPE_F32, 3);
-  tpu_k_value_t sa[] = {VT(&tiv)};
-  CHECK_OK(call_op("aten::sqrt", sa, 1, &tfo));
+  tpu_k_value_t sa[] = {vt(&tiv)};
+  CHECK_OK(call_op1("aten::sqrt", sa, 1, &tfo));
   CHECK(fo[0] == 1.0f && fo[1] == 2.0f && fo[2] == 3.0f);
   free(x);
   free(o);
@@ -653,78 +576,78 @@ static void test_special_values(void) {
   /* maximum / minimum propagate NaN */
   float b[6] = {0, NAN, 0, 0, 1, -3};
   tpu_tensor_t tb = T1(b, TPU_DTYPE_F32, 6);
-  tpu_k_value_t mm[] = {VT(&ta), VT(&tb)};
-  CHECK_OK(call_op("aten::maximum", mm, 2, &to));
+  tpu_k_value_t mm[] = {vt(&ta), vt(&tb)};
+  CHECK_OK(call_op1("aten::maximum", mm, 2, &to));
   CHECK(isnan(o[0]) && isnan(o[1]) && o[2] == 0 && o[3] == INFINITY && o[4] == 1 && o[5] == -2.5f);
-  CHECK_OK(call_op("aten::minimum", mm, 2, &to));
+  CHECK_OK(call_op1("aten::minimum", mm, 2, &to));
   CHECK(isnan(o[0]) && isnan(o[1]) && o[2] == -INFINITY && o[5] == -3);
   /* clamp: NaN input stays NaN, NaN bound -> NaN, min > max -> max */
-  tpu_k_value_t cl[] = {VT(&ta), VD(0.0), VD(0.75)};
-  CHECK_OK(call_op("aten::clamp", cl, 3, &to));
+  tpu_k_value_t cl[] = {vt(&ta), vd(0.0), vd(0.75)};
+  CHECK_OK(call_op1("aten::clamp", cl, 3, &to));
   CHECK(isnan(o[0]) && o[1] == 0.75f && o[2] == 0 && o[3] == 0.75f && o[4] == 0.5f && o[5] == 0);
-  tpu_k_value_t cl2[] = {VT(&ta), VD(2.0), VD(1.0)};
-  CHECK_OK(call_op("aten::clamp", cl2, 3, &to));
+  tpu_k_value_t cl2[] = {vt(&ta), vd(2.0), vd(1.0)};
+  CHECK_OK(call_op1("aten::clamp", cl2, 3, &to));
   CHECK(o[1] == 1.0f && o[4] == 1.0f);
   float nanb[1] = {NAN};
   tpu_tensor_t tnan = T0(nanb, TPU_DTYPE_F32);
-  tpu_k_value_t cl3[] = {VT(&ta), VT(&tnan), VN()};
-  CHECK_OK(call_op("aten::clamp.Tensor", cl3, 3, &to));
+  tpu_k_value_t cl3[] = {vt(&ta), vt(&tnan), vn()};
+  CHECK_OK(call_op1("aten::clamp.Tensor", cl3, 3, &to));
   CHECK(isnan(o[1]) && isnan(o[4]));
   /* nan_to_num defaults (f32) and explicit values */
-  tpu_k_value_t nn[] = {VT(&ta), VN(), VN(), VN()};
-  CHECK_OK(call_op("aten::nan_to_num", nn, 4, &to));
+  tpu_k_value_t nn[] = {vt(&ta), vn(), vn(), vn()};
+  CHECK_OK(call_op1("aten::nan_to_num", nn, 4, &to));
   CHECK(o[0] == 0 && o[2] == -FLT_MAX && o[3] == FLT_MAX && o[4] == 0.5f);
-  tpu_k_value_t nn2[] = {VT(&ta), VD(1.0), VD(2.0), VD(-3.0)};
-  CHECK_OK(call_op("aten::nan_to_num", nn2, 4, &to));
+  tpu_k_value_t nn2[] = {vt(&ta), vd(1.0), vd(2.0), vd(-3.0)};
+  CHECK_OK(call_op1("aten::nan_to_num", nn2, 4, &to));
   CHECK(o[0] == 1 && o[2] == -3 && o[3] == 2);
   /* f16 nan_to_num defaults to the f16 range */
   uint16_t h[2] = {0x7C00, 0xFC00}, ho[2];
   tpu_tensor_t th = T1(h, TPU_DTYPE_F16, 2), tho = T1(ho, TPU_DTYPE_F16, 2);
-  tpu_k_value_t nn3[] = {VT(&th)};
-  CHECK_OK(call_op("aten::nan_to_num", nn3, 1, &tho));
+  tpu_k_value_t nn3[] = {vt(&th)};
+  CHECK_OK(call_op1("aten::nan_to_num", nn3, 1, &tho));
   CHECK(ho[0] == 0x7BFF && ho[1] == 0xFBFF);
   /* round: half to even; decimals */
   float r[4] = {0.5f, 1.5f, 2.5f, -0.5f};
   tpu_tensor_t tr = T1(r, TPU_DTYPE_F32, 4), tro = T1(o, TPU_DTYPE_F32, 4);
-  tpu_k_value_t ra[] = {VT(&tr)};
-  CHECK_OK(call_op("aten::round", ra, 1, &tro));
+  tpu_k_value_t ra[] = {vt(&tr)};
+  CHECK_OK(call_op1("aten::round", ra, 1, &tro));
   CHECK(o[0] == 0 && o[1] == 2 && o[2] == 2 && o[3] == 0 && signbit(o[3]));
   float r2[2] = {1.2345f, 1234.5f};
   tpu_tensor_t tr2 = T1(r2, TPU_DTYPE_F32, 2), tro2 = T1(o, TPU_DTYPE_F32, 2);
-  tpu_k_value_t rd[] = {VT(&tr2), VI(2)};
-  CHECK_OK(call_op("aten::round.decimals", rd, 2, &tro2));
+  tpu_k_value_t rd[] = {vt(&tr2), vi(2)};
+  CHECK_OK(call_op1("aten::round.decimals", rd, 2, &tro2));
   CHECK(o[0] == nearbyintf(1.2345f * 100.0f) / 100.0f && o[1] == 1234.5f);
-  tpu_k_value_t rd2[] = {VT(&tr2), VI(-2)};
-  CHECK_OK(call_op("aten::round.decimals", rd2, 2, &tro2));
+  tpu_k_value_t rd2[] = {vt(&tr2), vi(-2)};
+  CHECK_OK(call_op1("aten::round.decimals", rd2, 2, &tro2));
   CHECK(o[0] == 0 && o[1] == 1200);
   /* float floor division and remainder follow Python semantics */
   float fa[4] = {-7, 7, -7, 5}, fb[4] = {2, -2, 0, 0.5f};
   tpu_tensor_t tfa = T1(fa, TPU_DTYPE_F32, 4), tfb = T1(fb, TPU_DTYPE_F32, 4), tfo = T1(o, TPU_DTYPE_F32, 4);
-  tpu_k_value_t fd[] = {VT(&tfa), VT(&tfb), VS("floor")};
-  CHECK_OK(call_op("aten::div.Tensor_mode", fd, 3, &tfo));
+  tpu_k_value_t fd[] = {vt(&tfa), vt(&tfb), vs("floor")};
+  CHECK_OK(call_op1("aten::div.Tensor_mode", fd, 3, &tfo));
   CHECK(o[0] == -4 && o[1] == -4 && o[2] == -INFINITY && o[3] == 10);
-  tpu_k_value_t td[] = {VT(&tfa), VT(&tfb), VS("trunc")};
-  CHECK_OK(call_op("aten::div.Tensor_mode", td, 3, &tfo));
+  tpu_k_value_t td[] = {vt(&tfa), vt(&tfb), vs("trunc")};
+  CHECK_OK(call_op1("aten::div.Tensor_mode", td, 3, &tfo));
   CHECK(o[0] == -3 && o[1] == -3);
-  tpu_k_value_t nd[] = {VT(&tfa), VT(&tfb), VN()};
-  CHECK_OK(call_op("aten::div.Tensor_mode", nd, 3, &tfo));
+  tpu_k_value_t nd[] = {vt(&tfa), vt(&tfb), vn()};
+  CHECK_OK(call_op1("aten::div.Tensor_mode", nd, 3, &tfo));
   CHECK(o[0] == -3.5f);
-  tpu_k_value_t rm[] = {VT(&tfa), VT(&tfb)};
-  CHECK_OK(call_op("aten::remainder.Tensor", rm, 2, &tfo));
+  tpu_k_value_t rm[] = {vt(&tfa), vt(&tfb)};
+  CHECK_OK(call_op1("aten::remainder.Tensor", rm, 2, &tfo));
   CHECK(o[0] == 1 && o[1] == -1 && isnan(o[2]) && o[3] == 0);
-  CHECK_OK(call_op("aten::fmod.Tensor", rm, 2, &tfo));
+  CHECK_OK(call_op1("aten::fmod.Tensor", rm, 2, &tfo));
   CHECK(o[0] == -1 && o[1] == 1);
   /* pow special exponents and general */
   float pb[3] = {4, 9, 2};
   tpu_tensor_t tpb = T1(pb, TPU_DTYPE_F32, 3), tpo = T1(o, TPU_DTYPE_F32, 3);
-  tpu_k_value_t p1[] = {VT(&tpb), VD(0.5)};
-  CHECK_OK(call_op("aten::pow.Tensor_Scalar", p1, 2, &tpo));
+  tpu_k_value_t p1[] = {vt(&tpb), vd(0.5)};
+  CHECK_OK(call_op1("aten::pow.Tensor_Scalar", p1, 2, &tpo));
   CHECK(o[0] == 2 && o[1] == 3);
-  tpu_k_value_t p2[] = {VT(&tpb), VI(-2)};
-  CHECK_OK(call_op("aten::pow.Tensor_Scalar", p2, 2, &tpo));
+  tpu_k_value_t p2[] = {vt(&tpb), vi(-2)};
+  CHECK_OK(call_op1("aten::pow.Tensor_Scalar", p2, 2, &tpo));
   CHECK(o[0] == 1.0f / 16 && o[2] == 0.25f);
-  tpu_k_value_t p3[] = {VT(&tpb), VD(1.5)};
-  CHECK_OK(call_op("aten::pow.Tensor_Scalar", p3, 2, &tpo));
+  tpu_k_value_t p3[] = {vt(&tpb), vd(1.5)};
+  CHECK_OK(call_op1("aten::pow.Tensor_Scalar", p3, 2, &tpo));
   CHECK(o[0] == 8 && o[1] == 27);
 }
 
@@ -738,33 +661,33 @@ static void test_backward_ops(void) {
   x[0] = 0.5f; /* threshold tie */
   tpu_tensor_t tg = T1(g, TPU_DTYPE_F32, N), tx = T1(x, TPU_DTYPE_F32, N), to = T1(o, TPU_DTYPE_F32, N);
   int bad;
-  tpu_k_value_t a2[] = {VT(&tg), VT(&tx)};
-  CHECK_OK(call_op("aten::silu_backward", a2, 2, &to));
+  tpu_k_value_t a2[] = {vt(&tg), vt(&tx)};
+  CHECK_OK(call_op1("aten::silu_backward", a2, 2, &to));
   bad = 0;
   for (int i = 0; i < N; ++i) {
     double s = 1.0 / (1.0 + exp(-(double)x[i]));
     if (!close_f(o[i], g[i] * s * (1 + x[i] * (1 - s)), 1e-5, 1e-6)) bad++;
   }
   CHECK(bad == 0);
-  CHECK_OK(call_op("aten::sigmoid_backward", a2, 2, &to));
+  CHECK_OK(call_op1("aten::sigmoid_backward", a2, 2, &to));
   bad = 0;
   for (int i = 0; i < N; ++i)
     if (!close_f(o[i], (double)g[i] * (1 - (double)x[i]) * x[i], 1e-5, 1e-6)) bad++;
   CHECK(bad == 0);
-  CHECK_OK(call_op("aten::tanh_backward", a2, 2, &to));
+  CHECK_OK(call_op1("aten::tanh_backward", a2, 2, &to));
   bad = 0;
   for (int i = 0; i < N; ++i)
     if (!close_f(o[i], (double)g[i] * (1 - (double)x[i] * x[i]), 1e-5, 1e-5)) bad++;
   CHECK(bad == 0);
-  CHECK_OK(call_op("aten::mish_backward", a2, 2, &to));
+  CHECK_OK(call_op1("aten::mish_backward", a2, 2, &to));
   bad = 0;
   for (int i = 0; i < N; ++i) {
     double xd = x[i], sg = 1 / (1 + exp(-xd)), ts = tanh(log1p(exp(xd)));
     if (!close_f(o[i], g[i] * (ts + xd * sg * (1 - ts * ts)), 1e-5, 1e-6)) bad++;
   }
   CHECK(bad == 0);
-  tpu_k_value_t gb[] = {VT(&tg), VT(&tx), VS("none")};
-  CHECK_OK(call_op("aten::gelu_backward", gb, 3, &to));
+  tpu_k_value_t gb[] = {vt(&tg), vt(&tx), vs("none")};
+  CHECK_OK(call_op1("aten::gelu_backward", gb, 3, &to));
   bad = 0;
   for (int i = 0; i < N; ++i) {
     double xd = x[i];
@@ -772,8 +695,8 @@ static void test_backward_ops(void) {
     if (!close_f(o[i], g[i] * (cdf + xd * pdf), 1e-5, 1e-6)) bad++;
   }
   CHECK(bad == 0);
-  tpu_k_value_t gt[] = {VT(&tg), VT(&tx), VS("tanh")};
-  CHECK_OK(call_op("aten::gelu_backward", gt, 3, &to));
+  tpu_k_value_t gt[] = {vt(&tg), vt(&tx), vs("tanh")};
+  CHECK_OK(call_op1("aten::gelu_backward", gt, 3, &to));
   bad = 0;
   for (int i = 0; i < N; ++i) {
     double xd = x[i], kb = sqrt(2.0) * (2.0 / sqrt(3.14159265358979323846)) * 0.5, kk = 0.044715;
@@ -782,15 +705,15 @@ static void test_backward_ops(void) {
     if (!close_f(o[i], g[i] * d, 1e-5, 1e-6)) bad++;
   }
   CHECK(bad == 0);
-  tpu_k_value_t tb[] = {VT(&tg), VT(&tx), VD(0.5)};
-  CHECK_OK(call_op("aten::threshold_backward", tb, 3, &to));
+  tpu_k_value_t tb[] = {vt(&tg), vt(&tx), vd(0.5)};
+  CHECK_OK(call_op1("aten::threshold_backward", tb, 3, &to));
   bad = 0;
   for (int i = 0; i < N; ++i)
     if (o[i] != (x[i] <= 0.5f ? 0.0f : g[i])) bad++;
   CHECK(bad == 0);
   CHECK(o[0] == 0.0f);
-  tpu_k_value_t sb[] = {VT(&tg), VT(&tx), VI(2), VI(5)};
-  CHECK_OK(call_op("aten::softplus_backward", sb, 4, &to));
+  tpu_k_value_t sb[] = {vt(&tg), vt(&tx), vi(2), vi(5)};
+  CHECK_OK(call_op1("aten::softplus_backward", sb, 4, &to));
   bad = 0;
   for (int i = 0; i < N; ++i) {
     double z = exp(2.0 * x[i]);
@@ -798,29 +721,29 @@ static void test_backward_ops(void) {
     if (!close_f(o[i], want, 1e-5, 1e-6)) bad++;
   }
   CHECK(bad == 0);
-  tpu_k_value_t hb[] = {VT(&tg), VT(&tx), VD(-1.0), VD(1.0)};
-  CHECK_OK(call_op("aten::hardtanh_backward", hb, 4, &to));
+  tpu_k_value_t hb[] = {vt(&tg), vt(&tx), vd(-1.0), vd(1.0)};
+  CHECK_OK(call_op1("aten::hardtanh_backward", hb, 4, &to));
   bad = 0;
   for (int i = 0; i < N; ++i)
     if (o[i] != ((x[i] <= -1 || x[i] >= 1) ? 0.0f : g[i])) bad++;
   CHECK(bad == 0);
-  tpu_k_value_t lb[] = {VT(&tg), VT(&tx), VD(0.2), VB(false)};
-  CHECK_OK(call_op("aten::leaky_relu_backward", lb, 4, &to));
+  tpu_k_value_t lb[] = {vt(&tg), vt(&tx), vd(0.2), vb(false)};
+  CHECK_OK(call_op1("aten::leaky_relu_backward", lb, 4, &to));
   bad = 0;
   for (int i = 0; i < N; ++i)
     if (o[i] != (x[i] > 0 ? g[i] : g[i] * 0.2f)) bad++;
   CHECK(bad == 0);
   /* softplus with beta/threshold and threshold() */
-  tpu_k_value_t sp[] = {VT(&tx), VI(2), VI(5)};
-  CHECK_OK(call_op("aten::softplus", sp, 3, &to));
+  tpu_k_value_t sp[] = {vt(&tx), vi(2), vi(5)};
+  CHECK_OK(call_op1("aten::softplus", sp, 3, &to));
   bad = 0;
   for (int i = 0; i < N; ++i) {
     double want = 2.0 * x[i] > 5 ? x[i] : log1p(exp(2.0 * x[i])) / 2.0;
     if (!close_f(o[i], want, 1e-5, 1e-6)) bad++;
   }
   CHECK(bad == 0);
-  tpu_k_value_t th[] = {VT(&tx), VD(0.5), VD(-7.0)};
-  CHECK_OK(call_op("aten::threshold", th, 3, &to));
+  tpu_k_value_t th[] = {vt(&tx), vd(0.5), vd(-7.0)};
+  CHECK_OK(call_op1("aten::threshold", th, 3, &to));
   CHECK(o[0] == -7.0f);
 }
 
@@ -842,7 +765,7 @@ static void test_parallel_matches_serial(void) {
   tpu_tensor_t t1 = T_(o1, TPU_DTYPE_F32, 2, sz, NULL), t2 = T_(o2, TPU_DTYPE_F32, 2, sz, NULL);
   const char* ops[] = {"aten::add.Tensor", "aten::mul.Tensor", "aten::maximum", "aten::lerp.Tensor"};
   for (int k = 0; k < 4; ++k) {
-    tpu_k_value_t args[] = {VT(&ta), VT(&tr), k == 3 ? VT(&tr) : VI(1)};
+    tpu_k_value_t args[] = {vt(&ta), vt(&tr), k == 3 ? vt(&tr) : vi(1)};
     int nargs = k == 0 || k == 3 ? 3 : 2;
     memset(o1, 0, (size_t)R * C * 4);
     memset(o2, 0xff, (size_t)R * C * 4);
@@ -850,7 +773,7 @@ static void test_parallel_matches_serial(void) {
     CHECK_OK(call_op_pool(ops[k], args, nargs, &t2, g_pool));
     CHECK(memcmp(o1, o2, (size_t)R * C * 4) == 0);
   }
-  tpu_k_value_t sargs[] = {VT(&ta)};
+  tpu_k_value_t sargs[] = {vt(&ta)};
   CHECK_OK(call_op_pool("aten::silu", sargs, 1, &t1, NULL));
   CHECK_OK(call_op_pool("aten::silu", sargs, 1, &t2, g_pool));
   CHECK(memcmp(o1, o2, (size_t)R * C * 4) == 0);
@@ -868,7 +791,7 @@ static void test_parallel_matches_serial(void) {
   ia[R * C - 3] = 0;
   int64_t n = (int64_t)R * C;
   tpu_tensor_t tia = T1(ia, TPU_DTYPE_I64, n), tio = T1(io, TPU_DTYPE_I64, n);
-  tpu_k_value_t dz[] = {VI(5), VT(&tia)};
+  tpu_k_value_t dz[] = {vi(5), vt(&tia)};
   CHECK_STATUS(call_op_pool("aten::remainder.Scalar_Tensor", dz, 2, &tio, g_pool),
                TPU_STATUS_INVALID_ARGUMENT, "ZeroDivisionError");
   free(ia);
@@ -886,32 +809,32 @@ static void test_mixed_dtypes(void) {
   for (int i = 0; i < 3; ++i) b[i] = tpu_ku_f32_to_bf16(fb[i]);
   float o[3];
   tpu_tensor_t ta = T1(a, TPU_DTYPE_I32, 3), tb = T1(b, TPU_DTYPE_BF16, 3), to = T1(o, TPU_DTYPE_F32, 3);
-  tpu_k_value_t args[] = {VT(&ta), VT(&tb), VI(1)};
-  CHECK_OK(call_op("aten::add.Tensor", args, 3, &to));
+  tpu_k_value_t args[] = {vt(&ta), vt(&tb), vi(1)};
+  CHECK_OK(call_op1("aten::add.Tensor", args, 3, &to));
   CHECK(o[0] == 1.5f && o[1] == 3.25f && o[2] == 1.0f);
   /* f64 output from f32 + f64 */
   double d[3] = {0.1, 0.2, 0.3}, od[3];
   tpu_tensor_t td = T1(d, TPU_DTYPE_F64, 3), tod = T1(od, TPU_DTYPE_F64, 3), tf = T1(fb, TPU_DTYPE_F32, 3);
-  tpu_k_value_t a2[] = {VT(&tf), VT(&td), VI(1)};
-  CHECK_OK(call_op("aten::add.Tensor", a2, 3, &tod));
+  tpu_k_value_t a2[] = {vt(&tf), vt(&td), vi(1)};
+  CHECK_OK(call_op1("aten::add.Tensor", a2, 3, &tod));
   CHECK(od[0] == 0.5 + 0.1 && od[2] == -2.0 + 0.3);
   /* bool + bool -> bool (logical or), bool * bool */
   uint8_t x[2] = {1, 0}, y[2] = {1, 1}, bo[2];
   tpu_tensor_t tx = T1(x, TPU_DTYPE_BOOL, 2), ty = T1(y, TPU_DTYPE_BOOL, 2), tbo = T1(bo, TPU_DTYPE_BOOL, 2);
-  tpu_k_value_t a3[] = {VT(&tx), VT(&ty), VI(1)};
-  CHECK_OK(call_op("aten::add.Tensor", a3, 3, &tbo));
+  tpu_k_value_t a3[] = {vt(&tx), vt(&ty), vi(1)};
+  CHECK_OK(call_op1("aten::add.Tensor", a3, 3, &tbo));
   CHECK(bo[0] == 1 && bo[1] == 1);
-  CHECK_OK(call_op("aten::mul.Tensor", a3, 2, &tbo));
+  CHECK_OK(call_op1("aten::mul.Tensor", a3, 2, &tbo));
   CHECK(bo[0] == 1 && bo[1] == 0);
   /* int8 output from int8 + int8 wraps */
   int8_t i8[2] = {100, -100}, i8o[2];
   tpu_tensor_t ti8 = T1(i8, TPU_DTYPE_I8, 2), ti8o = T1(i8o, TPU_DTYPE_I8, 2);
-  tpu_k_value_t a4[] = {VT(&ti8), VT(&ti8), VI(1)};
-  CHECK_OK(call_op("aten::add.Tensor", a4, 3, &ti8o));
+  tpu_k_value_t a4[] = {vt(&ti8), vt(&ti8), vi(1)};
+  CHECK_OK(call_op1("aten::add.Tensor", a4, 3, &ti8o));
   CHECK(i8o[0] == -56 && i8o[1] == 56);
   /* integer alpha must not be a float */
-  tpu_k_value_t a5[] = {VT(&ti8), VT(&ti8), VD(1.5)};
-  CHECK_STATUS(call_op("aten::add.Tensor", a5, 3, &ti8o), TPU_STATUS_INVALID_ARGUMENT, "alpha");
+  tpu_k_value_t a5[] = {vt(&ti8), vt(&ti8), vd(1.5)};
+  CHECK_STATUS(call_op1("aten::add.Tensor", a5, 3, &ti8o), TPU_STATUS_INVALID_ARGUMENT, "alpha");
 }
 
 /* ---- vectorised float32 math ---------------------------------------------- */
@@ -1003,8 +926,8 @@ static void test_vector_ops_through_kernels(void) {
   for (int i = 0; i < N; ++i) h[i] = tpu_ku_f32_to_f16(x[i]);
   for (size_t k = 0; k < sizeof(ops) / sizeof(ops[0]); ++k) {
     tpu_tensor_t tx = T1(x, TPU_DTYPE_F32, N), to = T1(o, TPU_DTYPE_F32, N);
-    tpu_k_value_t args[] = {VT(&tx)};
-    CHECK_OK(call_op(ops[k], args, 1, &to));
+    tpu_k_value_t args[] = {vt(&tx)};
+    CHECK_OK(call_op1(ops[k], args, 1, &to));
     int bad = 0;
     for (int i = 0; i < N; ++i) {
       double want = refs[k](x[i]);
@@ -1020,15 +943,15 @@ static void test_vector_ops_through_kernels(void) {
     /* a strided output (generic store path) gives the same values */
     int64_t n = N, st2 = 2;
     tpu_tensor_t tso = T_(o2, TPU_DTYPE_F32, 1, &n, &st2);
-    CHECK_OK(call_op(ops[k], args, 1, &tso));
+    CHECK_OK(call_op1(ops[k], args, 1, &tso));
     bad = 0;
     for (int i = 0; i < N; ++i)
       if (memcmp(&o2[2 * i], &o[i], 4) != 0 && !(isnan(o[i]) && isnan(o2[2 * i]))) bad++;
     CHECK(bad == 0);
     /* f16 in/out (F16C or portable conversions) vs float math rounded */
     tpu_tensor_t th = T1(h, TPU_DTYPE_F16, N), tho = T1(ho, TPU_DTYPE_F16, N);
-    tpu_k_value_t hargs[] = {VT(&th)};
-    CHECK_OK(call_op(ops[k], hargs, 1, &tho));
+    tpu_k_value_t hargs[] = {vt(&th)};
+    CHECK_OK(call_op1(ops[k], hargs, 1, &tho));
     bad = 0;
     for (int i = 0; i < N; ++i) {
       double want = refs[k](tpu_ku_f16_to_f32(h[i]));
@@ -1074,45 +997,45 @@ static void test_float_predicates(void) {
     for (int d = 0; d < 3; ++d) {
       uint8_t o[8];
       tpu_tensor_t tx = T1(datas[d], dts[d], 8), to = T1(o, TPU_DTYPE_BOOL, 8);
-      tpu_k_value_t args[] = {VT(&tx), VT(&to)};
-      CHECK_OK(call_op(ops[k], args, strstr(ops[k], ".out") ? 2 : 1, &to));
+      tpu_k_value_t args[] = {vt(&tx), vt(&to)};
+      CHECK_OK(call_op1(ops[k], args, strstr(ops[k], ".out") ? 2 : 1, &to));
       CHECK(memcmp(o, want[k], 8) == 0);
     }
     /* strided view: every other element */
     uint8_t o4[4];
     int64_t n4 = 4, st2 = 2;
     tpu_tensor_t tx = T_(x, TPU_DTYPE_F32, 1, &n4, &st2), to = T1(o4, TPU_DTYPE_BOOL, 4);
-    tpu_k_value_t args[] = {VT(&tx)};
-    CHECK_OK(call_op(ops[k], args, 1, &to));
+    tpu_k_value_t args[] = {vt(&tx)};
+    CHECK_OK(call_op1(ops[k], args, 1, &to));
     CHECK(o4[0] == want[k][0] && o4[1] == want[k][2] && o4[2] == want[k][4] && o4[3] == want[k][6]);
   }
   /* integers: never inf, always finite, signbit = negative */
   int8_t xi[4] = {-3, 0, 5, -128};
   uint8_t o[4];
   tpu_tensor_t ti = T1(xi, TPU_DTYPE_I8, 4), to = T1(o, TPU_DTYPE_BOOL, 4);
-  tpu_k_value_t ai[] = {VT(&ti)};
-  CHECK_OK(call_op("aten::isinf", ai, 1, &to));
+  tpu_k_value_t ai[] = {vt(&ti)};
+  CHECK_OK(call_op1("aten::isinf", ai, 1, &to));
   CHECK(o[0] == 0 && o[1] == 0 && o[2] == 0 && o[3] == 0);
-  CHECK_OK(call_op("aten::isfinite", ai, 1, &to));
+  CHECK_OK(call_op1("aten::isfinite", ai, 1, &to));
   CHECK(o[0] == 1 && o[1] == 1 && o[2] == 1 && o[3] == 1);
-  CHECK_OK(call_op("aten::signbit", ai, 1, &to));
+  CHECK_OK(call_op1("aten::signbit", ai, 1, &to));
   CHECK(o[0] == 1 && o[1] == 0 && o[2] == 0 && o[3] == 1);
   /* 0-dim and empty */
   float z = -2.0f;
   uint8_t oz = 0;
   tpu_tensor_t tz = T0(&z, TPU_DTYPE_F32), toz = T0(&oz, TPU_DTYPE_BOOL);
-  tpu_k_value_t az[] = {VT(&tz)};
-  CHECK_OK(call_op("aten::signbit", az, 1, &toz));
+  tpu_k_value_t az[] = {vt(&tz)};
+  CHECK_OK(call_op1("aten::signbit", az, 1, &toz));
   CHECK(oz == 1);
   int64_t e0[2] = {0, 3};
   tpu_tensor_t te = T_(NULL, TPU_DTYPE_F32, 2, e0, NULL), toe = T_(NULL, TPU_DTYPE_BOOL, 2, e0, NULL);
-  tpu_k_value_t ae[] = {VT(&te)};
-  CHECK_OK(call_op("aten::isneginf", ae, 1, &toe));
+  tpu_k_value_t ae[] = {vt(&te)};
+  CHECK_OK(call_op1("aten::isneginf", ae, 1, &toe));
   /* sgn on reals is sign (NaN -> 0) */
   float so[8];
   tpu_tensor_t tx = T1(x, TPU_DTYPE_F32, 8), tso = T1(so, TPU_DTYPE_F32, 8);
-  tpu_k_value_t as[] = {VT(&tx), VT(&tso)};
-  CHECK_OK(call_op("aten::sgn.out", as, 2, &tso));
+  tpu_k_value_t as[] = {vt(&tx), vt(&tso)};
+  CHECK_OK(call_op1("aten::sgn.out", as, 2, &tso));
   CHECK(so[0] == -1 && so[1] == 0 && so[3] == 0 && so[5] == -1 && so[6] == 1 && so[7] == 1);
 }
 
@@ -1120,43 +1043,43 @@ static void test_shifts(void) {
   /* int8: negative or >= 8 shifts give 0 (left) or the sign fill (right) */
   int8_t a[5] = {1, -1, 64, -128, 3}, b[5] = {-1, 7, 8, 1, 2}, o[5];
   tpu_tensor_t ta = T1(a, TPU_DTYPE_I8, 5), tb = T1(b, TPU_DTYPE_I8, 5), to = T1(o, TPU_DTYPE_I8, 5);
-  tpu_k_value_t args[] = {VT(&ta), VT(&tb)};
-  CHECK_OK(call_op("aten::bitwise_left_shift.Tensor", args, 2, &to));
+  tpu_k_value_t args[] = {vt(&ta), vt(&tb)};
+  CHECK_OK(call_op1("aten::bitwise_left_shift.Tensor", args, 2, &to));
   CHECK(o[0] == 0 && o[1] == -128 && o[2] == 0 && o[3] == 0 && o[4] == 12);
-  CHECK_OK(call_op("aten::__rshift__.Tensor", args, 2, &to));
+  CHECK_OK(call_op1("aten::__rshift__.Tensor", args, 2, &to));
   CHECK(o[0] == 0 && o[1] == -1 && o[2] == 0 && o[3] == -64 && o[4] == 0);
   /* uint8: right shifts by >= 8 give 0 */
   uint8_t ua[3] = {255, 255, 255}, ub[3] = {7, 8, 200}, uo[3];
   tpu_tensor_t tua = T1(ua, TPU_DTYPE_U8, 3), tub = T1(ub, TPU_DTYPE_U8, 3), tuo = T1(uo, TPU_DTYPE_U8, 3);
-  tpu_k_value_t uargs[] = {VT(&tua), VT(&tub)};
-  CHECK_OK(call_op("aten::bitwise_right_shift.Tensor", uargs, 2, &tuo));
+  tpu_k_value_t uargs[] = {vt(&tua), vt(&tub)};
+  CHECK_OK(call_op1("aten::bitwise_right_shift.Tensor", uargs, 2, &tuo));
   CHECK(uo[0] == 1 && uo[1] == 0 && uo[2] == 0);
-  CHECK_OK(call_op("aten::__lshift__.Tensor", uargs, 2, &tuo));
+  CHECK_OK(call_op1("aten::__lshift__.Tensor", uargs, 2, &tuo));
   CHECK(uo[0] == 128 && uo[1] == 0 && uo[2] == 0);
   /* int64 edge shifts, Scalar forms, in place */
   int64_t la[3] = {1, -5, 5}, lo[3];
   tpu_tensor_t tla = T1(la, TPU_DTYPE_I64, 3), tlo = T1(lo, TPU_DTYPE_I64, 3);
-  tpu_k_value_t s63[] = {VT(&tla), VI(63)};
-  CHECK_OK(call_op("aten::bitwise_left_shift.Tensor_Scalar", s63, 2, &tlo));
+  tpu_k_value_t s63[] = {vt(&tla), vi(63)};
+  CHECK_OK(call_op1("aten::bitwise_left_shift.Tensor_Scalar", s63, 2, &tlo));
   CHECK(lo[0] == INT64_MIN && lo[2] == INT64_MIN);
-  CHECK_OK(call_op("aten::__rshift__.Scalar", s63, 2, &tlo));
+  CHECK_OK(call_op1("aten::__rshift__.Scalar", s63, 2, &tlo));
   CHECK(lo[0] == 0 && lo[1] == -1 && lo[2] == 0);
   int64_t sh[3] = {1, 2, 70};
   tpu_tensor_t tsh = T1(sh, TPU_DTYPE_I64, 3);
-  tpu_k_value_t st[] = {VI(3), VT(&tsh)};
-  CHECK_OK(call_op("aten::bitwise_left_shift.Scalar_Tensor", st, 2, &tlo));
+  tpu_k_value_t st[] = {vi(3), vt(&tsh)};
+  CHECK_OK(call_op1("aten::bitwise_left_shift.Scalar_Tensor", st, 2, &tlo));
   CHECK(lo[0] == 6 && lo[1] == 12 && lo[2] == 0);
-  tpu_k_value_t ip[] = {VT(&tla), VI(2)};
-  CHECK_OK(call_op("aten::__ilshift__.Scalar", ip, 2, &tla));
+  tpu_k_value_t ip[] = {vt(&tla), vi(2)};
+  CHECK_OK(call_op1("aten::__ilshift__.Scalar", ip, 2, &tla));
   CHECK(la[0] == 4 && la[1] == -20 && la[2] == 20);
   /* float and bool are rejected */
   float f[1] = {1};
   uint8_t bo[1] = {1};
   tpu_tensor_t tf = T1(f, TPU_DTYPE_F32, 1), tbo = T1(bo, TPU_DTYPE_BOOL, 1);
-  tpu_k_value_t fa[] = {VT(&tf), VI(1)};
-  CHECK_STATUS(call_op("aten::bitwise_left_shift.Tensor_Scalar", fa, 2, &tf), TPU_STATUS_UNIMPLEMENTED, "float32");
-  tpu_k_value_t ba[] = {VT(&tbo), VT(&tbo)};
-  CHECK_STATUS(call_op("aten::bitwise_right_shift.Tensor", ba, 2, &tbo), TPU_STATUS_UNIMPLEMENTED, "bool");
+  tpu_k_value_t fa[] = {vt(&tf), vi(1)};
+  CHECK_STATUS(call_op1("aten::bitwise_left_shift.Tensor_Scalar", fa, 2, &tf), TPU_STATUS_UNIMPLEMENTED, "float32");
+  tpu_k_value_t ba[] = {vt(&tbo), vt(&tbo)};
+  CHECK_STATUS(call_op1("aten::bitwise_right_shift.Tensor", ba, 2, &tbo), TPU_STATUS_UNIMPLEMENTED, "bool");
 }
 
 static void test_isin(void) {
@@ -1164,11 +1087,11 @@ static void test_isin(void) {
   int64_t e[6] = {1, 2, 3, 4, 5, 2}, t[3] = {2, 5, 9};
   uint8_t o[6];
   tpu_tensor_t te = T1(e, TPU_DTYPE_I64, 6), tt = T1(t, TPU_DTYPE_I64, 3), to = T1(o, TPU_DTYPE_BOOL, 6);
-  tpu_k_value_t args[] = {VT(&te), VT(&tt), VB(false), VB(false)};
-  CHECK_OK(call_op("aten::isin.Tensor_Tensor", args, 4, &to));
+  tpu_k_value_t args[] = {vt(&te), vt(&tt), vb(false), vb(false)};
+  CHECK_OK(call_op1("aten::isin.Tensor_Tensor", args, 4, &to));
   CHECK(o[0] == 0 && o[1] == 1 && o[2] == 0 && o[3] == 0 && o[4] == 1 && o[5] == 1);
-  tpu_k_value_t iargs[] = {VT(&te), VT(&tt), VB(false), VB(true), VT(&to)};
-  CHECK_OK(call_op("aten::isin.Tensor_Tensor_out", iargs, 5, &to));
+  tpu_k_value_t iargs[] = {vt(&te), vt(&tt), vb(false), vb(true), vt(&to)};
+  CHECK_OK(call_op1("aten::isin.Tensor_Tensor_out", iargs, 5, &to));
   CHECK(o[0] == 1 && o[1] == 0 && o[5] == 0);
   /* large test set (several sorted chunks), strided elements */
   enum { NT = 20000, NE = 300 };
@@ -1180,9 +1103,9 @@ static void test_isin(void) {
   int64_t ne = NE, st2 = 2;
   tpu_tensor_t tte = T_(eb, TPU_DTYPE_I64, 1, &ne, &st2), ttb = T1(tb, TPU_DTYPE_I32, NT),
                tob = T1(ob, TPU_DTYPE_BOOL, NE);
-  tpu_k_value_t bargs[] = {VT(&tte), VT(&ttb)};
+  tpu_k_value_t bargs[] = {vt(&tte), vt(&ttb)};
   for (int inv = 0; inv < 2; ++inv) {
-    tpu_k_value_t a4[] = {VT(&tte), VT(&ttb), VB(false), VB(inv)};
+    tpu_k_value_t a4[] = {vt(&tte), vt(&ttb), vb(false), vb(inv)};
     CHECK_OK(call_op_pool("aten::isin.Tensor_Tensor", inv ? a4 : bargs, inv ? 4 : 2, &tob, g_pool));
     int bad = 0;
     for (int i = 0; i < NE; ++i) {
@@ -1199,36 +1122,36 @@ static void test_isin(void) {
   float fe[4] = {NAN, -0.0f, 1.5f, 2.0f};
   double ft[3] = {0.0, NAN, 2.0};
   tpu_tensor_t tfe = T1(fe, TPU_DTYPE_F32, 4), tft = T1(ft, TPU_DTYPE_F64, 3), tfo = T1(o, TPU_DTYPE_BOOL, 4);
-  tpu_k_value_t fargs[] = {VT(&tfe), VT(&tft)};
-  CHECK_OK(call_op("aten::isin.Tensor_Tensor", fargs, 2, &tfo));
+  tpu_k_value_t fargs[] = {vt(&tfe), vt(&tft)};
+  CHECK_OK(call_op1("aten::isin.Tensor_Tensor", fargs, 2, &tfo));
   CHECK(o[0] == 0 && o[1] == 1 && o[2] == 0 && o[3] == 1);
   /* uint8 255 vs int8 -1: compared as int16, no match */
   uint8_t u = 255;
   int8_t m1 = -1;
   tpu_tensor_t tu = T1(&u, TPU_DTYPE_U8, 1), tm = T1(&m1, TPU_DTYPE_I8, 1), to1 = T1(o, TPU_DTYPE_BOOL, 1);
-  tpu_k_value_t uargs[] = {VT(&tu), VT(&tm)};
-  CHECK_OK(call_op("aten::isin.Tensor_Tensor", uargs, 2, &to1));
+  tpu_k_value_t uargs[] = {vt(&tu), vt(&tm)};
+  CHECK_OK(call_op1("aten::isin.Tensor_Tensor", uargs, 2, &to1));
   CHECK(o[0] == 0);
   /* Scalar forms; empty test set (invert -> all true); empty elements */
-  tpu_k_value_t sargs[] = {VT(&te), VI(4)};
-  CHECK_OK(call_op("aten::isin.Tensor_Scalar", sargs, 2, &to));
+  tpu_k_value_t sargs[] = {vt(&te), vi(4)};
+  CHECK_OK(call_op1("aten::isin.Tensor_Scalar", sargs, 2, &to));
   CHECK(o[3] == 1 && o[0] == 0);
   uint8_t o0 = 0;
   tpu_tensor_t to0 = T0(&o0, TPU_DTYPE_BOOL);
-  tpu_k_value_t s2[] = {VD(9.0), VT(&tt)};
-  CHECK_OK(call_op("aten::isin.Scalar_Tensor", s2, 2, &to0));
+  tpu_k_value_t s2[] = {vd(9.0), vt(&tt)};
+  CHECK_OK(call_op1("aten::isin.Scalar_Tensor", s2, 2, &to0));
   CHECK(o0 == 1);
   tpu_tensor_t tempty = T1(NULL, TPU_DTYPE_I64, 0);
-  tpu_k_value_t eargs[] = {VT(&te), VT(&tempty), VB(false), VB(true)};
-  CHECK_OK(call_op("aten::isin.Tensor_Tensor", eargs, 4, &to));
+  tpu_k_value_t eargs[] = {vt(&te), vt(&tempty), vb(false), vb(true)};
+  CHECK_OK(call_op1("aten::isin.Tensor_Tensor", eargs, 4, &to));
   CHECK(o[0] == 1 && o[5] == 1);
   tpu_tensor_t toe = T1(NULL, TPU_DTYPE_BOOL, 0);
-  tpu_k_value_t e2[] = {VT(&tempty), VT(&tt)};
-  CHECK_OK(call_op("aten::isin.Tensor_Tensor", e2, 2, &toe));
+  tpu_k_value_t e2[] = {vt(&tempty), vt(&tt)};
+  CHECK_OK(call_op1("aten::isin.Tensor_Tensor", e2, 2, &toe));
   /* bool inputs are rejected, like PyTorch */
   tpu_tensor_t tbool = T1(o, TPU_DTYPE_BOOL, 6);
-  tpu_k_value_t b2[] = {VT(&tbool), VT(&tbool)};
-  CHECK_STATUS(call_op("aten::isin.Tensor_Tensor", b2, 2, &to), TPU_STATUS_UNIMPLEMENTED, "bool");
+  tpu_k_value_t b2[] = {vt(&tbool), vt(&tbool)};
+  CHECK_STATUS(call_op1("aten::isin.Tensor_Tensor", b2, 2, &to), TPU_STATUS_UNIMPLEMENTED, "bool");
 }
 
 static void test_reduced_float_emulation(void) {
@@ -1237,15 +1160,15 @@ static void test_reduced_float_emulation(void) {
   tpu_tensor_t ta = T1(a, TPU_DTYPE_BF16, 1), tb = T1(b, TPU_DTYPE_BF16, 1), to = T1(o, TPU_DTYPE_BF16, 1);
   uint16_t a2[2] = {a[0], a[0]}, b2[2] = {b[0], b[0]}, o2[2];
   tpu_tensor_t ta2 = T1(a2, TPU_DTYPE_BF16, 2), tb2 = T1(b2, TPU_DTYPE_BF16, 2), to2 = T1(o2, TPU_DTYPE_BF16, 2);
-  tpu_k_value_t args[] = {VT(&ta2), VT(&tb2), VS("trunc")};
-  CHECK_OK(call_op("aten::div.Tensor_mode", args, 3, &to2));
+  tpu_k_value_t args[] = {vt(&ta2), vt(&tb2), vs("trunc")};
+  CHECK_OK(call_op1("aten::div.Tensor_mode", args, 3, &to2));
   CHECK(fb(o2[0]) == 18.0f && fb(o2[1]) == 18.0f);
   /* by a single value: float quotient, 17 */
-  tpu_k_value_t sargs[] = {VT(&ta), VT(&tb), VS("trunc")};
-  CHECK_OK(call_op("aten::div.Tensor_mode", sargs, 3, &to));
+  tpu_k_value_t sargs[] = {vt(&ta), vt(&tb), vs("trunc")};
+  CHECK_OK(call_op1("aten::div.Tensor_mode", sargs, 3, &to));
   CHECK(fb(o[0]) == 17.0f);
-  tpu_k_value_t dargs[] = {VT(&ta2), VD(-0.216796875), VS("trunc")};
-  CHECK_OK(call_op("aten::div.Scalar_mode", dargs, 3, &to2));
+  tpu_k_value_t dargs[] = {vt(&ta2), vd(-0.216796875), vs("trunc")};
+  CHECK_OK(call_op1("aten::div.Scalar_mode", dargs, 3, &to2));
   CHECK(fb(o2[0]) == 17.0f);
   /* floor by a tensor follows bf16 arithmetic step by step */
   enum { N = 64 };
@@ -1255,8 +1178,8 @@ static void test_reduced_float_emulation(void) {
     fbv[i] = bf(frand(0.1f, 3) * (i & 1 ? -1 : 1));
   }
   tpu_tensor_t tfa = T1(fa, TPU_DTYPE_BF16, N), tfb = T1(fbv, TPU_DTYPE_BF16, N), tfo = T1(fo, TPU_DTYPE_BF16, N);
-  tpu_k_value_t fargs[] = {VT(&tfa), VT(&tfb), VS("floor")};
-  CHECK_OK(call_op("aten::div.Tensor_mode", fargs, 3, &tfo));
+  tpu_k_value_t fargs[] = {vt(&tfa), vt(&tfb), vs("floor")};
+  CHECK_OK(call_op1("aten::div.Tensor_mode", fargs, 3, &tfo));
   int bad = 0;
   for (int i = 0; i < N; ++i) {
     float x = fb(fa[i]), y = fb(fbv[i]);
@@ -1277,8 +1200,8 @@ static void test_reduced_float_emulation(void) {
     xb[i] = bf(frand(-10, 10));
   }
   tpu_tensor_t txa = T1(xa, TPU_DTYPE_BF16, M), txb = T1(xb, TPU_DTYPE_BF16, M), txo = T1(xo, TPU_DTYPE_BF16, M);
-  tpu_k_value_t aargs[] = {VT(&txa), VT(&txb), VD(1.3)};
-  CHECK_OK(call_op("aten::add.Tensor", aargs, 3, &txo));
+  tpu_k_value_t aargs[] = {vt(&txa), vt(&txb), vd(1.3)};
+  CHECK_OK(call_op1("aten::add.Tensor", aargs, 3, &txo));
   float al = rbf(1.3f);
   bad = 0;
   for (int i = 0; i < M; ++i) {
@@ -1289,8 +1212,8 @@ static void test_reduced_float_emulation(void) {
   /* f64: alpha fuses too */
   double da[3] = {0.1, 1e16, -3}, db[3] = {0.7, 3, 1.0 / 3}, dout[3];
   tpu_tensor_t tda = T1(da, TPU_DTYPE_F64, 3), tdb = T1(db, TPU_DTYPE_F64, 3), tdo = T1(dout, TPU_DTYPE_F64, 3);
-  tpu_k_value_t d64[] = {VT(&tda), VT(&tdb), VD(0.3)};
-  CHECK_OK(call_op("aten::add.Tensor", d64, 3, &tdo));
+  tpu_k_value_t d64[] = {vt(&tda), vt(&tdb), vd(0.3)};
+  CHECK_OK(call_op1("aten::add.Tensor", d64, 3, &tdo));
   CHECK(dout[0] == fma(0.7, 0.3, 0.1) && dout[1] == fma(3, 0.3, 1e16) && dout[2] == fma(1.0 / 3, 0.3, -3));
 }
 

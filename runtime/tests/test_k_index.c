@@ -6,62 +6,18 @@
 #include <string.h>
 
 #include "kernels/kutil.h"
-#include "tests/test_util.h"
+#include "tests/test_kernel_util.h"
 #include "tpu/base.h"
 #include "tpu/kernels.h"
 
-#define CHECKF(cond, ...)                                                     \
-  do {                                                                        \
-    char chkf_[512];                                                          \
-    snprintf(chkf_, sizeof(chkf_), __VA_ARGS__);                              \
-    tpu_test_result_((cond) ? true : false, __FILE__, __LINE__, #cond, chkf_); \
-  } while (0)
-
 static uint64_t g_rng = 0x2545F4914F6CDD1Dull;
-static double urand(void) {
-  g_rng ^= g_rng << 13;
-  g_rng ^= g_rng >> 7;
-  g_rng ^= g_rng << 17;
-  return (double)(g_rng >> 11) / 4503599627370496.0 - 1.0;
-}
-
-typedef struct {
-  tpu_tensor_t t;
-  void* buf;
-} tt_t;
+static double urand(void) { return tku_urand(&g_rng); } /* [-1, 1) */
 
 static tt_t mk(int dtype, int ndim, const int64_t* sizes, const int* perm) {
-  tt_t r;
-  memset(&r, 0, sizeof(r));
-  r.t.dtype = dtype;
-  r.t.ndim = ndim;
-  int64_t st = 1;
-  for (int i = ndim - 1; i >= 0; --i) {
-    int d = perm ? perm[i] : i;
-    r.t.strides[d] = st;
-    st *= sizes[d] > 0 ? sizes[d] : 1;
-  }
-  for (int d = 0; d < ndim; ++d) r.t.sizes[d] = sizes[d];
-  r.buf = calloc(1, (size_t)st * tpu_dtype_size(dtype) + 16);
-  r.t.data = r.buf;
-  return r;
+  return tku_alloc(dtype, ndim, sizes, perm, 1, 16);
 }
-static void fr(tt_t* t) { free(t->buf); }
-static void unravel(const tpu_tensor_t* t, int64_t i, int64_t* idx) {
-  for (int d = t->ndim - 1; d >= 0; --d) {
-    idx[d] = i % t->sizes[d];
-    i /= t->sizes[d];
-  }
-}
-static char* ep(const tpu_tensor_t* t, const int64_t* idx) {
-  int64_t off = 0;
-  for (int d = 0; d < t->ndim; ++d) off += idx[d] * t->strides[d];
-  return (char*)t->data + off * (int64_t)tpu_dtype_size(t->dtype);
-}
-static double get(const tpu_tensor_t* t, const int64_t* idx) { return tpu_ku_load_f64(ep(t, idx), t->dtype); }
-static void set(const tpu_tensor_t* t, const int64_t* idx, double v) { tpu_ku_store_f64(ep(t, idx), t->dtype, v); }
-static double getf(const tpu_tensor_t* t, int64_t i) { int64_t idx[TPU_MAX_DIMS]; unravel(t, i, idx); return get(t, idx); }
-static void setf(const tpu_tensor_t* t, int64_t i, double v) { int64_t idx[TPU_MAX_DIMS]; unravel(t, i, idx); set(t, idx, v); }
+
+
 static void fill(tt_t* x) {
   int64_t n = tpu_tensor_numel(&x->t);
   for (int64_t i = 0; i < n; ++i) setf(&x->t, i, floor(urand() * 100.0));
@@ -69,43 +25,6 @@ static void fill(tt_t* x) {
 static void fill_idx(tt_t* x, int64_t lo, int64_t hi) {
   int64_t n = tpu_tensor_numel(&x->t);
   for (int64_t i = 0; i < n; ++i) setf(&x->t, i, lo + (int64_t)((urand() + 1) * 0.5 * (double)(hi - lo)) % (hi - lo));
-}
-
-static tpu_k_value_t vt(const tpu_tensor_t* t) { tpu_k_value_t v; memset(&v, 0, sizeof(v)); v.kind = TPU_K_TENSOR; v.v.tensor = t; return v; }
-static tpu_k_value_t vd(double d) { tpu_k_value_t v; memset(&v, 0, sizeof(v)); v.kind = TPU_K_DOUBLE; v.v.d = d; return v; }
-static tpu_k_value_t vi(int64_t i) { tpu_k_value_t v; memset(&v, 0, sizeof(v)); v.kind = TPU_K_INT; v.v.i = i; return v; }
-static tpu_k_value_t vb(bool b) { tpu_k_value_t v; memset(&v, 0, sizeof(v)); v.kind = TPU_K_BOOL; v.v.b = b; return v; }
-static tpu_k_value_t vn(void) { tpu_k_value_t v; memset(&v, 0, sizeof(v)); v.kind = TPU_K_NONE; return v; }
-static tpu_k_value_t vints(const int64_t* d, int64_t n) {
-  tpu_k_value_t v; memset(&v, 0, sizeof(v)); v.kind = TPU_K_INTS; v.v.ints.data = d; v.v.ints.len = n; return v;
-}
-static tpu_k_value_t vts(const tpu_tensor_t* d, int64_t n) {
-  tpu_k_value_t v; memset(&v, 0, sizeof(v)); v.kind = TPU_K_TENSORS; v.v.tensors.data = d; v.v.tensors.len = n; return v;
-}
-
-static tpu_threadpool_t* g_pool;
-
-static tpu_status_t call_op(const char* name, int nargs, const tpu_k_value_t* args, int nout,
-                            const tpu_tensor_t* outs) {
-  const tpu_k_entry_t* e = tpu_k_lookup(name);
-  if (!e) return TPU_ERROR(TPU_STATUS_UNIMPLEMENTED, "no entry %s", name);
-  tpu_k_call_t c;
-  memset(&c, 0, sizeof(c));
-  c.op = name;
-  c.num_args = nargs;
-  c.args = args;
-  c.num_outputs = nout;
-  c.outputs = outs;
-  c.pool = g_pool;
-  if (e->check) TPU_RETURN_IF_ERROR(e->check(&c));
-  return e->run(&c);
-}
-
-static bool ok(tpu_status_t s) {
-  if (s == TPU_OK) return true;
-  printf("  status: %s\n", tpu_status_message(s));
-  tpu_status_free(s);
-  return false;
 }
 
 /* ---- tests ------------------------------------------------------------------ */

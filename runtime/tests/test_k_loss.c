@@ -8,68 +8,15 @@
 #include <string.h>
 
 #include "kernels/kutil.h"
-#include "tests/test_util.h"
+#include "tests/test_kernel_util.h"
 #include "tpu/base.h"
 #include "tpu/kernels.h"
 
-#define CHECKF(cond, ...)                                                     \
-  do {                                                                        \
-    char chkf_[512];                                                          \
-    snprintf(chkf_, sizeof(chkf_), __VA_ARGS__);                              \
-    tpu_test_result_((cond) ? true : false, __FILE__, __LINE__, #cond, chkf_); \
-  } while (0)
-
-static tpu_threadpool_t* g_pool;
-
-static tpu_tensor_t tn(void* data, int dtype, int ndim, const int64_t* sizes) {
-  tpu_tensor_t t;
-  memset(&t, 0, sizeof(t));
-  t.data = data;
-  t.dtype = dtype;
-  t.ndim = ndim;
-  int64_t st = 1;
-  for (int d = ndim - 1; d >= 0; --d) {
-    t.sizes[d] = sizes[d];
-    t.strides[d] = st;
-    st *= sizes[d];
-  }
-  return t;
-}
-
-static tpu_k_value_t vt(const tpu_tensor_t* t) { tpu_k_value_t v; memset(&v, 0, sizeof(v)); v.kind = TPU_K_TENSOR; v.v.tensor = t; return v; }
-static tpu_k_value_t vi(int64_t i) { tpu_k_value_t v; memset(&v, 0, sizeof(v)); v.kind = TPU_K_INT; v.v.i = i; return v; }
-static tpu_k_value_t vd(double d) { tpu_k_value_t v; memset(&v, 0, sizeof(v)); v.kind = TPU_K_DOUBLE; v.v.d = d; return v; }
-static tpu_k_value_t vn(void) { tpu_k_value_t v; memset(&v, 0, sizeof(v)); v.kind = TPU_K_NONE; return v; }
-
-static tpu_status_t call_op(const char* name, int nargs, const tpu_k_value_t* args, int nout, const tpu_tensor_t* outs) {
-  const tpu_k_entry_t* e = tpu_k_lookup(name);
-  if (!e) return TPU_ERROR(TPU_STATUS_UNIMPLEMENTED, "no entry %s", name);
-  tpu_k_call_t c;
-  memset(&c, 0, sizeof(c));
-  c.op = name;
-  c.num_args = nargs;
-  c.args = args;
-  c.num_outputs = nout;
-  c.outputs = outs;
-  c.pool = g_pool;
-  if (e->check) TPU_RETURN_IF_ERROR(e->check(&c));
-  return e->run(&c);
-}
-
-static bool ok(tpu_status_t s) {
-  if (s == TPU_OK) return true;
-  printf("  status: %s\n", tpu_status_message(s));
-  tpu_status_free(s);
-  return false;
-}
+/* Contiguous descriptor over `data`. */
+static tpu_tensor_t tn(void* data, int dtype, int ndim, const int64_t* sizes) { return T_(data, dtype, ndim, sizes, NULL); }
 
 static uint64_t g_rng = 0x9E3779B97F4A7C15ull;
-static int64_t irand(int64_t n) {
-  g_rng ^= g_rng << 13;
-  g_rng ^= g_rng >> 7;
-  g_rng ^= g_rng << 17;
-  return (int64_t)(g_rng % (uint64_t)n);
-}
+static int64_t irand(int64_t n) { return (int64_t)(tku_xorshift(&g_rng) % (uint64_t)n); }
 static float eighths(void) { return (float)(irand(65) - 32) / 8.0f; }
 
 /* ---- nll_loss ------------------------------------------------------------------ */

@@ -6,66 +6,21 @@
 #include <string.h>
 
 #include "kernels/kutil.h"
-#include "tests/test_util.h"
+#include "tests/test_kernel_util.h"
 #include "tpu/base.h"
 #include "tpu/kernels.h"
 
-#define CHECKF(cond, ...)                                                     \
-  do {                                                                        \
-    char chkf_[512];                                                          \
-    snprintf(chkf_, sizeof(chkf_), __VA_ARGS__);                              \
-    tpu_test_result_((cond) ? true : false, __FILE__, __LINE__, #cond, chkf_); \
-  } while (0)
-
-static tpu_threadpool_t* g_pool;
-
-typedef struct {
-  tpu_tensor_t t;
-  void* buf;
-} tt_t;
-
 /* 1-D or 2-D tensor; `stride` is the innermost stride. */
 static tt_t mk(int dtype, int ndim, const int64_t* sizes, int64_t stride) {
-  tt_t r;
-  memset(&r, 0, sizeof(r));
-  r.t.dtype = dtype;
-  r.t.ndim = ndim;
-  int64_t st = stride;
-  for (int i = ndim - 1; i >= 0; --i) {
-    r.t.sizes[i] = sizes[i];
-    r.t.strides[i] = st;
-    st *= sizes[i] > 0 ? sizes[i] : 1;
-  }
-  r.buf = calloc(1, (size_t)st * tpu_dtype_size(dtype) + 16);
-  r.t.data = r.buf;
-  return r;
+  return tku_alloc(dtype, ndim, sizes, NULL, stride, 16);
 }
-static void fr(tt_t* t) { free(t->buf); }
+
+
 static double get1(const tpu_tensor_t* t, int64_t i) {
   return tpu_ku_load_f64((char*)t->data + i * t->strides[0] * (int64_t)tpu_dtype_size(t->dtype), t->dtype);
 }
 static void set1(const tpu_tensor_t* t, int64_t i, double v) {
   tpu_ku_store_f64((char*)t->data + i * t->strides[0] * (int64_t)tpu_dtype_size(t->dtype), t->dtype, v);
-}
-
-static tpu_k_value_t vt(const tpu_tensor_t* t) { tpu_k_value_t v; v.kind = TPU_K_TENSOR; v.v.tensor = t; return v; }
-static tpu_k_value_t vi(int64_t i) { tpu_k_value_t v; v.kind = TPU_K_INT; v.v.i = i; return v; }
-static tpu_k_value_t vd(double d) { tpu_k_value_t v; v.kind = TPU_K_DOUBLE; v.v.d = d; return v; }
-
-static tpu_status_t call_op(const char* name, int nargs, const tpu_k_value_t* args, int nout,
-                            const tpu_tensor_t* outs) {
-  const tpu_k_entry_t* e = tpu_k_lookup(name);
-  if (!e) return TPU_ERROR(TPU_STATUS_UNIMPLEMENTED, "no entry %s", name);
-  tpu_k_call_t c;
-  memset(&c, 0, sizeof(c));
-  c.op = name;
-  c.num_args = nargs;
-  c.args = args;
-  c.num_outputs = nout;
-  c.outputs = outs;
-  c.pool = g_pool;
-  if (e->check) TPU_RETURN_IF_ERROR(e->check(&c));
-  return e->run(&c);
 }
 
 static void test_histc_float(void) {

@@ -5,65 +5,13 @@
 #include <stdlib.h>
 
 #include "kernels/kutil.h"
-#include "tests/test_util.h"
+#include "tests/test_kernel_util.h"
 #include "tpu/kernels.h"
-
-static tpu_tensor_t T_(void* data, int dtype, int ndim, const int64_t* sizes,
-                       const int64_t* strides) {
-  tpu_tensor_t t;
-  memset(&t, 0, sizeof(t));
-  t.data = data;
-  t.dtype = dtype;
-  t.ndim = ndim;
-  int64_t s = 1;
-  for (int d = ndim - 1; d >= 0; --d) {
-    t.sizes[d] = sizes[d];
-    t.strides[d] = strides ? strides[d] : s;
-    s *= sizes[d];
-  }
-  return t;
-}
-static tpu_tensor_t T1(void* data, int dtype, int64_t n) { return T_(data, dtype, 1, &n, NULL); }
-
-static tpu_k_value_t VT(const tpu_tensor_t* t) {
-  tpu_k_value_t v = {.kind = TPU_K_TENSOR};
-  v.v.tensor = t;
-  return v;
-}
-static tpu_k_value_t VI(int64_t i) {
-  tpu_k_value_t v = {.kind = TPU_K_INT};
-  v.v.i = i;
-  return v;
-}
-static tpu_k_value_t VD(double d) {
-  tpu_k_value_t v = {.kind = TPU_K_DOUBLE};
-  v.v.d = d;
-  return v;
-}
-static tpu_k_value_t VN(void) {
-  tpu_k_value_t v = {.kind = TPU_K_NONE};
-  return v;
-}
-
-static tpu_threadpool_t* g_pool;
 
 static tpu_status_t rcall(const char* name, const tpu_k_value_t* args, int nargs,
                           const tpu_tensor_t* out, uint64_t seed, uint64_t offset,
                           tpu_threadpool_t* pool) {
-  const tpu_k_entry_t* e = tpu_k_lookup(name);
-  if (!e) return TPU_ERROR(TPU_STATUS_UNIMPLEMENTED, "no kernel %s", name);
-  tpu_k_call_t c;
-  memset(&c, 0, sizeof(c));
-  c.op = name;
-  c.num_args = nargs;
-  c.args = args;
-  c.num_outputs = 1;
-  c.outputs = out;
-  c.pool = pool;
-  c.rng_seed = seed;
-  c.rng_offset = offset;
-  if (e->check) TPU_RETURN_IF_ERROR(e->check(&c));
-  return e->run(&c);
+  return tku_call(name, nargs, args, 1, out, pool, seed, offset);
 }
 
 static void moments(const float* x, int n, double* mean, double* var) {
@@ -99,7 +47,7 @@ static void test_philox_known_answer(void) {
    * int64 returns INT64_MIN + (draw1 << 32 | draw0) for element 0. */
   int64_t v[2];
   tpu_tensor_t t = T1(v, TPU_DTYPE_I64, 2);
-  tpu_k_value_t args[] = {VT(&t), VI(INT64_MIN), VN(), VN()};
+  tpu_k_value_t args[] = {vt(&t), vi(INT64_MIN), vn(), vn()};
   CHECK_OK(rcall("aten::random_.from", args, 4, &t, 0, 0, NULL));
   CHECK((uint64_t)v[0] - (uint64_t)INT64_MIN == 0xe169c58d6627e8d5ull);
 }
@@ -109,8 +57,8 @@ static void test_reproducible(void) {
   float* a = malloc(N * 4);
   float* b = malloc(N * 4);
   tpu_tensor_t ta = T1(a, TPU_DTYPE_F32, N), tb = T1(b, TPU_DTYPE_F32, N);
-  tpu_k_value_t ua[] = {VT(&ta), VD(0.0), VD(1.0), VN()};
-  tpu_k_value_t ub[] = {VT(&tb), VD(0.0), VD(1.0), VN()};
+  tpu_k_value_t ua[] = {vt(&ta), vd(0.0), vd(1.0), vn()};
+  tpu_k_value_t ub[] = {vt(&tb), vd(0.0), vd(1.0), vn()};
   CHECK_OK(rcall("aten::uniform_", ua, 4, &ta, 42, 1000, NULL));
   CHECK_OK(rcall("aten::uniform_", ub, 4, &tb, 42, 1000, g_pool));
   CHECK(memcmp(a, b, N * 4) == 0); /* same seed/offset, threads or not */
@@ -126,8 +74,8 @@ static void test_reproducible(void) {
   CHECK_OK(rcall("aten::uniform_", ub, 4, &tb, 42, 1005, g_pool));
   CHECK(memcmp(a + 5, b, (N - 5) * 4) == 0);
   /* normal_ with a pool equals without */
-  tpu_k_value_t na[] = {VT(&ta), VD(0.0), VD(1.0), VN()};
-  tpu_k_value_t nb[] = {VT(&tb), VD(0.0), VD(1.0), VN()};
+  tpu_k_value_t na[] = {vt(&ta), vd(0.0), vd(1.0), vn()};
+  tpu_k_value_t nb[] = {vt(&tb), vd(0.0), vd(1.0), vn()};
   CHECK_OK(rcall("aten::normal_", na, 4, &ta, 7, 0, NULL));
   CHECK_OK(rcall("aten::normal_", nb, 4, &tb, 7, 0, g_pool));
   CHECK(memcmp(a, b, N * 4) == 0);
@@ -139,7 +87,7 @@ static void test_uniform(void) {
   enum { N = 200000 };
   float* x = malloc(N * 4);
   tpu_tensor_t t = T1(x, TPU_DTYPE_F32, N);
-  tpu_k_value_t args[] = {VT(&t), VD(-2.0), VD(3.0), VN()};
+  tpu_k_value_t args[] = {vt(&t), vd(-2.0), vd(3.0), vn()};
   CHECK_OK(rcall("aten::uniform_", args, 4, &t, 1, 0, g_pool));
   float lo = INFINITY, hi = -INFINITY;
   for (int i = 0; i < N; ++i) {
@@ -156,7 +104,7 @@ static void test_uniform(void) {
   for (int k = 0; k < 3; ++k) {
     _Alignas(8) unsigned char buf[4096 * 8];
     tpu_tensor_t th = T1(buf, dts[k], 4096);
-    tpu_k_value_t ha[] = {VT(&th), VD(0.0), VD(1.0), VN()};
+    tpu_k_value_t ha[] = {vt(&th), vd(0.0), vd(1.0), vn()};
     CHECK_OK(rcall("aten::uniform_", ha, 4, &th, 3, 0, NULL));
     int bad = 0;
     double s = 0;
@@ -169,11 +117,11 @@ static void test_uniform(void) {
     CHECK(fabs(s / 4096 - 0.5) < 0.03);
   }
   /* from > to and integer self are rejected */
-  tpu_k_value_t bad[] = {VT(&t), VD(1.0), VD(0.0), VN()};
+  tpu_k_value_t bad[] = {vt(&t), vd(1.0), vd(0.0), vn()};
   CHECK_STATUS(rcall("aten::uniform_", bad, 4, &t, 1, 0, NULL), TPU_STATUS_INVALID_ARGUMENT, "from");
   int64_t iv[4];
   tpu_tensor_t ti = T1(iv, TPU_DTYPE_I64, 4);
-  tpu_k_value_t ia[] = {VT(&ti), VD(0.0), VD(1.0), VN()};
+  tpu_k_value_t ia[] = {vt(&ti), vd(0.0), vd(1.0), vn()};
   CHECK_STATUS(rcall("aten::uniform_", ia, 4, &ti, 1, 0, NULL), TPU_STATUS_UNIMPLEMENTED, "aten::uniform_");
   CHECK_STATUS(rcall("aten::uniform_", ia, 4, &ti, 1, 0, NULL), TPU_STATUS_UNIMPLEMENTED, "int64");
   free(x);
@@ -183,7 +131,7 @@ static void test_normal_exponential(void) {
   enum { N = 200000 };
   float* x = malloc(N * 4);
   tpu_tensor_t t = T1(x, TPU_DTYPE_F32, N);
-  tpu_k_value_t args[] = {VT(&t), VD(1.5), VD(2.0), VN()};
+  tpu_k_value_t args[] = {vt(&t), vd(1.5), vd(2.0), vn()};
   CHECK_OK(rcall("aten::normal_", args, 4, &t, 11, 0, g_pool));
   double m, v;
   moments(x, N, &m, &v);
@@ -196,22 +144,22 @@ static void test_normal_exponential(void) {
   }
   CHECK(finite == N);
   CHECK(fabs((double)within / N - 0.6827) < 0.01); /* one-sigma mass */
-  tpu_k_value_t neg[] = {VT(&t), VD(0.0), VD(-1.0), VN()};
+  tpu_k_value_t neg[] = {vt(&t), vd(0.0), vd(-1.0), vn()};
   CHECK_STATUS(rcall("aten::normal_", neg, 4, &t, 1, 0, NULL), TPU_STATUS_INVALID_ARGUMENT, "std");
-  tpu_k_value_t ex[] = {VT(&t), VD(4.0), VN()};
+  tpu_k_value_t ex[] = {vt(&t), vd(4.0), vn()};
   CHECK_OK(rcall("aten::exponential_", ex, 3, &t, 12, 0, g_pool));
   moments(x, N, &m, &v);
   int neg_count = 0;
   for (int i = 0; i < N; ++i) neg_count += !(x[i] >= 0.0f && isfinite(x[i]));
   CHECK(neg_count == 0);
   CHECK(fabs(m - 0.25) < 0.01);
-  tpu_k_value_t ex0[] = {VT(&t), VD(0.0), VN()};
+  tpu_k_value_t ex0[] = {vt(&t), vd(0.0), vn()};
   CHECK_STATUS(rcall("aten::exponential_", ex0, 3, &t, 1, 0, NULL), TPU_STATUS_INVALID_ARGUMENT, "lambda");
   /* normal.Tensor_float: mean tensor, std float */
   float mean[1000], o[1000];
   for (int i = 0; i < 1000; ++i) mean[i] = (float)i;
   tpu_tensor_t tm = T1(mean, TPU_DTYPE_F32, 1000), to = T1(o, TPU_DTYPE_F32, 1000);
-  tpu_k_value_t tf[] = {VT(&tm), VD(0.001), VN()};
+  tpu_k_value_t tf[] = {vt(&tm), vd(0.001), vn()};
   CHECK_OK(rcall("aten::normal.Tensor_float", tf, 3, &to, 5, 0, NULL));
   int bad = 0;
   for (int i = 0; i < 1000; ++i) bad += fabsf(o[i] - mean[i]) > 0.01f;
@@ -223,7 +171,7 @@ static void test_bernoulli(void) {
   enum { N = 100000 };
   uint8_t* b = malloc(N);
   tpu_tensor_t tb = T1(b, TPU_DTYPE_BOOL, N);
-  tpu_k_value_t args[] = {VT(&tb), VD(0.3), VN()};
+  tpu_k_value_t args[] = {vt(&tb), vd(0.3), vn()};
   CHECK_OK(rcall("aten::bernoulli_.float", args, 3, &tb, 21, 0, g_pool));
   int ones = 0, other = 0;
   for (int i = 0; i < N; ++i) {
@@ -232,14 +180,14 @@ static void test_bernoulli(void) {
   }
   CHECK(other == 0);
   CHECK(fabs((double)ones / N - 0.3) < 0.01);
-  tpu_k_value_t bad[] = {VT(&tb), VD(1.5), VN()};
+  tpu_k_value_t bad[] = {vt(&tb), vd(1.5), vn()};
   CHECK_STATUS(rcall("aten::bernoulli_.float", bad, 3, &tb, 1, 0, NULL), TPU_STATUS_INVALID_ARGUMENT, "p");
   /* tensor p broadcast over rows: p = {0, 1, 0.5} */
   float p[3] = {0.0f, 1.0f, 0.5f};
   float o[3000];
   int64_t s3[] = {3}, s10003[] = {1000, 3};
   tpu_tensor_t tp = T_(p, TPU_DTYPE_F32, 1, s3, NULL), to = T_(o, TPU_DTYPE_F32, 2, s10003, NULL);
-  tpu_k_value_t targs[] = {VT(&to), VT(&tp), VN()};
+  tpu_k_value_t targs[] = {vt(&to), vt(&tp), vn()};
   CHECK_OK(rcall("aten::bernoulli_.Tensor", targs, 3, &to, 22, 0, NULL));
   int c0 = 0, c1 = 0, c2 = 0;
   for (int i = 0; i < 1000; ++i) {
@@ -257,7 +205,7 @@ static void test_random_ints(void) {
   enum { N = 50000 };
   int64_t* v = malloc(N * 8);
   tpu_tensor_t t = T1(v, TPU_DTYPE_I64, N);
-  tpu_k_value_t to[] = {VT(&t), VI(10), VN()};
+  tpu_k_value_t to[] = {vt(&t), vi(10), vn()};
   CHECK_OK(rcall("aten::random_.to", to, 3, &t, 31, 0, g_pool));
   int counts[10] = {0}, bad = 0;
   for (int i = 0; i < N; ++i) {
@@ -266,7 +214,7 @@ static void test_random_ints(void) {
   }
   CHECK(bad == 0);
   for (int k = 0; k < 10; ++k) CHECK(counts[k] > 4500 && counts[k] < 5500);
-  tpu_k_value_t fr[] = {VT(&t), VI(-5), VI(5), VN()};
+  tpu_k_value_t fr[] = {vt(&t), vi(-5), vi(5), vn()};
   CHECK_OK(rcall("aten::random_.from", fr, 4, &t, 32, 0, g_pool));
   int64_t lo = 100, hi = -100;
   for (int i = 0; i < N; ++i) {
@@ -274,12 +222,12 @@ static void test_random_ints(void) {
     if (v[i] > hi) hi = v[i];
   }
   CHECK(lo == -5 && hi == 4);
-  tpu_k_value_t inv[] = {VT(&t), VI(5), VI(5), VN()};
+  tpu_k_value_t inv[] = {vt(&t), vi(5), vi(5), vn()};
   CHECK_STATUS(rcall("aten::random_.from", inv, 4, &t, 1, 0, NULL), TPU_STATUS_INVALID_ARGUMENT, "from");
   /* default range: uint8 covers [0, 255]; float32 is [0, 2^24] integers */
   uint8_t* u = malloc(N);
   tpu_tensor_t tu = T1(u, TPU_DTYPE_U8, N);
-  tpu_k_value_t ud[] = {VT(&tu), VN()};
+  tpu_k_value_t ud[] = {vt(&tu), vn()};
   CHECK_OK(rcall("aten::random_", ud, 2, &tu, 33, 0, NULL));
   int umax = 0, umin = 255;
   for (int i = 0; i < N; ++i) {
@@ -289,7 +237,7 @@ static void test_random_ints(void) {
   CHECK(umax == 255 && umin == 0);
   float* f = malloc(N * 4);
   tpu_tensor_t tf = T1(f, TPU_DTYPE_F32, N);
-  tpu_k_value_t fd[] = {VT(&tf), VN()};
+  tpu_k_value_t fd[] = {vt(&tf), vn()};
   CHECK_OK(rcall("aten::random_", fd, 2, &tf, 34, 0, NULL));
   bad = 0;
   for (int i = 0; i < N; ++i)
@@ -306,7 +254,7 @@ static void test_layouts_and_empty(void) {
   for (int i = 0; i < 12; ++i) buf[i] = NAN;
   int64_t sz[] = {3, 4}, st[] = {1, 3};
   tpu_tensor_t t = T_(buf, TPU_DTYPE_F32, 2, sz, st);
-  tpu_k_value_t args[] = {VT(&t), VD(5.0), VD(6.0), VN()};
+  tpu_k_value_t args[] = {vt(&t), vd(5.0), vd(6.0), vn()};
   CHECK_OK(rcall("aten::uniform_", args, 4, &t, 1, 0, NULL));
   int bad = 0;
   for (int i = 0; i < 12; ++i) bad += !(buf[i] >= 5.0f && buf[i] < 6.0f);
@@ -314,14 +262,14 @@ static void test_layouts_and_empty(void) {
   /* zero-size: no data touched */
   int64_t s0[] = {0, 4};
   tpu_tensor_t tz = T_(NULL, TPU_DTYPE_F32, 2, s0, NULL);
-  tpu_k_value_t za[] = {VT(&tz), VD(0.0), VD(1.0), VN()};
+  tpu_k_value_t za[] = {vt(&tz), vd(0.0), vd(1.0), vn()};
   CHECK_OK(rcall("aten::normal_", za, 4, &tz, 1, 0, g_pool));
-  tpu_k_value_t zb[] = {VT(&tz), VD(0.5), VN()};
+  tpu_k_value_t zb[] = {vt(&tz), vd(0.5), vn()};
   CHECK_OK(rcall("aten::bernoulli_.float", zb, 3, &tz, 1, 0, g_pool));
   /* 0-dim */
   double d = -1;
   tpu_tensor_t t0 = T_(&d, TPU_DTYPE_F64, 0, NULL, NULL);
-  tpu_k_value_t da[] = {VT(&t0), VD(0.0), VD(1.0), VN()};
+  tpu_k_value_t da[] = {vt(&t0), vd(0.0), vd(1.0), vn()};
   CHECK_OK(rcall("aten::uniform_", da, 4, &t0, 9, 0, NULL));
   CHECK(d >= 0.0 && d < 1.0);
 }

@@ -7,113 +7,19 @@
 #include <string.h>
 
 #include "kernels/kutil.h"
-#include "tests/test_util.h"
+#include "tests/test_kernel_util.h"
 #include "tpu/base.h"
 #include "tpu/kernels.h"
 
-#define CHECKF(cond, ...)                                                     \
-  do {                                                                        \
-    char chkf_[512];                                                          \
-    snprintf(chkf_, sizeof(chkf_), __VA_ARGS__);                              \
-    tpu_test_result_((cond) ? true : false, __FILE__, __LINE__, #cond, chkf_); \
-  } while (0)
-
 static uint64_t g_rng = 0x9E3779B97F4A7C15ull;
-static uint64_t rnd(void) {
-  g_rng ^= g_rng << 13;
-  g_rng ^= g_rng >> 7;
-  g_rng ^= g_rng << 17;
-  return g_rng;
-}
+static uint64_t rnd(void) { return tku_xorshift(&g_rng); }
 static int64_t rint_(int64_t lo, int64_t hi) { return lo + (int64_t)(rnd() % (uint64_t)(hi - lo)); }
-
-typedef struct {
-  tpu_tensor_t t;
-  void* buf;
-} tt_t;
 
 /* perm: memory order of dims (outermost first); NULL = contiguous */
 static tt_t mk(int dtype, int ndim, const int64_t* sizes, const int* perm) {
-  tt_t r;
-  memset(&r, 0, sizeof(r));
-  r.t.dtype = dtype;
-  r.t.ndim = ndim;
-  int64_t st = 1;
-  for (int i = ndim - 1; i >= 0; --i) {
-    int d = perm ? perm[i] : i;
-    r.t.strides[d] = st;
-    st *= sizes[d] > 0 ? sizes[d] : 1;
-  }
-  for (int d = 0; d < ndim; ++d) r.t.sizes[d] = sizes[d];
-  r.buf = calloc(1, (size_t)st * tpu_dtype_size(dtype) + 16);
-  r.t.data = r.buf;
-  return r;
-}
-static void fr(tt_t* t) {
-  free(t->buf);
-  t->buf = NULL;
-}
-static void unravel(const tpu_tensor_t* t, int64_t i, int64_t* idx) {
-  for (int d = t->ndim - 1; d >= 0; --d) {
-    idx[d] = i % t->sizes[d];
-    i /= t->sizes[d];
-  }
-}
-static char* ep(const tpu_tensor_t* t, const int64_t* idx) {
-  int64_t off = 0;
-  for (int d = 0; d < t->ndim; ++d) off += idx[d] * t->strides[d];
-  return (char*)t->data + off * (int64_t)tpu_dtype_size(t->dtype);
-}
-static double getf(const tpu_tensor_t* t, int64_t i) {
-  int64_t idx[TPU_MAX_DIMS];
-  unravel(t, i, idx);
-  return tpu_ku_load_f64(ep(t, idx), t->dtype);
-}
-static void setf(const tpu_tensor_t* t, int64_t i, double v) {
-  int64_t idx[TPU_MAX_DIMS];
-  unravel(t, i, idx);
-  tpu_ku_store_f64(ep(t, idx), t->dtype, v);
-}
-static int64_t geti(const tpu_tensor_t* t, int64_t i) {
-  int64_t idx[TPU_MAX_DIMS];
-  unravel(t, i, idx);
-  return tpu_ku_load_i64(ep(t, idx), t->dtype);
+  return tku_alloc(dtype, ndim, sizes, perm, 1, 16);
 }
 
-static tpu_k_value_t vt(const tpu_tensor_t* t) { tpu_k_value_t v; memset(&v, 0, sizeof(v)); v.kind = TPU_K_TENSOR; v.v.tensor = t; return v; }
-static tpu_k_value_t vi(int64_t i) { tpu_k_value_t v; memset(&v, 0, sizeof(v)); v.kind = TPU_K_INT; v.v.i = i; return v; }
-static tpu_k_value_t vb(bool b) { tpu_k_value_t v; memset(&v, 0, sizeof(v)); v.kind = TPU_K_BOOL; v.v.b = b; return v; }
-static tpu_k_value_t vn(void) { tpu_k_value_t v; memset(&v, 0, sizeof(v)); v.kind = TPU_K_NONE; return v; }
-
-static tpu_threadpool_t* g_pool;
-
-static bool ok(tpu_status_t s) {
-  if (s == TPU_OK) return true;
-  printf("  status: %s\n", tpu_status_message(s));
-  tpu_status_free(s);
-  return false;
-}
-
-static tpu_k_call_t mkcall(const char* name, int nargs, const tpu_k_value_t* args, int nout, const tpu_tensor_t* outs) {
-  tpu_k_call_t c;
-  memset(&c, 0, sizeof(c));
-  c.op = name;
-  c.num_args = nargs;
-  c.args = args;
-  c.num_outputs = nout;
-  c.outputs = outs;
-  c.pool = g_pool;
-  return c;
-}
-
-static tpu_status_t call_op(const char* name, int nargs, const tpu_k_value_t* args, int nout,
-                            const tpu_tensor_t* outs) {
-  const tpu_k_entry_t* e = tpu_k_lookup(name);
-  if (!e) return TPU_ERROR(TPU_STATUS_UNIMPLEMENTED, "no entry %s", name);
-  tpu_k_call_t c = mkcall(name, nargs, args, nout, outs);
-  if (e->check) TPU_RETURN_IF_ERROR(e->check(&c));
-  return e->run(&c);
-}
 
 /* The bridge's path for a data-dependent op: check (no outputs), shape(),
  * allocate contiguous outputs, check + run. outs[] receive the outputs. */
