@@ -103,3 +103,29 @@ def test_empty_and_zero_dim_tensors():
     assert e.sum().item() == 0.0
     s = torch.tensor(2.0, device="tpu")
     assert (s * 3).item() == 6.0
+
+
+def test_random_ops_native_and_reproducible():
+    torch.manual_seed(0)
+    p = torch.randperm(500, device="tpu").cpu()
+    assert sorted(p.tolist()) == list(range(500))
+    torch.manual_seed(0)
+    assert torch.equal(torch.randperm(500, device="tpu").cpu(), p)
+    w = torch.tensor([[0.1, 0.2, 0.7], [1.0, 0.0, 0.0]], device="tpu")
+    s = torch.multinomial(w, 4000, replacement=True).cpu()
+    assert abs((s[0] == 2).float().mean().item() - 0.7) < 0.05 and bool((s[1] == 0).all())
+    assert sorted(torch.multinomial(w[:1], 3).cpu()[0].tolist()) == [0, 1, 2]
+    x = torch.ones(20000, device="tpu", requires_grad=True)
+    y = torch.nn.functional.dropout(x, 0.25, True)
+    kept = y.detach().cpu() > 0
+    assert abs(kept.float().mean().item() - 0.75) < 0.02
+    torch.testing.assert_close(y.detach().cpu()[kept], torch.full((int(kept.sum()),), 1 / 0.75))
+    y.sum().backward()
+    assert torch.equal(x.grad.cpu() > 0, kept)
+
+
+def test_multinomial_bad_probabilities_raise():
+    with pytest.raises(ValueError, match="multinomial"):
+        torch.multinomial(torch.tensor([-1.0, 1.0], device="tpu"), 1)
+        torch.tpu.synchronize()
+    assert torch.ones(2, device="tpu").sum().item() == 2.0

@@ -324,6 +324,181 @@ static tpu_status_t rk_run(const tpu_k_call_t* call, int kind) {
   return TPU_OK;
 }
 
+/* ---- dropout, randperm, multinomial -----------------------------------------
+ * Element (or sample) i draws from Philox counter rng_offset + i. */
+
+/* Byte offset of the element with row-major linear index `lin`. */
+static int64_t rk_offset_of(const tpu_tensor_t* t, int64_t lin) {
+  int64_t off = 0;
+  for (int32_t d = t->ndim - 1; d >= 0; --d) {
+    int64_t sz = t->sizes[d] > 0 ? t->sizes[d] : 1;
+    off += (lin % sz) * t->strides[d];
+    lin /= sz;
+  }
+  return off * (int64_t)tpu_dtype_size((tpu_dtype_t)t->dtype);
+}
+
+typedef struct {
+  const tpu_tensor_t *in, *out, *mask;
+  double p, scale;
+  bool train;
+  uint64_t seed, ctr0;
+} rk_dropout_t;
+
+static void rk_dropout_body(void* vctx, int64_t begin, int64_t end) {
+  const rk_dropout_t* c = (const rk_dropout_t*)vctx;
+  for (int64_t i = begin; i < end; ++i) {
+    double x = tpu_ku_load_f64((const char*)c->in->data + rk_offset_of(c->in, i), c->in->dtype);
+    bool keep = true;
+    if (c->train) {
+      uint32_t r[4];
+      rk_philox(c->ctr0 + (uint64_t)i, c->seed, r);
+      keep = rk_u53(r[0], r[1]) >= c->p;
+    }
+    tpu_ku_store_f64((char*)c->out->data + rk_offset_of(c->out, i), c->out->dtype,
+                     keep ? (c->train ? x * c->scale : x) : 0.0);
+    if (c->mask->dtype != TPU_DTYPE_INVALID)
+      *((uint8_t*)c->mask->data + rk_offset_of(c->mask, i)) = keep ? 1 : 0;
+  }
+}
+
+static tpu_status_t rk_dropout_check(const tpu_k_call_t* call) {
+  const tpu_tensor_t* in = tpu_ku_tensor(call, 0);
+  if (!in || call->num_outputs < 2) return TPU_KU_INVALID(call, "expected (input, p, train)");
+  if (!tpu_dtype_is_floating((tpu_dtype_t)in->dtype)) return tpu_ku_unsupported_dtype(call, in->dtype);
+  double p = tpu_ku_double(call, 1, 0.5);
+  if (!(p >= 0.0 && p <= 1.0)) return TPU_KU_INVALID(call, "dropout probability has to be between 0 and 1, but got %g", p);
+  return TPU_OK;
+}
+
+static tpu_status_t rk_dropout_run(const tpu_k_call_t* call) {
+  TPU_RETURN_IF_ERROR(rk_dropout_check(call));
+  rk_dropout_t c;
+  c.in = tpu_ku_tensor(call, 0);
+  c.out = &call->outputs[0];
+  c.mask = &call->outputs[1];
+  c.p = tpu_ku_double(call, 1, 0.5);
+  c.train = tpu_ku_bool(call, 2, true);
+  c.scale = c.p < 1.0 ? 1.0 / (1.0 - c.p) : 0.0;
+  c.seed = call->rng_seed;
+  c.ctr0 = call->rng_offset;
+  int64_t n = tpu_tensor_numel(c.out);
+  if (n > 0) tpu_parallel_for(call->pool, n, RK_GRAIN, rk_dropout_body, &c);
+  return TPU_OK;
+}
+
+static tpu_status_t rk_dropout_bwd_check(const tpu_k_call_t* call) {
+  const tpu_tensor_t* g = tpu_ku_tensor(call, 0);
+  const tpu_tensor_t* m = tpu_ku_tensor(call, 1);
+  if (!g || !m) return TPU_KU_INVALID(call, "expected (grad_output, mask, scale)");
+  if (!tpu_dtype_is_floating((tpu_dtype_t)g->dtype)) return tpu_ku_unsupported_dtype(call, g->dtype);
+  return TPU_OK;
+}
+
+static tpu_status_t rk_dropout_bwd_run(const tpu_k_call_t* call) {
+  TPU_RETURN_IF_ERROR(rk_dropout_bwd_check(call));
+  const tpu_tensor_t* g = tpu_ku_tensor(call, 0);
+  const tpu_tensor_t* m = tpu_ku_tensor(call, 1);
+  const tpu_tensor_t* out = &call->outputs[0];
+  double scale = tpu_ku_double(call, 2, 1.0);
+  int64_t n = tpu_tensor_numel(out);
+  for (int64_t i = 0; i < n; ++i) {
+    double gv = tpu_ku_load_f64((const char*)g->data + rk_offset_of(g, i), g->dtype);
+    double mv = tpu_ku_load_f64((const char*)m->data + rk_offset_of(m, i), m->dtype);
+    tpu_ku_store_f64((char*)out->data + rk_offset_of(out, i), out->dtype, gv * mv * scale);
+  }
+  return TPU_OK;
+}
+
+static tpu_status_t rk_randperm_check(const tpu_k_call_t* call) {
+  const tpu_tensor_t* out = &call->outputs[0];
+  if (out->dtype == TPU_DTYPE_BOOL || out->dtype == TPU_DTYPE_INVALID) return tpu_ku_unsupported_dtype(call, out->dtype);
+  if (tpu_ku_int(call, 0, 0) < 0) return TPU_KU_INVALID(call, "n must be non-negative, got %lld", (long long)tpu_ku_int(call, 0, 0));
+  return TPU_OK;
+}
+
+/* Fisher-Yates from the last position down; step i draws counter offset+i. */
+static tpu_status_t rk_randperm_run(const tpu_k_call_t* call) {
+  TPU_RETURN_IF_ERROR(rk_randperm_check(call));
+  const tpu_tensor_t* out = &call->outputs[0];
+  int64_t n = tpu_tensor_numel(out);
+  for (int64_t i = 0; i < n; ++i) tpu_ku_store_i64((char*)out->data + rk_offset_of(out, i), out->dtype, i);
+  for (int64_t i = n - 1; i > 0; --i) {
+    uint32_t r[4];
+    rk_philox(call->rng_offset + (uint64_t)i, call->rng_seed, r);
+    int64_t j = (int64_t)((((uint64_t)r[1] << 32) | r[0]) % (uint64_t)(i + 1));
+    char* pi = (char*)out->data + rk_offset_of(out, i);
+    char* pj = (char*)out->data + rk_offset_of(out, j);
+    int64_t a = tpu_ku_load_i64(pi, out->dtype), b = tpu_ku_load_i64(pj, out->dtype);
+    tpu_ku_store_i64(pi, out->dtype, b);
+    tpu_ku_store_i64(pj, out->dtype, a);
+  }
+  return TPU_OK;
+}
+
+static tpu_status_t rk_multinomial_check(const tpu_k_call_t* call) {
+  const tpu_tensor_t* w = tpu_ku_tensor(call, 0);
+  if (!w || (w->ndim != 1 && w->ndim != 2)) return TPU_KU_INVALID(call, "prob_dist must be 1 or 2 dim");
+  if (!tpu_dtype_is_floating((tpu_dtype_t)w->dtype)) return tpu_ku_unsupported_dtype(call, w->dtype);
+  if (tpu_ku_int(call, 1, 1) <= 0) return TPU_KU_INVALID(call, "cannot sample n_sample <= 0 samples");
+  return TPU_OK;
+}
+
+/* Inverse-CDF sampling per row; without replacement, categories already
+ * drawn for the row are excluded from the remaining mass. */
+static tpu_status_t rk_multinomial_run(const tpu_k_call_t* call) {
+  TPU_RETURN_IF_ERROR(rk_multinomial_check(call));
+  const tpu_tensor_t* w = tpu_ku_tensor(call, 0);
+  const tpu_tensor_t* out = &call->outputs[0];
+  const int64_t ns = tpu_ku_int(call, 1, 1);
+  const bool repl = tpu_ku_bool(call, 2, false);
+  const int64_t rows = w->ndim == 2 ? w->sizes[0] : 1;
+  const int64_t ncat = w->sizes[w->ndim - 1];
+  const int64_t ws = w->strides[w->ndim - 1], wr = w->ndim == 2 ? w->strides[0] : 0;
+  const int64_t os = out->strides[out->ndim - 1], orow = out->ndim == 2 ? out->strides[0] : 0;
+  const size_t wb = tpu_dtype_size((tpu_dtype_t)w->dtype), ob = tpu_dtype_size((tpu_dtype_t)out->dtype);
+  for (int64_t r = 0; r < rows; ++r) {
+    const char* row = (const char*)w->data + r * wr * (int64_t)wb;
+    char* orw = (char*)out->data + r * orow * (int64_t)ob;
+    double total = 0.0;
+    int64_t positive = 0;
+    for (int64_t k = 0; k < ncat; ++k) {
+      double v = tpu_ku_load_f64(row + k * ws * (int64_t)wb, w->dtype);
+      if (!(v >= 0.0) || isinf(v))
+        return TPU_KU_INVALID(call, "probability tensor contains either `inf`, `nan` or element < 0");
+      total += v;
+      positive += v > 0.0;
+    }
+    if (!(total > 0.0)) return TPU_KU_INVALID(call, "invalid multinomial distribution (sum of probabilities <= 0)");
+    if (!repl && ns > positive)
+      return TPU_KU_INVALID(call, "cannot sample n_sample > prob_dist.size(-1) samples without replacement");
+    for (int64_t s = 0; s < ns; ++s) {
+      uint32_t rr[4];
+      rk_philox(call->rng_offset + (uint64_t)(r * ns + s), call->rng_seed, rr);
+      double u = rk_u53(rr[0], rr[1]) * total, acc = 0.0;
+      int64_t pick = -1, last = -1;
+      for (int64_t k = 0; k < ncat; ++k) {
+        double v = tpu_ku_load_f64(row + k * ws * (int64_t)wb, w->dtype);
+        if (!repl) {
+          for (int64_t t = 0; t < s && v > 0.0; ++t)
+            if (tpu_ku_load_i64(orw + t * os * (int64_t)ob, out->dtype) == k) v = 0.0;
+        }
+        if (v <= 0.0) continue;
+        last = k;
+        acc += v;
+        if (u < acc) {
+          pick = k;
+          break;
+        }
+      }
+      if (pick < 0) pick = last; /* rounding at the top end */
+      tpu_ku_store_i64(orw + s * os * (int64_t)ob, out->dtype, pick);
+      if (!repl) total -= tpu_ku_load_f64(row + pick * ws * (int64_t)wb, w->dtype);
+    }
+  }
+  return TPU_OK;
+}
+
 #define RK_WRAP(NAME, KIND)                                                              \
   static tpu_status_t rk_run_##NAME(const tpu_k_call_t* c) { return rk_run(c, KIND); } \
   static tpu_status_t rk_check_##NAME(const tpu_k_call_t* c) { return rk_check(c, KIND); }
@@ -360,5 +535,13 @@ const tpu_k_entry_t tpu_k_random_entries[] = {
     R("aten::random.to_out", random_to)
     R("aten::exponential_", exponential) R("aten::exponential", exponential)
     R("aten::exponential.out", exponential)
+    {"aten::native_dropout", rk_dropout_run, rk_dropout_check, TPU_K_FLAG_RANDOM},
+    {"aten::native_dropout.out", rk_dropout_run, rk_dropout_check, TPU_K_FLAG_RANDOM},
+    {"aten::native_dropout_backward", rk_dropout_bwd_run, rk_dropout_bwd_check, 0},
+    {"aten::native_dropout_backward.out", rk_dropout_bwd_run, rk_dropout_bwd_check, 0},
+    {"aten::randperm.generator_out", rk_randperm_run, rk_randperm_check, TPU_K_FLAG_RANDOM},
+    {"aten::randperm.out", rk_randperm_run, rk_randperm_check, TPU_K_FLAG_RANDOM},
+    {"aten::multinomial", rk_multinomial_run, rk_multinomial_check, TPU_K_FLAG_RANDOM},
+    {"aten::multinomial.out", rk_multinomial_run, rk_multinomial_check, TPU_K_FLAG_RANDOM},
 };
 const size_t tpu_k_random_count = sizeof(tpu_k_random_entries) / sizeof(tpu_k_random_entries[0]);
