@@ -133,14 +133,6 @@ KNOWN_FAILURES: dict[str, str] = {
     'llama4_text': 'forward: NotImplementedError: aten::mul.Tensor: dtype ComplexFloat is not supported on tpu',
 }
 EXPECTED_FALLBACK: dict[str, list] = {
-    'olmo_hybrid': ['aten::linalg_solve_triangular'],
-    'qwen3_5': ['aten::linalg_solve_triangular'],
-    'qwen3_5_moe': ['aten::linalg_solve_triangular'],
-    'qwen3_5_moe_text': ['aten::linalg_solve_triangular'],
-    'qwen3_5_text': ['aten::linalg_solve_triangular'],
-    'qwen3_next': ['aten::linalg_solve_triangular'],
-    'qwen4_exp': ['aten::linalg_solve_triangular'],
-    'qwen4_exp_text': ['aten::linalg_solve_triangular'],
 }
 # END GENERATED EXPECTATIONS
 
