@@ -1,0 +1,137 @@
+"""Tables: plain text for the terminal and Markdown for docs/bench.md (same content)."""
+from .ops import fallback_summary
+
+
+def _f(v, nd=1):
+    if v is None:
+        return "—"
+    if isinstance(v, str):
+        return v
+    if abs(v) >= 1000:
+        return f"{v:,.0f}"
+    return f"{v:.{nd}f}"
+
+
+def _fb(report, limit=4):
+    s = fallback_summary(report)
+    parts = s.split(", ")
+    if len(parts) > limit:
+        s = ", ".join(parts[:limit]) + f", +{len(parts) - limit} more"
+    return s
+
+
+def sections(res):
+    """[(title, note, header, rows)] with every cell already a string."""
+    out = []
+    m = res.get("machine")
+    if m:
+        out.append(("Machine limits", "measured by bench/csrc/machine.c, compiled at bench time with "
+                    f"{m['values'].get('cc', 'cc')} -O2; best of several runs, at the start and the end of a full run",
+                    ["measurement", "value", "unit", "note"],
+                    [[r[0], _f(r[1]), r[2], r[3]] for r in m["rows"]]))
+    g = res.get("gemm")
+    if g:
+        out.append(("GEMM: torch.nn.functional.linear(x[M,K], W[N,K])",
+                    "GFLOP/s = 2·M·N·K / time; tpu timing includes torch.tpu.synchronize(); "
+                    "% of peak = of the fp32 FMA peak in the machine table (also for bf16: the tpu "
+                    "kernels compute bf16 with fp32 FMAs); weight GB/s = N·K·bytes / time (compare M=1 rows with the "
+                    "bandwidth; small weights stay in cache)",
+                    ["model", "layer", "M", "K×N", "dtype", "tpu GFLOP/s", "CPU GFLOP/s", "tpu/CPU",
+                     "tpu % peak", "CPU % peak", "tpu weight GB/s (M=1)", "CPU weight GB/s (M=1)",
+                     "tpu fallbacks"],
+                    [[r["model"], r["layer"], str(r["M"]), f"{r['K']}×{r['N']}", r["dtype"],
+                      _f(r["tpu_gflops"]), _f(r["cpu_gflops"]), _f(r["ratio"], 2),
+                      _f(r["tpu_pct_peak"]), _f(r["cpu_pct_peak"]),
+                      _f(r["tpu_weight_gbs"]) if r["M"] == 1 else "—",
+                      _f(r["cpu_weight_gbs"]) if r["M"] == 1 else "—", _fb(r["fallbacks"])]
+                     for r in g]))
+    o = res.get("overhead")
+    if o:
+        out.append(("Per-op eager overhead", "microseconds per op, lower is better; tpu: ops queued, "
+                    "one torch.tpu.synchronize() at the end of the loop (except the last row)",
+                    ["op", "tpu µs/op", "CPU µs/op", "tpu/CPU", "tpu fallbacks"],
+                    [[r["op"], _f(r["tpu_us"], 2), _f(r["cpu_us"], 2), _f(r["ratio"], 2),
+                      _fb(r["fallbacks"])] for r in o]))
+    md = res.get("models")
+    if md:
+        out.append(("Models: eager tokens/s",
+                    "higher is better; decode bN = N sequences, one new token each per step (KV "
+                    "cache), fastest of 3 timed chunks of steps; prefill 512 = one 512-token prompt; roofline (batch-1 decode) = all-core "
+                    "read bandwidth / weight bytes per token; fallbacks = ops run on the CPU during "
+                    "the whole tpu run (prefill + warm-up + timed steps)",
+                    ["model", "dtype", "run", "tpu tok/s", "CPU tok/s", "tpu/CPU", "roofline tok/s",
+                     "tpu % roofline", "CPU % roofline", "tpu fallbacks (calls)"],
+                    [[r["model"], r["dtype"], r["kind"],
+                      _f(r["tpu_tok_s"]) if not r.get("skipped") else "skipped",
+                      _f(r["cpu_tok_s"]) if not r.get("skipped") else "skipped",
+                      _f(r["ratio"], 2), _f(r.get("roofline_tok_s")),
+                      _f(r.get("tpu_pct_roofline")), _f(r.get("cpu_pct_roofline")),
+                      _fb(r["fallbacks"]) if not r.get("skipped") else r["skipped"]]
+                     for r in md]))
+    return out
+
+
+def text(res):
+    lines = []
+    for title, note, header, rows in sections(res):
+        lines += ["", f"== {title} ==", f"   ({note})"]
+        widths = [max(len(header[i]), *(len(r[i]) for r in rows)) for i in range(len(header))]
+        num = _numeric_columns(rows, len(header))
+        fmt = lambda cells: "  ".join(c.rjust(w) if num[i] else c.ljust(w)  # noqa: E731
+                                      for i, (c, w) in enumerate(zip(cells, widths))).rstrip()
+        lines.append(fmt(header))
+        lines.append("  ".join("-" * w for w in widths))
+        lines += [fmt(r) for r in rows]
+    cont = res.get("contention") or {}
+    parts = [f"{k} {v['others_pct']:.0f}%" for k, v in cont.items() if v.get("others_pct") is not None]
+    if parts:
+        lines.append("")
+        lines.append(f"CPU used by other processes: {', '.join(parts)}")
+    for n in res.get("notes", []):
+        lines.append(f"note: {n}")
+    return "\n".join(lines)
+
+
+def _num(s):
+    return bool(s) and (s[:1].isdigit() or s[:1] in "—-")
+
+
+def _numeric_columns(rows, n):
+    """Columns whose cells are all numbers (or '—'), with at least one number."""
+    out = []
+    for i in range(n):
+        cells = [r[i] for r in rows if r[i] not in ("—", "", "skipped")]
+        out.append(bool(cells) and all(c[:1].isdigit() or c[:1] == "-" for c in cells))
+    return out
+
+
+def markdown(res):
+    meta = res["meta"]
+    lines = [
+        "# torch-tpu benchmark",
+        "",
+        "Generated by `python -m bench` (see `bench/README.md`); do not edit by hand.",
+        "",
+        "| | |", "|---|---|",
+        f"| date | {meta['date']} |",
+        f"| machine | {meta['cpu_model']}, {meta['cores']} cores, {', '.join(meta['isa'])}, "
+        f"{meta['mem_gib']:.0f} GiB RAM |",
+        f"| torch | {meta['torch']} (CPU threads: {meta['torch_threads']}) |",
+        f"| transformers | {meta['transformers']} |",
+        f"| torch_tpu | commit {meta['commit']}; TORCH_TPU_NUM_THREADS={meta['tpu_threads']} |",
+        f"| run | `{meta['command']}`, {meta['elapsed_s'] / 60:.1f} min |",
+        f"| load average (1 min) | {meta['load_before']} before, {meta['load_after']} after |",
+    ]
+    cont = res.get("contention") or {}
+    parts = [f"{k} {v['others_pct']:.0f}%" for k, v in cont.items() if v.get("others_pct") is not None]
+    if parts:
+        lines.append(f"| CPU used by other processes | {', '.join(parts)} of {meta['cores']} cores |")
+    for title, note, header, rows in sections(res):
+        lines += ["", f"## {title}", "", note[:1].upper() + note[1:] + ".", ""]
+        lines.append("| " + " | ".join(header) + " |")
+        num = _numeric_columns(rows, len(header))
+        lines.append("|" + "|".join("--:" if num[i] else "---" for i in range(len(header))) + "|")
+        lines += ["| " + " | ".join(c.replace("|", "\\|") for c in r) + " |" for r in rows]
+    if res.get("notes"):
+        lines += ["", "## Notes", ""] + [f"- {n}" for n in res["notes"]]
+    return "\n".join(lines) + "\n"
