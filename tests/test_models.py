@@ -74,32 +74,6 @@ CAUSAL = [n for n, (_, _, kind) in MODELS.items() if kind == "causal"]
 
 # "model-attention" -> ATen ops that fell back on the last measured run (see module docstring).
 EXPECTED_FALLBACK = {
-    "llama-eager": ['aten::nll_loss_backward.grad_input', 'aten::nll_loss_forward.output'],
-    "llama-sdpa": ['aten::isneginf.out', 'aten::nll_loss_backward.grad_input', 'aten::nll_loss_forward.output'],
-    "qwen2-eager": ['aten::nll_loss_backward.grad_input', 'aten::nll_loss_forward.output'],
-    "qwen2-sdpa": ['aten::isneginf.out', 'aten::nll_loss_backward.grad_input', 'aten::nll_loss_forward.output'],
-    "qwen3-eager": ['aten::nll_loss_backward.grad_input', 'aten::nll_loss_forward.output'],
-    "qwen3-sdpa": ['aten::isneginf.out', 'aten::nll_loss_backward.grad_input', 'aten::nll_loss_forward.output'],
-    # qwen3_moe-eager fails: NotImplementedError: "histogram_cpu" not implemented for 'Int'
-    "qwen3_moe-eager": ['aten::floor_divide', 'aten::histc'],
-    # qwen3_moe-sdpa fails: NotImplementedError: "histogram_cpu" not implemented for 'Int'
-    "qwen3_moe-sdpa": ['aten::floor_divide', 'aten::histc', 'aten::isneginf.out'],
-    "mistral-eager": ['aten::nll_loss_backward.grad_input', 'aten::nll_loss_forward.output'],
-    "mistral-sdpa": ['aten::isneginf.out', 'aten::nll_loss_backward.grad_input', 'aten::nll_loss_forward.output'],
-    # mixtral-eager fails: NotImplementedError: "histogram_cpu" not implemented for 'Int'
-    "mixtral-eager": ['aten::floor_divide', 'aten::histc'],
-    # mixtral-sdpa fails: NotImplementedError: "histogram_cpu" not implemented for 'Int'
-    "mixtral-sdpa": ['aten::floor_divide', 'aten::histc', 'aten::isneginf.out'],
-    "gemma2-eager": ['aten::nll_loss_backward.grad_input', 'aten::nll_loss_forward.output'],
-    "gemma3-eager": ['aten::nll_loss_backward.grad_input', 'aten::nll_loss_forward.output'],
-    "gemma3-sdpa": ['aten::isneginf.out', 'aten::nll_loss_backward.grad_input', 'aten::nll_loss_forward.output'],
-    "phi3-eager": ['aten::nll_loss_backward.grad_input', 'aten::nll_loss_forward.output'],
-    "phi3-sdpa": ['aten::isneginf.out', 'aten::nll_loss_backward.grad_input', 'aten::nll_loss_forward.output'],
-    "gpt2-eager": ['aten::nll_loss_backward.grad_input', 'aten::nll_loss_forward.output'],
-    "gpt2-sdpa": ['aten::isneginf.out', 'aten::nll_loss_backward.grad_input', 'aten::nll_loss_forward.output'],
-    "bert-sdpa": ['aten::isneginf.out'],
-    "bert_mlm-eager": ['aten::nll_loss_backward.grad_input', 'aten::nll_loss_forward.output'],
-    "bert_mlm-sdpa": ['aten::isneginf.out', 'aten::nll_loss_backward.grad_input', 'aten::nll_loss_forward.output'],
 }
 
 
