@@ -31,6 +31,7 @@ def setup_env():
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    os.environ.setdefault("TQDM_DISABLE", "1")  # GGUF de-quantisation progress bar
     return cores
 
 
@@ -140,6 +141,15 @@ def main(argv=None):
         res["machine"] = {"values": vals, "passes": passes, "rows": rows,
                           "peak_gflops": peak, "bw_gbs": bw_all}
         res["notes"] += [n[:1].upper() + n[1:] + "." for n in dnotes]
+        for key, what, unit in (("bw_gbs_1thread", "1-thread read bandwidth", "GB/s"),
+                                ("bw_gbs_all", f"{cores}-thread read bandwidth", "GB/s"),
+                                ("fma_gflops_all", f"{cores}-core FMA peak", "GFLOP/s")):
+            got = [p[key] for p in passes if p.get(key)]
+            if len(got) > 1 and max(got) > 1.2 * min(got):
+                res["notes"].append(
+                    f"The {what} differed between the two passes ({' and '.join(f'{g:.1f}' for g in got)} "
+                    f"{unit}); the higher is used. Memory bandwidth of this VM varies from minute to minute "
+                    "(the host's memory system is shared), so rooflines are approximate.")
         derive(res, peak, bw_all)
         if "avx512f" in info["isa"]:
             note = ("This CPU has AVX-512F" + (" and AVX512_BF16" if "avx512_bf16" in info["isa"] else "")

@@ -77,17 +77,23 @@ __attribute__((target("avx512f,avx512bf16"))) static float k_bf16(long iters) {
 }
 
 typedef float (*kern_fn)(long);
+/* Each thread times itself (start after the barrier, end after its work); a run spans
+   min(start)..max(end). Timing in the main thread would be wrong when there are as many
+   workers as cores: main may not run again until the workers are done. */
 typedef struct {
   kern_fn fn;
   long iters;
   pthread_barrier_t *bar;
   float sink;
+  double t0, t1;
 } fma_arg_t;
 
 static void *fma_thread(void *p) {
   fma_arg_t *a = p;
   pthread_barrier_wait(a->bar);
+  a->t0 = now();
   a->sink = a->fn(a->iters);
+  a->t1 = now();
   return NULL;
 }
 
@@ -95,16 +101,20 @@ static double run_fma(kern_fn fn, double flop_per_iter, int nthreads, long iters
   pthread_t th[256];
   fma_arg_t args[256];
   pthread_barrier_t bar;
-  pthread_barrier_init(&bar, NULL, (unsigned)nthreads + 1);
+  pthread_barrier_init(&bar, NULL, (unsigned)nthreads);
   for (int t = 0; t < nthreads; t++) {
-    args[t] = (fma_arg_t){fn, iters, &bar, 0};
+    args[t] = (fma_arg_t){fn, iters, &bar, 0, 0, 0};
     pthread_create(&th[t], NULL, fma_thread, &args[t]);
   }
-  pthread_barrier_wait(&bar);
-  double t0 = now();
   float sink = 0;
-  for (int t = 0; t < nthreads; t++) { pthread_join(th[t], NULL); sink += args[t].sink; }
-  double dt = now() - t0;
+  double t0 = 1e300, t1 = 0;
+  for (int t = 0; t < nthreads; t++) {
+    pthread_join(th[t], NULL);
+    sink += args[t].sink;
+    if (args[t].t0 < t0) t0 = args[t].t0;
+    if (args[t].t1 > t1) t1 = args[t].t1;
+  }
+  double dt = t1 - t0;
   pthread_barrier_destroy(&bar);
   if (sink == 12345.0f) fprintf(stderr, "!");
   return flop_per_iter * (double)iters * nthreads / dt * 1e-9;
@@ -130,13 +140,14 @@ static int cmd_peak(kern_fn fn, double flop_per_iter, int nthreads, double secon
 
 /* ---------------------------------------------------------------- bandwidth */
 
+#define MAX_REPS 64
 typedef struct {
   const float *p;
   size_t n;
   pthread_barrier_t *bar;
   int init, reps;
   double sink;
-  double *times; /* per rep, written by thread 0's barrier timing */
+  double t0[MAX_REPS], t1[MAX_REPS]; /* this thread's start and end of each pass */
 } bw_arg_t;
 
 __attribute__((target("avx2,fma"))) static double sum_avx2(const float *p, size_t n) {
@@ -165,8 +176,9 @@ static void *bw_thread(void *v) {
   }
   for (int r = 0; r < a->reps; r++) {
     pthread_barrier_wait(a->bar);
+    a->t0[r] = now();
     a->sink += sum_avx2(a->p, a->n);
-    pthread_barrier_wait(a->bar);
+    a->t1[r] = now();
   }
   return NULL;
 }
@@ -183,23 +195,25 @@ static int cmd_bw(int nthreads, size_t mib, int reps) {
   pthread_t th[256];
   bw_arg_t args[256];
   pthread_barrier_t bar;
-  pthread_barrier_init(&bar, NULL, (unsigned)nthreads + 1);
+  pthread_barrier_init(&bar, NULL, (unsigned)nthreads);
   size_t chunk = (n / nthreads) & ~(size_t)31;
   for (int t = 0; t < nthreads; t++) {
     size_t lo = t * chunk, hi = (t == nthreads - 1) ? n : lo + chunk;
-    args[t] = (bw_arg_t){buf + lo, hi - lo, &bar, 1, reps, 0, NULL};
+    args[t] = (bw_arg_t){.p = buf + lo, .n = hi - lo, .bar = &bar, .init = 1, .reps = reps};
     pthread_create(&th[t], NULL, bw_thread, &args[t]);
-  }
-  double best = 0;
-  for (int r = 0; r < reps; r++) {
-    pthread_barrier_wait(&bar); /* start (threads have initialised their slices) */
-    double t0 = now();
-    pthread_barrier_wait(&bar); /* all slices summed */
-    double g = (double)bytes / (now() - t0) * 1e-9;
-    if (r > 0 && g > best) best = g; /* rep 0 is a warm-up */
   }
   double sink = 0;
   for (int t = 0; t < nthreads; t++) { pthread_join(th[t], NULL); sink += args[t].sink; }
+  double best = 0;
+  for (int r = 1; r < reps; r++) { /* pass 0 is a warm-up */
+    double t0 = 1e300, t1 = 0;
+    for (int t = 0; t < nthreads; t++) {
+      if (args[t].t0[r] < t0) t0 = args[t].t0[r];
+      if (args[t].t1[r] > t1) t1 = args[t].t1[r];
+    }
+    double g = (double)bytes / (t1 - t0) * 1e-9;
+    if (g > best) best = g;
+  }
   if (sink == 12345.0) fprintf(stderr, "!");
   pthread_barrier_destroy(&bar);
   free(buf);
@@ -219,7 +233,7 @@ int main(int argc, char **argv) {
   if (!strcmp(argv[1], "bf16")) return cmd_peak(k_bf16, 12 * 16 * 2 * 2, nthreads, atof(argv[3]));
   if (!strcmp(argv[1], "bw")) {
     int reps = argc > 4 ? atoi(argv[4]) : 5;
-    return cmd_bw(nthreads, (size_t)atol(argv[3]), reps < 2 ? 2 : reps);
+    return cmd_bw(nthreads, (size_t)atol(argv[3]), reps < 2 ? 2 : reps > MAX_REPS ? MAX_REPS : reps);
   }
   fprintf(stderr, "unknown mode %s\n", argv[1]);
   return 2;
