@@ -1,26 +1,36 @@
-"""torch.compile(backend="tpu") — first stage.
+"""torch.compile(backend="tpu").
 
 Dynamo captures the graph; aot_autograd functionalises it and decomposes it
-to core ATen (forward and backward graphs); the resulting ATen graph then
-runs op by op on the tpu device's native kernels. This gives correct
-compiled execution (what Transformers' static-cache path and Diffusers'
-`compile(backend="tpu")` need) but none of the graph compiler's gains yet:
-fusion, memory planning and one-submission-per-graph are future work in
-runtime/graph/ (see README).
+to core ATen (forward and backward graphs); torch_tpu._graph lowers each ATen
+graph to the C graph compiler (runtime/graph): pointwise chains fused into
+tiles, one planned arena per graph, one device submission per graph run.
+Nodes C cannot run execute eagerly between C segments (graph_stats()).
+
+TORCH_TPU_GRAPH=eager runs the ATen graphs op by op instead (for comparison
+and as a fallback).
 
 Registered through the `torch_dynamo_backends` entry point, so importing
 torch_tpu does not import torch._dynamo.
 """
+import os
+
 import torch
 from torch._dynamo.backends.common import aot_autograd
 from torch._functorch.aot_autograd import make_boxed_func
+
+from torch_tpu import _graph
 
 _STATS = {"graphs": 0}
 
 
 def _compile_graph(gm: torch.fx.GraphModule, example_inputs):
     _STATS["graphs"] += 1
-    return make_boxed_func(gm.forward)
+    mode = os.environ.get("TORCH_TPU_GRAPH", "c")
+    if mode == "eager":
+        return make_boxed_func(gm.forward)
+    if mode != "c":
+        raise ValueError(f"TORCH_TPU_GRAPH must be 'c' or 'eager', got {mode!r}")
+    return _graph.lower(gm, example_inputs)
 
 
 def _decompositions():
@@ -34,5 +44,11 @@ tpu_backend = aot_autograd(fw_compiler=_compile_graph, bw_compiler=_compile_grap
 
 
 def compile_stats():
-    """{'graphs': number of ATen graphs compiled by the tpu backend}."""
-    return dict(_STATS)
+    """Statistics of the tpu backend: ATen graphs compiled ('graphs', also
+    'compiles'/'misses'), runs of an already compiled graph ('hits'),
+    'compile_seconds', live compiled graphs ('graphs_held'), and what the
+    lowering did (C segments, C nodes, eager nodes and their ops, fused
+    groups, arena bytes)."""
+    out = _graph.graph_stats()
+    out["graphs"] = _STATS["graphs"]
+    return out

@@ -9,11 +9,13 @@
 namespace torch_tpu {
 void register_hooks();
 std::vector<std::string> register_native_kernels();
+void register_graph(py::module& m);
 }
 
 PYBIND11_MODULE(_bridge, m) {
   torch_tpu::register_hooks();
   torch_tpu::register_native_kernels();
+  torch_tpu::register_graph(m);
   m.def("unknown_native_ops", [] { return torch_tpu::register_native_kernels(); },
         "C kernel table entries whose schema this torch does not have (should be empty)");
   m.def("default_generator", [](int index) {

@@ -1,0 +1,911 @@
+/* graph.c - graph IR, fusion of pointwise chains, liveness memory planning
+ * and one-submission execution (see tpu/graph.h). */
+#include "tpu/graph.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "tpu/base.h"
+#include "tpu/hal.h"
+#include "tpu/runtime.h"
+
+/* Elements per fused tile: a handful of float32 tiles of this size stay in
+ * the L2 cache while a chain runs over them. */
+#define TILE_ELEMS 8192
+/* Limits for a node to join a fused group (the tile loop keeps its argument
+ * copies on the stack). */
+#define GROUP_MAX_ARGS 16
+#define GROUP_MAX_TENSORS 8
+#define ALIGN 64
+
+typedef struct buf_t {
+  int32_t kind;  /* TPU_GRAPH_BUF_* */
+  int32_t index; /* input number / output buffer number */
+  int64_t bytes;
+  int64_t offset;   /* arena offset (INTERNAL) */
+  int32_t def_step; /* liveness, in steps */
+  int32_t last_step;
+  bool scratch; /* every byte lives in fused tiles: no memory */
+  int32_t prod_val; /* the node output that created it, -1 for inputs */
+} buf_t;
+
+typedef struct val_t {
+  int32_t buf;
+  int64_t off; /* bytes from the buffer's pointer */
+  tpu_tensor_t meta;
+  int32_t producer; /* node id, -1 for inputs and views */
+  int32_t views;    /* other values aliasing this (produced) value's buffer */
+  bool scratch;
+} val_t;
+
+enum { SLOT_WHOLE = 0, SLOT_SLICE = 1, SLOT_SCRATCH = 2 };
+
+typedef struct node_t {
+  const tpu_k_entry_t* entry;
+  uint32_t flags;
+  int32_t nargs;
+  tpu_k_value_t* vals;
+  int32_t ntens; /* tensor slots: argument tensors, then outputs */
+  int32_t nargtens;
+  tpu_tensor_t* tens;
+  int32_t* tens_vid; /* -1: absent optional tensor */
+  int32_t nout;
+  int32_t* out_vid;
+  int32_t* out_alias;
+  int32_t group; /* -1 standalone */
+  int32_t step;
+  /* per slot, inside a fused group */
+  uint8_t* slot_mode;
+  int32_t* slot_dim;     /* SLICE: the sliced dim */
+  int64_t* slot_scratch; /* SCRATCH: byte offset in the tile scratch */
+  void** owned;          /* copied argument payloads */
+  int32_t nowned;
+} node_t;
+
+typedef struct group_t {
+  int32_t first, count; /* nodes [first, first+count) in order */
+  int32_t ndim;
+  int64_t sizes[TPU_MAX_DIMS];
+  int32_t axis; /* tiled dim, -1: one tile */
+  int64_t inner;
+  int64_t rows_per_tile;
+  int64_t ntiles;
+  int64_t scratch_bytes;
+} group_t;
+
+typedef struct step_t {
+  int32_t node;  /* >= 0: standalone node */
+  int32_t group; /* >= 0: fused group */
+} step_t;
+
+struct tpu_graph_t {
+  tpu_object_t object;
+  int32_t device_index;
+  tpu_hal_device_t* device;
+  bool compiled;
+  buf_t* bufs;
+  int32_t nbufs, capbufs;
+  val_t* vals;
+  int32_t nvals, capvals;
+  node_t* nodes;
+  int32_t nnodes, capnodes;
+  group_t* groups;
+  int32_t ngroups;
+  step_t* steps;
+  int32_t nsteps;
+  int32_t ninputs;
+  int32_t noutputs;
+  void* arena;
+  int64_t arena_bytes;
+  int64_t unplanned_bytes;
+  /* tile scratch: one slot per pool thread */
+  void* scratch;
+  int64_t slot_bytes;
+  int32_t nslots;
+  int32_t* slot_busy;
+  tpu_graph_stats_t stats;
+};
+
+/* ---- small helpers ---------------------------------------------------------- */
+
+static tpu_status_t grow(void** items, int32_t* cap, int32_t need, size_t item) {
+  if (need <= *cap) return TPU_OK;
+  int32_t ncap = *cap ? *cap * 2 : 64;
+  while (ncap < need) ncap *= 2;
+  void* p = realloc(*items, (size_t)ncap * item);
+  if (!p) return TPU_ERROR(TPU_STATUS_OUT_OF_MEMORY, "graph: out of host memory");
+  *items = p;
+  *cap = ncap;
+  return TPU_OK;
+}
+
+static int64_t extent_bytes(const tpu_tensor_t* t) {
+  int64_t last = 0;
+  for (int32_t d = 0; d < t->ndim; ++d) {
+    if (t->sizes[d] == 0) return 0;
+    last += (t->sizes[d] - 1) * t->strides[d];
+  }
+  return (last + 1) * (int64_t)tpu_dtype_size((tpu_dtype_t)t->dtype);
+}
+
+static int64_t align_up(int64_t n) { return (n + ALIGN - 1) / ALIGN * ALIGN; }
+
+static tpu_status_t check_meta(const tpu_tensor_t* m) {
+  if (!m || m->ndim < 0 || m->ndim > TPU_MAX_DIMS || tpu_dtype_size((tpu_dtype_t)m->dtype) == 0) {
+    return TPU_ERROR(TPU_STATUS_INVALID_ARGUMENT, "graph: bad tensor metadata (ndim %d, dtype %d)",
+                     m ? m->ndim : -1, m ? m->dtype : -1);
+  }
+  for (int32_t d = 0; d < m->ndim; ++d) {
+    if (m->sizes[d] < 0 || m->strides[d] < 0) {
+      return TPU_ERROR(TPU_STATUS_INVALID_ARGUMENT, "graph: negative size or stride in dim %d", d);
+    }
+  }
+  return TPU_OK;
+}
+
+static tpu_status_t add_buf(tpu_graph_t* g, int32_t kind, int64_t bytes, int32_t* out) {
+  TPU_RETURN_IF_ERROR(grow((void**)&g->bufs, &g->capbufs, g->nbufs + 1, sizeof(buf_t)));
+  buf_t* b = &g->bufs[g->nbufs];
+  memset(b, 0, sizeof(*b));
+  b->kind = kind;
+  b->bytes = bytes;
+  b->def_step = -1;
+  b->last_step = -1;
+  b->prod_val = -1;
+  *out = g->nbufs++;
+  return TPU_OK;
+}
+
+static tpu_status_t add_val(tpu_graph_t* g, int32_t buf, int64_t off, const tpu_tensor_t* meta,
+                            int32_t producer, int32_t* out) {
+  TPU_RETURN_IF_ERROR(grow((void**)&g->vals, &g->capvals, g->nvals + 1, sizeof(val_t)));
+  val_t* v = &g->vals[g->nvals];
+  memset(v, 0, sizeof(*v));
+  v->buf = buf;
+  v->off = off;
+  v->meta = *meta;
+  v->meta.data = NULL;
+  v->producer = producer;
+  if (producer >= 0) g->bufs[buf].prod_val = g->nvals;
+  *out = g->nvals++;
+  return TPU_OK;
+}
+
+static tpu_status_t check_building(const tpu_graph_t* g) {
+  if (!g) return TPU_ERROR(TPU_STATUS_INVALID_ARGUMENT, "graph: NULL graph");
+  if (g->compiled) return TPU_ERROR(TPU_STATUS_FAILED_PRECONDITION, "graph: already compiled");
+  return TPU_OK;
+}
+
+static tpu_status_t check_value(const tpu_graph_t* g, int64_t v, const char* op) {
+  if (v < 0 || v >= g->nvals) {
+    return TPU_ERROR(TPU_STATUS_INVALID_ARGUMENT, "graph: %s: no value %lld (graph has %d)", op,
+                     (long long)v, g->nvals);
+  }
+  return TPU_OK;
+}
+
+/* ---- object ----------------------------------------------------------------- */
+
+static void node_free(node_t* n) {
+  for (int32_t i = 0; i < n->nowned; ++i) free(n->owned[i]);
+  free(n->owned);
+  free(n->vals);
+  free(n->tens);
+  free(n->tens_vid);
+  free(n->out_vid);
+  free(n->out_alias);
+  free(n->slot_mode);
+  free(n->slot_dim);
+  free(n->slot_scratch);
+}
+
+static void graph_destroy(tpu_object_t* object) {
+  tpu_graph_t* g = (tpu_graph_t*)object;
+  if (g->device) {
+    const tpu_hal_device_vtable_t* vt = tpu_hal_device_vt(g->device);
+    vt->deallocate(g->device, g->arena);
+    vt->deallocate(g->device, g->scratch);
+  }
+  for (int32_t i = 0; i < g->nnodes; ++i) node_free(&g->nodes[i]);
+  free(g->nodes);
+  free(g->vals);
+  free(g->bufs);
+  free(g->groups);
+  free(g->steps);
+  free(g->slot_busy);
+  free(g);
+}
+
+static const tpu_object_vtable_t kGraphVtable = {graph_destroy};
+
+tpu_status_t tpu_graph_create(int32_t device_index, tpu_graph_t** out_graph) {
+  if (!out_graph) return TPU_ERROR(TPU_STATUS_INVALID_ARGUMENT, "graph: NULL out_graph");
+  *out_graph = NULL;
+  tpu_hal_device_t* device = NULL;
+  TPU_RETURN_IF_ERROR(tpu_runtime_device(device_index, &device));
+  tpu_graph_t* g = calloc(1, sizeof(*g));
+  if (!g) return TPU_ERROR(TPU_STATUS_OUT_OF_MEMORY, "graph: out of host memory");
+  tpu_object_init(&g->object, &kGraphVtable);
+  g->device_index = device_index;
+  g->device = device;
+  *out_graph = g;
+  return TPU_OK;
+}
+
+void tpu_graph_release(tpu_graph_t* graph) { tpu_object_release(graph ? &graph->object : NULL); }
+
+/* ---- building ---------------------------------------------------------------- */
+
+tpu_status_t tpu_graph_input(tpu_graph_t* g, const tpu_tensor_t* meta, int32_t* out_value) {
+  TPU_RETURN_IF_ERROR(check_building(g));
+  TPU_RETURN_IF_ERROR(check_meta(meta));
+  int32_t b;
+  TPU_RETURN_IF_ERROR(add_buf(g, TPU_GRAPH_BUF_INPUT, extent_bytes(meta), &b));
+  g->bufs[b].index = g->ninputs++;
+  return add_val(g, b, 0, meta, -1, out_value);
+}
+
+tpu_status_t tpu_graph_view(tpu_graph_t* g, int32_t base, const tpu_tensor_t* meta, int64_t byte_delta,
+                            int32_t* out_value) {
+  TPU_RETURN_IF_ERROR(check_building(g));
+  TPU_RETURN_IF_ERROR(check_value(g, base, "view"));
+  TPU_RETURN_IF_ERROR(check_meta(meta));
+  const val_t* bv = &g->vals[base];
+  int64_t off = bv->off + byte_delta;
+  buf_t* b = &g->bufs[bv->buf];
+  if (b->kind != TPU_GRAPH_BUF_INPUT && off < 0) {
+    return TPU_ERROR(TPU_STATUS_INVALID_ARGUMENT, "graph: view starts %lld bytes before its buffer",
+                     (long long)-off);
+  }
+  int64_t end = off + extent_bytes(meta);
+  if (b->kind != TPU_GRAPH_BUF_INPUT && end > b->bytes) b->bytes = end;
+  int32_t bufi = bv->buf;
+  if (b->prod_val >= 0) g->vals[b->prod_val].views++;
+  return add_val(g, bufi, off, meta, -1, out_value);
+}
+
+tpu_status_t tpu_graph_empty(tpu_graph_t* g, const tpu_tensor_t* meta, int32_t* out_value) {
+  TPU_RETURN_IF_ERROR(check_building(g));
+  TPU_RETURN_IF_ERROR(check_meta(meta));
+  int32_t b;
+  TPU_RETURN_IF_ERROR(add_buf(g, TPU_GRAPH_BUF_INTERNAL, extent_bytes(meta), &b));
+  return add_val(g, b, 0, meta, -1, out_value);
+}
+
+static void* own(node_t* n, const void* src, size_t bytes) {
+  void* p = malloc(bytes ? bytes : 1);
+  void** list = realloc(n->owned, (size_t)(n->nowned + 1) * sizeof(void*));
+  if (!p || !list) {
+    free(p);
+    if (list) n->owned = list;
+    return NULL;
+  }
+  n->owned = list;
+  if (bytes) memcpy(p, src, bytes);
+  n->owned[n->nowned++] = p;
+  return p;
+}
+
+static tpu_status_t fill_node(tpu_graph_t* g, node_t* n, int32_t num_args, const tpu_graph_arg_t* args,
+                              int32_t num_outputs, const tpu_tensor_t* out_metas, const int32_t* out_alias,
+                              int32_t node_id, int32_t* out_values, const char* op) {
+  int32_t ntens = num_outputs;
+  for (int32_t i = 0; i < num_args; ++i) {
+    if (args[i].kind == TPU_K_TENSOR) ntens += 1;
+    if (args[i].kind == TPU_K_TENSORS) ntens += (int32_t)args[i].len;
+  }
+  n->nargs = num_args;
+  n->ntens = ntens;
+  n->nout = num_outputs;
+  n->vals = calloc((size_t)(num_args ? num_args : 1), sizeof(tpu_k_value_t));
+  n->tens = calloc((size_t)(ntens ? ntens : 1), sizeof(tpu_tensor_t));
+  n->tens_vid = calloc((size_t)(ntens ? ntens : 1), sizeof(int32_t));
+  n->out_vid = calloc((size_t)(num_outputs ? num_outputs : 1), sizeof(int32_t));
+  n->out_alias = calloc((size_t)(num_outputs ? num_outputs : 1), sizeof(int32_t));
+  n->slot_mode = calloc((size_t)(ntens ? ntens : 1), 1);
+  n->slot_dim = calloc((size_t)(ntens ? ntens : 1), sizeof(int32_t));
+  n->slot_scratch = calloc((size_t)(ntens ? ntens : 1), sizeof(int64_t));
+  if (!n->vals || !n->tens || !n->tens_vid || !n->out_vid || !n->out_alias || !n->slot_mode ||
+      !n->slot_dim || !n->slot_scratch) {
+    return TPU_ERROR(TPU_STATUS_OUT_OF_MEMORY, "graph: out of host memory");
+  }
+  int32_t k = 0;
+  for (int32_t i = 0; i < num_args; ++i) {
+    const tpu_graph_arg_t* a = &args[i];
+    tpu_k_value_t* v = &n->vals[i];
+    v->kind = a->kind;
+    switch (a->kind) {
+      case TPU_K_NONE:
+        break;
+      case TPU_K_TENSOR:
+        TPU_RETURN_IF_ERROR(check_value(g, a->i, op));
+        n->tens[k] = g->vals[a->i].meta;
+        n->tens_vid[k] = (int32_t)a->i;
+        v->v.tensor = &n->tens[k++];
+        break;
+      case TPU_K_TENSORS:
+        v->v.tensors.data = &n->tens[k];
+        v->v.tensors.len = a->len;
+        for (int64_t j = 0; j < a->len; ++j) {
+          if (a->ints[j] < 0) {
+            n->tens_vid[k] = -1;
+            k++;
+            continue;
+          }
+          TPU_RETURN_IF_ERROR(check_value(g, a->ints[j], op));
+          n->tens[k] = g->vals[a->ints[j]].meta;
+          n->tens_vid[k++] = (int32_t)a->ints[j];
+        }
+        break;
+      case TPU_K_INT:
+        v->v.i = a->i;
+        break;
+      case TPU_K_BOOL:
+        v->v.b = a->i != 0;
+        break;
+      case TPU_K_DTYPE:
+        v->v.dtype = (int32_t)a->i;
+        break;
+      case TPU_K_DOUBLE:
+        v->v.d = a->d;
+        break;
+      case TPU_K_INTS:
+        v->v.ints.data = own(n, a->ints, (size_t)a->len * sizeof(int64_t));
+        v->v.ints.len = a->len;
+        if (!v->v.ints.data) return TPU_ERROR(TPU_STATUS_OUT_OF_MEMORY, "graph: out of host memory");
+        break;
+      case TPU_K_DOUBLES:
+        v->v.doubles.data = own(n, a->doubles, (size_t)a->len * sizeof(double));
+        v->v.doubles.len = a->len;
+        if (!v->v.doubles.data) return TPU_ERROR(TPU_STATUS_OUT_OF_MEMORY, "graph: out of host memory");
+        break;
+      case TPU_K_STRING:
+        v->v.s = own(n, a->s ? a->s : "", strlen(a->s ? a->s : "") + 1);
+        if (!v->v.s) return TPU_ERROR(TPU_STATUS_OUT_OF_MEMORY, "graph: out of host memory");
+        break;
+      default:
+        return TPU_ERROR(TPU_STATUS_INVALID_ARGUMENT, "graph: %s: argument %d has unknown kind %d", op, i,
+                         a->kind);
+    }
+  }
+  n->nargtens = k;
+  for (int32_t j = 0; j < num_outputs; ++j) {
+    TPU_RETURN_IF_ERROR(check_meta(&out_metas[j]));
+    int32_t alias = out_alias ? out_alias[j] : -1;
+    n->out_alias[j] = alias;
+    int32_t vid;
+    if (alias >= 0) {
+      if (alias >= num_args || args[alias].kind != TPU_K_TENSOR) {
+        return TPU_ERROR(TPU_STATUS_INVALID_ARGUMENT, "graph: %s: output %d aliases argument %d, not a tensor",
+                         op, j, alias);
+      }
+      vid = (int32_t)args[alias].i;
+    } else {
+      int32_t b;
+      TPU_RETURN_IF_ERROR(add_buf(g, TPU_GRAPH_BUF_INTERNAL, extent_bytes(&out_metas[j]), &b));
+      TPU_RETURN_IF_ERROR(add_val(g, b, 0, &out_metas[j], node_id, &vid));
+    }
+    n->tens[k] = g->vals[vid].meta;
+    n->tens_vid[k++] = vid;
+    n->out_vid[j] = vid;
+    out_values[j] = vid;
+  }
+  return TPU_OK;
+}
+
+tpu_status_t tpu_graph_node(tpu_graph_t* g, const char* op, uint32_t flags, int32_t num_args,
+                            const tpu_graph_arg_t* args, int32_t num_outputs, const tpu_tensor_t* out_metas,
+                            const int32_t* out_alias, int32_t* out_values) {
+  TPU_RETURN_IF_ERROR(check_building(g));
+  if (!op || num_args < 0 || num_outputs < 0 || (num_args && !args) || (num_outputs && (!out_metas || !out_values))) {
+    return TPU_ERROR(TPU_STATUS_INVALID_ARGUMENT, "graph: bad node arguments");
+  }
+  const tpu_k_entry_t* entry = tpu_k_lookup(op);
+  if (!entry) return TPU_ERROR(TPU_STATUS_UNIMPLEMENTED, "graph: no kernel named %s", op);
+  if (entry->shape) {
+    return TPU_ERROR(TPU_STATUS_UNIMPLEMENTED, "graph: %s has data-dependent output shapes", op);
+  }
+  if (entry->flags & TPU_K_FLAG_RANDOM) {
+    return TPU_ERROR(TPU_STATUS_UNIMPLEMENTED, "graph: %s draws random numbers (runs eagerly)", op);
+  }
+  int32_t first_val = g->nvals, first_buf = g->nbufs;
+  TPU_RETURN_IF_ERROR(grow((void**)&g->nodes, &g->capnodes, g->nnodes + 1, sizeof(node_t)));
+  node_t* n = &g->nodes[g->nnodes];
+  memset(n, 0, sizeof(*n));
+  n->entry = entry;
+  n->flags = flags;
+  n->group = -1;
+  tpu_status_t st = fill_node(g, n, num_args, args, num_outputs, out_metas, out_alias, g->nnodes, out_values, op);
+  if (st == TPU_OK && entry->check) {
+    tpu_k_call_t call;
+    memset(&call, 0, sizeof(call));
+    call.op = entry->name;
+    call.num_args = n->nargs;
+    call.args = n->vals;
+    call.num_outputs = n->nout;
+    call.outputs = n->tens + n->nargtens;
+    st = entry->check(&call);
+    if (st != TPU_OK) st = tpu_status_annotate(st, "%s", entry->name);
+  }
+  if (st != TPU_OK) {  /* roll back: the graph stays usable */
+    node_free(n);
+    g->nvals = first_val;
+    g->nbufs = first_buf;
+    return st;
+  }
+  g->nnodes++;
+  return TPU_OK;
+}
+
+tpu_status_t tpu_graph_mark_output(tpu_graph_t* g, int32_t value) {
+  TPU_RETURN_IF_ERROR(check_building(g));
+  TPU_RETURN_IF_ERROR(check_value(g, value, "mark_output"));
+  buf_t* b = &g->bufs[g->vals[value].buf];
+  if (b->kind == TPU_GRAPH_BUF_INTERNAL) {
+    b->kind = TPU_GRAPH_BUF_OUTPUT;
+    b->index = g->noutputs++;
+  }
+  return TPU_OK;
+}
+
+/* ---- compile: fusion -------------------------------------------------------- */
+
+static bool same_shape(const tpu_tensor_t* a, int32_t ndim, const int64_t* sizes) {
+  if (a->ndim != ndim) return false;
+  for (int32_t d = 0; d < ndim; ++d) {
+    if (a->sizes[d] != sizes[d]) return false;
+  }
+  return true;
+}
+
+/* A pointwise node that can run on tiles: one fresh contiguous output, every
+ * tensor argument broadcastable to it, no tensor lists. */
+static bool fusable(const tpu_graph_t* g, const node_t* n) {
+  if (!(n->flags & TPU_GRAPH_NODE_POINTWISE) || n->nout != 1 || n->out_alias[0] >= 0) return false;
+  if (n->nargs > GROUP_MAX_ARGS || n->ntens > GROUP_MAX_TENSORS) return false;
+  const tpu_tensor_t* out = &g->vals[n->out_vid[0]].meta;
+  if (!tpu_tensor_is_contiguous(out) || tpu_tensor_numel(out) == 0) return false;
+  for (int32_t i = 0; i < n->nargs; ++i) {
+    if (n->vals[i].kind == TPU_K_TENSORS) return false;
+  }
+  for (int32_t k = 0; k < n->nargtens; ++k) {
+    if (n->tens_vid[k] < 0) return false;
+    const tpu_tensor_t* t = &g->vals[n->tens_vid[k]].meta;
+    if (t->ndim > out->ndim) return false;
+    for (int32_t d = 0; d < t->ndim; ++d) {
+      int64_t od = out->sizes[out->ndim - t->ndim + d];
+      if (t->sizes[d] != od && t->sizes[d] != 1) return false;
+    }
+  }
+  return true;
+}
+
+/* Can fusable node `n` join group `gr` (nodes so far: first..first+count)? */
+static bool joins(const tpu_graph_t* g, const group_t* gr, const node_t* n) {
+  if (!same_shape(&g->vals[n->out_vid[0]].meta, gr->ndim, gr->sizes)) return false;
+  for (int32_t k = 0; k < n->nargtens; ++k) {
+    const val_t* v = &g->vals[n->tens_vid[k]];
+    /* A value read from a buffer the group writes must be exactly the value
+     * the group produced (the same tile of it), never another view of it. */
+    for (int32_t m = gr->first; m < gr->first + gr->count; ++m) {
+      const val_t* pv = &g->vals[g->nodes[m].out_vid[0]];
+      if (pv->buf == v->buf && &g->vals[n->tens_vid[k]] != pv) return false;
+    }
+  }
+  return true;
+}
+
+static tpu_status_t form_groups(tpu_graph_t* g) {
+  g->groups = calloc((size_t)(g->nnodes ? g->nnodes : 1), sizeof(group_t));
+  g->steps = calloc((size_t)(g->nnodes ? g->nnodes : 1), sizeof(step_t));
+  if (!g->groups || !g->steps) return TPU_ERROR(TPU_STATUS_OUT_OF_MEMORY, "graph: out of host memory");
+  group_t* open = NULL;
+  for (int32_t i = 0; i < g->nnodes; ++i) {
+    node_t* n = &g->nodes[i];
+    if (fusable(g, n)) {
+      if (open && open->first + open->count == i && joins(g, open, n)) {
+        open->count++;
+        n->group = (int32_t)(open - g->groups);
+        n->step = g->nsteps - 1;
+        continue;
+      }
+      open = &g->groups[g->ngroups];
+      memset(open, 0, sizeof(*open));
+      open->first = i;
+      open->count = 1;
+      const tpu_tensor_t* out = &g->vals[n->out_vid[0]].meta;
+      open->ndim = out->ndim;
+      memcpy(open->sizes, out->sizes, sizeof(open->sizes));
+      n->group = g->ngroups++;
+      n->step = g->nsteps;
+      g->steps[g->nsteps++] = (step_t){-1, n->group};
+    } else {
+      open = NULL;
+      n->step = g->nsteps;
+      g->steps[g->nsteps++] = (step_t){i, -1};
+    }
+  }
+  /* Groups of one node run as plain nodes. */
+  for (int32_t s = 0; s < g->nsteps; ++s) {
+    if (g->steps[s].group >= 0 && g->groups[g->steps[s].group].count == 1) {
+      int32_t ni = g->groups[g->steps[s].group].first;
+      g->nodes[ni].group = -1;
+      g->steps[s] = (step_t){ni, -1};
+    }
+  }
+  return TPU_OK;
+}
+
+/* Intermediates that only their group reads live in tile scratch. */
+static void plan_groups(tpu_graph_t* g) {
+  /* consumers outside the producing group */
+  for (int32_t i = 0; i < g->nnodes; ++i) {
+    const node_t* n = &g->nodes[i];
+    for (int32_t j = 0; j < n->nout; ++j) {
+      val_t* v = &g->vals[n->out_vid[j]];
+      v->scratch = n->group >= 0 && n->out_alias[j] < 0 && v->views == 0 &&
+                   g->bufs[v->buf].kind == TPU_GRAPH_BUF_INTERNAL;
+    }
+  }
+  for (int32_t i = 0; i < g->nnodes; ++i) {
+    const node_t* n = &g->nodes[i];
+    for (int32_t k = 0; k < n->nargtens; ++k) {
+      int32_t vid = n->tens_vid[k];
+      if (vid < 0) continue;
+      val_t* v = &g->vals[vid];
+      if (v->scratch && (v->producer < 0 || g->nodes[v->producer].group != n->group)) v->scratch = false;
+    }
+  }
+  for (int32_t gi = 0; gi < g->ngroups; ++gi) {
+    group_t* gr = &g->groups[gi];
+    if (gr->count < 2) continue;
+    gr->axis = -1;
+    for (int32_t d = 0; d < gr->ndim; ++d) {
+      if (gr->sizes[d] > 1) {
+        gr->axis = d;
+        break;
+      }
+    }
+    gr->inner = 1;
+    int64_t rows = 1;
+    if (gr->axis >= 0) {
+      rows = gr->sizes[gr->axis];
+      for (int32_t d = gr->axis + 1; d < gr->ndim; ++d) gr->inner *= gr->sizes[d];
+    }
+    gr->rows_per_tile = TILE_ELEMS / gr->inner;
+    if (gr->rows_per_tile < 1) gr->rows_per_tile = 1;
+    if (gr->rows_per_tile > rows) gr->rows_per_tile = rows;
+    gr->ntiles = (rows + gr->rows_per_tile - 1) / gr->rows_per_tile;
+    int64_t scratch = 0;
+    for (int32_t m = gr->first; m < gr->first + gr->count; ++m) {
+      node_t* n = &g->nodes[m];
+      val_t* ov = &g->vals[n->out_vid[0]];
+      if (ov->scratch) {
+        n->slot_scratch[n->nargtens] = scratch;
+        scratch += align_up(gr->rows_per_tile * gr->inner * (int64_t)tpu_dtype_size((tpu_dtype_t)ov->meta.dtype));
+        g->bufs[ov->buf].scratch = true;
+        g->stats.scratch_values++;
+      }
+      for (int32_t k = 0; k < n->ntens; ++k) {
+        const val_t* v = &g->vals[n->tens_vid[k]];
+        n->slot_mode[k] = SLOT_WHOLE;
+        if (v->scratch) {
+          n->slot_mode[k] = SLOT_SCRATCH;
+          /* its producer is this node or an earlier one of the group */
+          const node_t* p = &g->nodes[v->producer];
+          n->slot_scratch[k] = p->slot_scratch[p->nargtens];
+          continue;
+        }
+        if (gr->axis < 0) continue;
+        int32_t ad = gr->axis - (gr->ndim - v->meta.ndim);
+        if (ad >= 0 && v->meta.sizes[ad] == gr->sizes[gr->axis]) {
+          n->slot_mode[k] = SLOT_SLICE;
+          n->slot_dim[k] = ad;
+        }
+      }
+    }
+    gr->scratch_bytes = scratch;
+    if (scratch > g->slot_bytes) g->slot_bytes = scratch;
+    g->stats.fused_groups++;
+    g->stats.fused_nodes += gr->count;
+  }
+}
+
+/* ---- compile: memory planning ------------------------------------------------ */
+
+typedef struct placed_t {
+  int64_t offset, bytes;
+  int32_t def, last;
+} placed_t;
+
+typedef struct sized_t {
+  int64_t bytes;
+  int32_t buf;
+} sized_t;
+
+/* Largest first; ties by buffer id, so plans are deterministic. */
+static int by_size_desc(const void* a, const void* b) {
+  const sized_t* x = a;
+  const sized_t* y = b;
+  if (x->bytes != y->bytes) return x->bytes < y->bytes ? 1 : -1;
+  return x->buf - y->buf;
+}
+
+static tpu_status_t plan_memory(tpu_graph_t* g) {
+  for (int32_t i = 0; i < g->nnodes; ++i) {
+    const node_t* n = &g->nodes[i];
+    for (int32_t k = 0; k < n->ntens; ++k) {
+      if (n->tens_vid[k] < 0) continue;
+      buf_t* b = &g->bufs[g->vals[n->tens_vid[k]].buf];
+      if (b->def_step < 0 || n->step < b->def_step) b->def_step = n->step;
+      if (n->step > b->last_step) b->last_step = n->step;
+    }
+  }
+  sized_t* order = malloc((size_t)(g->nbufs ? g->nbufs : 1) * sizeof(sized_t));
+  placed_t* placed = malloc((size_t)(g->nbufs ? g->nbufs : 1) * sizeof(placed_t));
+  if (!order || !placed) {
+    free(order);
+    free(placed);
+    return TPU_ERROR(TPU_STATUS_OUT_OF_MEMORY, "graph: out of host memory");
+  }
+  int32_t n = 0;
+  for (int32_t b = 0; b < g->nbufs; ++b) {
+    buf_t* bf = &g->bufs[b];
+    if (bf->kind != TPU_GRAPH_BUF_INTERNAL || bf->scratch || bf->bytes == 0) continue;
+    if (bf->def_step < 0) continue; /* never used */
+    g->unplanned_bytes += align_up(bf->bytes);
+    order[n++] = (sized_t){bf->bytes, b};
+  }
+  qsort(order, (size_t)n, sizeof(sized_t), by_size_desc);
+  int32_t nplaced = 0;
+  int64_t total = 0;
+  for (int32_t i = 0; i < n; ++i) {
+    buf_t* bf = &g->bufs[order[i].buf];
+    int64_t bytes = align_up(bf->bytes);
+    /* lowest offset that overlaps no live-overlapping placed buffer */
+    int64_t off = 0;
+    bool moved = true;
+    while (moved) {
+      moved = false;
+      for (int32_t j = 0; j < nplaced; ++j) {
+        const placed_t* p = &placed[j];
+        bool live = !(p->last < bf->def_step || bf->last_step < p->def);
+        bool overlap = off < p->offset + p->bytes && p->offset < off + bytes;
+        if (live && overlap) {
+          off = p->offset + p->bytes;
+          moved = true;
+        }
+      }
+    }
+    bf->offset = off;
+    placed[nplaced++] = (placed_t){off, bytes, bf->def_step, bf->last_step};
+    if (off + bytes > total) total = off + bytes;
+  }
+  free(order);
+  free(placed);
+  g->arena_bytes = total;
+  return TPU_OK;
+}
+
+tpu_status_t tpu_graph_compile(tpu_graph_t* g) {
+  TPU_RETURN_IF_ERROR(check_building(g));
+  TPU_RETURN_IF_ERROR(form_groups(g));
+  plan_groups(g);
+  TPU_RETURN_IF_ERROR(plan_memory(g));
+  const tpu_hal_device_vtable_t* vt = tpu_hal_device_vt(g->device);
+  if (g->arena_bytes > 0) TPU_RETURN_IF_ERROR(vt->allocate(g->device, (size_t)g->arena_bytes, &g->arena));
+  if (g->slot_bytes > 0) {
+    g->nslots = tpu_threadpool_size(tpu_runtime_threadpool());
+    g->slot_busy = calloc((size_t)g->nslots, sizeof(int32_t));
+    if (!g->slot_busy) return TPU_ERROR(TPU_STATUS_OUT_OF_MEMORY, "graph: out of host memory");
+    TPU_RETURN_IF_ERROR(vt->allocate(g->device, (size_t)(g->slot_bytes * g->nslots), &g->scratch));
+  }
+  g->stats.nodes = g->nnodes;
+  g->stats.steps = g->nsteps;
+  g->stats.arena_bytes = g->arena_bytes;
+  g->stats.unplanned_bytes = g->unplanned_bytes;
+  g->compiled = true;
+  return TPU_OK;
+}
+
+/* ---- queries ----------------------------------------------------------------- */
+
+int32_t tpu_graph_num_inputs(const tpu_graph_t* g) { return g ? g->ninputs : 0; }
+int32_t tpu_graph_num_output_buffers(const tpu_graph_t* g) { return g ? g->noutputs : 0; }
+
+size_t tpu_graph_output_buffer_bytes(const tpu_graph_t* g, int32_t k) {
+  if (!g) return 0;
+  for (int32_t b = 0; b < g->nbufs; ++b) {
+    if (g->bufs[b].kind == TPU_GRAPH_BUF_OUTPUT && g->bufs[b].index == k) return (size_t)g->bufs[b].bytes;
+  }
+  return 0;
+}
+
+tpu_status_t tpu_graph_locate(const tpu_graph_t* g, int32_t value, int32_t* out_kind, int32_t* out_index,
+                              int64_t* out_byte_offset) {
+  if (!g) return TPU_ERROR(TPU_STATUS_INVALID_ARGUMENT, "graph: NULL graph");
+  TPU_RETURN_IF_ERROR(check_value(g, value, "locate"));
+  const val_t* v = &g->vals[value];
+  const buf_t* b = &g->bufs[v->buf];
+  if (b->kind == TPU_GRAPH_BUF_INTERNAL) {
+    return TPU_ERROR(TPU_STATUS_FAILED_PRECONDITION, "graph: value %d was not marked as an output", value);
+  }
+  *out_kind = b->kind;
+  *out_index = b->index;
+  *out_byte_offset = v->off;
+  return TPU_OK;
+}
+
+tpu_status_t tpu_graph_value_meta(const tpu_graph_t* g, int32_t value, tpu_tensor_t* out_meta) {
+  if (!g) return TPU_ERROR(TPU_STATUS_INVALID_ARGUMENT, "graph: NULL graph");
+  TPU_RETURN_IF_ERROR(check_value(g, value, "value_meta"));
+  *out_meta = g->vals[value].meta;
+  return TPU_OK;
+}
+
+void tpu_graph_get_stats(const tpu_graph_t* g, tpu_graph_stats_t* out) {
+  memset(out, 0, sizeof(*out));
+  if (g) *out = g->stats;
+}
+
+/* ---- execution --------------------------------------------------------------- */
+
+typedef struct run_t {
+  tpu_graph_t* g;
+  void** inputs;
+  void** outputs;
+} run_t;
+
+static char* buf_base(const tpu_graph_t* g, const run_t* r, const buf_t* b) {
+  switch (b->kind) {
+    case TPU_GRAPH_BUF_INPUT:
+      return r->inputs[b->index];
+    case TPU_GRAPH_BUF_OUTPUT:
+      return r->outputs[b->index];
+    default:
+      return (char*)g->arena + b->offset;
+  }
+}
+
+static void bind(tpu_graph_t* g, const run_t* r) {
+  for (int32_t i = 0; i < g->nnodes; ++i) {
+    node_t* n = &g->nodes[i];
+    for (int32_t k = 0; k < n->ntens; ++k) {
+      int32_t vid = n->tens_vid[k];
+      if (vid < 0) continue;
+      const val_t* v = &g->vals[vid];
+      const buf_t* b = &g->bufs[v->buf];
+      n->tens[k].data = b->scratch ? NULL : buf_base(g, r, b) + v->off;
+    }
+  }
+}
+
+static tpu_status_t run_node(const node_t* n, tpu_threadpool_t* pool, tpu_k_value_t* vals, tpu_tensor_t* tens) {
+  tpu_k_call_t call;
+  memset(&call, 0, sizeof(call));
+  call.op = n->entry->name;
+  call.num_args = n->nargs;
+  call.args = vals;
+  call.num_outputs = n->nout;
+  call.outputs = tens + n->nargtens;
+  call.pool = pool;
+  tpu_status_t st = n->entry->run(&call);
+  return st == TPU_OK ? TPU_OK : tpu_status_annotate(st, "%s", n->entry->name);
+}
+
+typedef struct tile_ctx_t {
+  tpu_graph_t* g;
+  const group_t* gr;
+  tpu_status_t* first_error; /* guarded by atomics: first writer wins */
+} tile_ctx_t;
+
+static int32_t acquire_slot(tpu_graph_t* g) {
+  for (;;) {
+    for (int32_t s = 0; s < g->nslots; ++s) {
+      int32_t expected = 0;
+      if (__atomic_compare_exchange_n(&g->slot_busy[s], &expected, 1, false, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED)) {
+        return s;
+      }
+    }
+  }
+}
+
+static void run_tiles(void* ctx, int64_t begin, int64_t end) {
+  tile_ctx_t* c = ctx;
+  tpu_graph_t* g = c->g;
+  const group_t* gr = c->gr;
+  int32_t slot = g->slot_bytes > 0 ? acquire_slot(g) : -1;
+  char* scratch = slot >= 0 ? (char*)g->scratch + (int64_t)slot * g->slot_bytes : NULL;
+  int64_t rows = gr->axis >= 0 ? gr->sizes[gr->axis] : 1;
+  tpu_k_value_t vals[GROUP_MAX_ARGS];
+  tpu_tensor_t tens[GROUP_MAX_TENSORS];
+  for (int64_t tile = begin; tile < end; ++tile) {
+    int64_t r0 = tile * gr->rows_per_tile;
+    int64_t nr = rows - r0 < gr->rows_per_tile ? rows - r0 : gr->rows_per_tile;
+    for (int32_t m = gr->first; m < gr->first + gr->count; ++m) {
+      const node_t* n = &g->nodes[m];
+      memcpy(tens, n->tens, (size_t)n->ntens * sizeof(tpu_tensor_t));
+      memcpy(vals, n->vals, (size_t)n->nargs * sizeof(tpu_k_value_t));
+      for (int32_t i = 0; i < n->nargs; ++i) {
+        if (vals[i].kind == TPU_K_TENSOR) vals[i].v.tensor = tens + (n->vals[i].v.tensor - n->tens);
+      }
+      for (int32_t k = 0; k < n->ntens; ++k) {
+        tpu_tensor_t* t = &tens[k];
+        if (n->slot_mode[k] == SLOT_SLICE) {
+          int32_t d = n->slot_dim[k];
+          t->data = (char*)t->data + r0 * t->strides[d] * (int64_t)tpu_dtype_size((tpu_dtype_t)t->dtype);
+          t->sizes[d] = nr;
+        } else if (n->slot_mode[k] == SLOT_SCRATCH) {
+          t->data = scratch + n->slot_scratch[k];
+          if (gr->axis >= 0) t->sizes[gr->axis] = nr;
+          int64_t s = 1;
+          for (int32_t d = t->ndim - 1; d >= 0; --d) {
+            t->strides[d] = s;
+            s *= t->sizes[d];
+          }
+        }
+      }
+      tpu_status_t st = run_node(n, NULL, vals, tens);
+      if (st != TPU_OK) {
+        tpu_status_t none = TPU_OK;
+        if (!__atomic_compare_exchange_n(c->first_error, &none, st, false, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED)) {
+          tpu_status_free(st);
+        }
+        goto done;
+      }
+    }
+  }
+done:
+  if (slot >= 0) __atomic_store_n(&g->slot_busy[slot], 0, __ATOMIC_RELEASE);
+}
+
+static tpu_status_t execute(void* ctx) {
+  run_t* r = ctx;
+  tpu_graph_t* g = r->g;
+  tpu_threadpool_t* pool = tpu_runtime_threadpool();
+  bind(g, r);
+  for (int32_t s = 0; s < g->nsteps; ++s) {
+    const step_t* st = &g->steps[s];
+    if (st->node >= 0) {
+      node_t* n = &g->nodes[st->node];
+      TPU_RETURN_IF_ERROR(run_node(n, pool, n->vals, n->tens));
+      continue;
+    }
+    const group_t* gr = &g->groups[st->group];
+    tpu_status_t first_error = TPU_OK;
+    tile_ctx_t c = {g, gr, &first_error};
+    if (gr->ntiles > 1) {
+      tpu_parallel_for(pool, gr->ntiles, 1, run_tiles, &c);
+    } else {
+      run_tiles(&c, 0, 1);
+    }
+    if (first_error != TPU_OK) return first_error;
+  }
+  return TPU_OK;
+}
+
+static void run_cleanup(void* ctx) {
+  run_t* r = ctx;
+  tpu_graph_release(r->g);
+  free(r);
+}
+
+tpu_status_t tpu_graph_run(tpu_graph_t* g, void* const* inputs, void* const* outputs) {
+  if (!g) return TPU_ERROR(TPU_STATUS_INVALID_ARGUMENT, "graph: NULL graph");
+  if (!g->compiled) return TPU_ERROR(TPU_STATUS_FAILED_PRECONDITION, "graph: run before compile");
+  if ((g->ninputs && !inputs) || (g->noutputs && !outputs)) {
+    return TPU_ERROR(TPU_STATUS_INVALID_ARGUMENT, "graph: missing input or output pointers");
+  }
+  size_t nptr = (size_t)g->ninputs + (size_t)g->noutputs;
+  run_t* r = malloc(sizeof(run_t) + (nptr ? nptr : 1) * sizeof(void*));
+  if (!r) return TPU_ERROR(TPU_STATUS_OUT_OF_MEMORY, "graph: out of host memory");
+  r->g = g;
+  r->inputs = (void**)(r + 1);
+  r->outputs = r->inputs + g->ninputs;
+  if (g->ninputs) memcpy(r->inputs, inputs, (size_t)g->ninputs * sizeof(void*));
+  if (g->noutputs) memcpy(r->outputs, outputs, (size_t)g->noutputs * sizeof(void*));
+  tpu_object_retain(&g->object);
+  tpu_hal_work_t work = {"tpu::graph", execute, run_cleanup, r};
+  return tpu_hal_device_vt(g->device)->submit(g->device, &work);
+}

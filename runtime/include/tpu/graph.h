@@ -1,0 +1,126 @@
+/* tpu/graph.h - the graph compiler: a whole ATen graph (from torch.compile)
+ * built once, planned once, run with one device submission per call.
+ *
+ * Building. A graph belongs to one device. Its values are strided views of
+ * buffers; a buffer is
+ *   - an INPUT (bound at run time to a caller's pointer),
+ *   - an OUTPUT (a buffer the caller allocates per run, of the size the
+ *     compiled graph reports, and keeps: it is what the graph returns), or
+ *   - an INTERNAL buffer, placed by the memory planner into the graph's arena
+ *     (one device allocation per graph, made once at compile time and reused
+ *     by every run).
+ * tpu_graph_input() adds an input; tpu_graph_view() aliases an existing
+ * value's buffer (view ops: no node, no work); tpu_graph_node() adds a kernel
+ * call (a tpu/kernels.h table entry) whose tensor arguments are value ids and
+ * whose outputs are new INTERNAL buffers, or alias an argument for in-place /
+ * out= ops. tpu_graph_mark_output() asks for a value to be returned.
+ *
+ * Compiling (tpu_graph_compile) runs each kernel's check(), fuses chains of
+ * pointwise nodes (flag TPU_GRAPH_NODE_POINTWISE) into tiled groups whose
+ * intermediates never reach memory, plans INTERNAL buffers by liveness into
+ * one arena, and turns marked outputs' buffers into OUTPUT buffers.
+ *
+ * Running (tpu_graph_run) queues one work item on the device; kernel errors
+ * surface at the next synchronisation, named by op, like eager kernels.
+ * Runs of one graph execute in submission order (one in-order queue per
+ * device), so the arena is never used by two runs at once.
+ */
+#ifndef TPU_GRAPH_H_
+#define TPU_GRAPH_H_
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "tpu/kernels.h"
+#include "tpu/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct tpu_graph_t tpu_graph_t;
+
+/* A kernel argument while building: like tpu_k_value_t, but tensors are
+ * value ids. TENSOR: `i` is the value id. TENSORS: `ints[0..len)` are value
+ * ids, -1 for an absent optional entry. INT/BOOL: `i`. DOUBLE: `d`. INTS:
+ * `ints`. DOUBLES: `doubles`. STRING: `s`. DTYPE: `i`. Everything is copied. */
+typedef struct tpu_graph_arg_t {
+  int32_t kind; /* tpu_k_value_kind_t */
+  int64_t i;
+  double d;
+  const int64_t* ints;
+  const double* doubles;
+  int64_t len;
+  const char* s;
+} tpu_graph_arg_t;
+
+enum {
+  TPU_GRAPH_NODE_POINTWISE = 1u << 0, /* elementwise with broadcasting: fusable */
+};
+
+/* Buffer kinds reported for outputs. */
+enum { TPU_GRAPH_BUF_INPUT = 0, TPU_GRAPH_BUF_OUTPUT = 1, TPU_GRAPH_BUF_INTERNAL = 2 };
+
+typedef struct tpu_graph_stats_t {
+  int64_t nodes;          /* kernel nodes */
+  int64_t fused_groups;   /* groups of >= 2 pointwise nodes run tile by tile */
+  int64_t fused_nodes;    /* nodes inside those groups */
+  int64_t scratch_values; /* intermediates kept in tiles, never in memory */
+  int64_t steps;          /* kernel launches per run (a fused group is one) */
+  int64_t arena_bytes;    /* planned arena */
+  int64_t unplanned_bytes;/* sum of INTERNAL buffer sizes before planning */
+} tpu_graph_stats_t;
+
+/* New empty graph for device `device_index` (must exist). */
+tpu_status_t tpu_graph_create(int32_t device_index, tpu_graph_t** out_graph);
+/* Drops the caller's reference; queued runs keep the graph (and its arena)
+ * alive until they have executed. NULL-safe. */
+void tpu_graph_release(tpu_graph_t* graph);
+
+/* Adds input number `tpu_graph_num_inputs()` (before the call). `meta`
+ * gives dtype, ndim, sizes, strides (data ignored); at run time the input
+ * pointer points at element [0,...,0]. */
+tpu_status_t tpu_graph_input(tpu_graph_t* graph, const tpu_tensor_t* meta, int32_t* out_value);
+/* A view of `base`'s buffer: `meta` describes the view, `byte_delta` is its
+ * first element's distance in bytes from `base`'s first element. */
+tpu_status_t tpu_graph_view(tpu_graph_t* graph, int32_t base, const tpu_tensor_t* meta,
+                            int64_t byte_delta, int32_t* out_value);
+/* A new uninitialised INTERNAL buffer described by `meta`, for a node to
+ * write through an aliased output (lowering a functional op to its out=
+ * variant or to copy_). */
+tpu_status_t tpu_graph_empty(tpu_graph_t* graph, const tpu_tensor_t* meta, int32_t* out_value);
+/* Adds a call of kernel `op`. `out_metas[j]` describes output j (data
+ * ignored); `out_alias[j]` >= 0 makes output j the tensor value passed as
+ * argument out_alias[j] (in-place / out= ops), -1 a new buffer. UNIMPLEMENTED
+ * when the kernel table has no `op` or the op has data-dependent shapes. */
+tpu_status_t tpu_graph_node(tpu_graph_t* graph, const char* op, uint32_t flags, int32_t num_args,
+                            const tpu_graph_arg_t* args, int32_t num_outputs,
+                            const tpu_tensor_t* out_metas, const int32_t* out_alias,
+                            int32_t* out_values);
+/* Requests value `value` as a result. Call before compile. */
+tpu_status_t tpu_graph_mark_output(tpu_graph_t* graph, int32_t value);
+tpu_status_t tpu_graph_compile(tpu_graph_t* graph);
+
+int32_t tpu_graph_num_inputs(const tpu_graph_t* graph);
+int32_t tpu_graph_num_output_buffers(const tpu_graph_t* graph);
+/* After compile: bytes of OUTPUT buffer `k`. */
+size_t tpu_graph_output_buffer_bytes(const tpu_graph_t* graph, int32_t k);
+/* After compile: where value `value` lives: buffer kind (INPUT or OUTPUT),
+ * its index among inputs / output buffers, and the byte offset of its first
+ * element from that buffer's pointer. */
+tpu_status_t tpu_graph_locate(const tpu_graph_t* graph, int32_t value, int32_t* out_kind,
+                              int32_t* out_index, int64_t* out_byte_offset);
+/* Metadata of a value (data NULL). */
+tpu_status_t tpu_graph_value_meta(const tpu_graph_t* graph, int32_t value, tpu_tensor_t* out_meta);
+void tpu_graph_get_stats(const tpu_graph_t* graph, tpu_graph_stats_t* out_stats);
+
+/* Queues one run. `inputs[k]` is input k's pointer, `outputs[k]` output
+ * buffer k (allocated by the caller on the graph's device, at least
+ * tpu_graph_output_buffer_bytes(k) bytes). The arrays are copied. */
+tpu_status_t tpu_graph_run(tpu_graph_t* graph, void* const* inputs, void* const* outputs);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* TPU_GRAPH_H_ */

@@ -1,0 +1,226 @@
+/* Tests of the graph compiler (tpu/graph.h): building, fusion of pointwise
+ * chains into tiles, liveness planning, one-submission runs, outputs that
+ * are views, and errors that leave the graph usable. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "tests/test_kernel_util.h"
+#include "tpu/graph.h"
+#include "tpu/hal.h"
+#include "tpu/runtime.h"
+
+static tpu_hal_device_t* dev0(void) {
+  tpu_hal_device_t* d = NULL;
+  tpu_runtime_device(0, &d);
+  return d;
+}
+
+static float* dalloc(size_t n) {
+  void* p = NULL;
+  tpu_status_t st = tpu_hal_device_vt(dev0())->allocate(dev0(), n * sizeof(float), &p);
+  CHECK(st == TPU_OK);
+  tpu_status_free(st);
+  return p;
+}
+static void dfree(void* p) { tpu_hal_device_vt(dev0())->deallocate(dev0(), p); }
+static void sync0(void) { CHECK_OK(tpu_hal_device_vt(dev0())->synchronize(dev0())); }
+
+static tpu_graph_arg_t A_T(int32_t v) { return (tpu_graph_arg_t){.kind = TPU_K_TENSOR, .i = v}; }
+static tpu_graph_arg_t A_D(double d) { return (tpu_graph_arg_t){.kind = TPU_K_DOUBLE, .d = d}; }
+static tpu_graph_arg_t A_B(bool b) { return (tpu_graph_arg_t){.kind = TPU_K_BOOL, .i = b}; }
+static tpu_graph_arg_t A_I(const int64_t* v, int64_t n) {
+  return (tpu_graph_arg_t){.kind = TPU_K_INTS, .ints = v, .len = n};
+}
+static tpu_graph_arg_t A_N(void) { return (tpu_graph_arg_t){.kind = TPU_K_NONE}; }
+
+static int32_t node1(tpu_graph_t* g, const char* op, uint32_t flags, int32_t nargs, const tpu_graph_arg_t* args,
+                     tpu_tensor_t meta) {
+  int32_t out = -1;
+  CHECK_OK(tpu_graph_node(g, op, flags, nargs, args, 1, &meta, NULL, &out));
+  return out;
+}
+
+/* y = exp((a + b) * (a + b)) * 0.5 with a [R, C], b [C] broadcast; s = sum(y, 1);
+ * plus h = a @ w, then relu(h) + 1: pointwise chains around a GEMM. */
+static void test_fused_chain(int64_t R, int64_t C) {
+  const int64_t K = 8;
+  int64_t rc[2] = {R, C}, c1[1] = {C}, r1[1] = {R}, ck[2] = {C, K}, rk[2] = {R, K};
+  float* a = dalloc((size_t)(R * C));
+  float* b = dalloc((size_t)C);
+  float* w = dalloc((size_t)(C * K));
+  uint64_t seed = 42;
+  for (int64_t i = 0; i < R * C; ++i) a[i] = (float)tku_urand(&seed);
+  for (int64_t i = 0; i < C; ++i) b[i] = (float)tku_urand(&seed);
+  for (int64_t i = 0; i < C * K; ++i) w[i] = (float)tku_urand(&seed);
+
+  tpu_graph_t* g = NULL;
+  CHECK_OK(tpu_graph_create(0, &g));
+  tpu_tensor_t m_rc = T_(NULL, TPU_DTYPE_F32, 2, rc, NULL), m_c = T_(NULL, TPU_DTYPE_F32, 1, c1, NULL);
+  tpu_tensor_t m_ck = T_(NULL, TPU_DTYPE_F32, 2, ck, NULL), m_rk = T_(NULL, TPU_DTYPE_F32, 2, rk, NULL);
+  tpu_tensor_t m_r = T_(NULL, TPU_DTYPE_F32, 1, r1, NULL);
+  int32_t va, vb, vw;
+  CHECK_OK(tpu_graph_input(g, &m_rc, &va));
+  CHECK_OK(tpu_graph_input(g, &m_c, &vb));
+  CHECK_OK(tpu_graph_input(g, &m_ck, &vw));
+  const uint32_t PW = TPU_GRAPH_NODE_POINTWISE;
+  tpu_graph_arg_t add_args[3] = {A_T(va), A_T(vb), A_D(1.0)};
+  int32_t t1 = node1(g, "aten::add.Tensor", PW, 3, add_args, m_rc);
+  tpu_graph_arg_t mul_args[2] = {A_T(t1), A_T(t1)};
+  int32_t t2 = node1(g, "aten::mul.Tensor", PW, 2, mul_args, m_rc);
+  tpu_graph_arg_t exp_args[1] = {A_T(t2)};
+  int32_t t3 = node1(g, "aten::exp", PW, 1, exp_args, m_rc);
+  tpu_graph_arg_t half_args[2] = {A_T(t3), A_D(0.5)};
+  int32_t y = node1(g, "aten::mul.Scalar", PW, 2, half_args, m_rc);
+  int64_t dim1[1] = {1};
+  tpu_graph_arg_t sum_args[4] = {A_T(y), A_I(dim1, 1), A_B(false), A_N()};
+  int32_t s = node1(g, "aten::sum.dim_IntList", 0, 4, sum_args, m_r);
+  tpu_graph_arg_t mm_args[2] = {A_T(va), A_T(vw)};
+  int32_t h = node1(g, "aten::mm", 0, 2, mm_args, m_rk);
+  tpu_graph_arg_t relu_args[1] = {A_T(h)};
+  int32_t hr = node1(g, "aten::relu", PW, 1, relu_args, m_rk);
+  tpu_graph_arg_t p1_args[3] = {A_T(hr), A_D(1.0), A_D(1.0)};
+  int32_t hp = node1(g, "aten::add.Scalar", PW, 3, p1_args, m_rk);
+  /* a transposed view of y as an output too */
+  int64_t cr[2] = {C, R}, tstr[2] = {1, C};
+  tpu_tensor_t m_cr = T_(NULL, TPU_DTYPE_F32, 2, cr, tstr);
+  int32_t yt;
+  CHECK_OK(tpu_graph_view(g, y, &m_cr, 0, &yt));
+  CHECK_OK(tpu_graph_mark_output(g, s));
+  CHECK_OK(tpu_graph_mark_output(g, hp));
+  CHECK_OK(tpu_graph_mark_output(g, yt));
+  CHECK_OK(tpu_graph_compile(g));
+
+  tpu_graph_stats_t st;
+  tpu_graph_get_stats(g, &st);
+  CHECKF(st.nodes == 8, "nodes %lld", (long long)st.nodes);
+  /* add,mul,exp,mul.Scalar fuse (y is materialised: viewed and read by sum);
+   * relu,add.Scalar fuse; sum and mm stand alone. */
+  CHECKF(st.fused_groups == 2 && st.fused_nodes == 6, "groups %lld nodes %lld", (long long)st.fused_groups,
+         (long long)st.fused_nodes);
+  CHECKF(st.scratch_values == 4, "scratch %lld", (long long)st.scratch_values); /* t1 t2 t3 hr */
+  CHECKF(st.steps == 4, "steps %lld", (long long)st.steps);
+  CHECK(tpu_graph_num_inputs(g) == 3);
+  CHECK(tpu_graph_num_output_buffers(g) == 3);
+
+  int32_t kind, idx_s, idx_h, idx_y;
+  int64_t off;
+  CHECK_OK(tpu_graph_locate(g, s, &kind, &idx_s, &off));
+  CHECK(kind == TPU_GRAPH_BUF_OUTPUT && off == 0);
+  CHECK_OK(tpu_graph_locate(g, hp, &kind, &idx_h, &off));
+  CHECK_OK(tpu_graph_locate(g, yt, &kind, &idx_y, &off));
+  CHECK(kind == TPU_GRAPH_BUF_OUTPUT);
+  CHECK(tpu_graph_output_buffer_bytes(g, idx_y) == (size_t)(R * C) * sizeof(float));
+  CHECK_STATUS(tpu_graph_locate(g, t2, &kind, &idx_y, &off), TPU_STATUS_FAILED_PRECONDITION, "not marked");
+
+  float* outs[3];
+  outs[idx_s] = dalloc((size_t)R);
+  outs[idx_h] = dalloc((size_t)(R * K));
+  outs[idx_y] = dalloc((size_t)(R * C));
+  void* ins[3] = {a, b, w};
+  for (int rep = 0; rep < 2; ++rep) { /* the arena is reused by the second run */
+    memset(outs[idx_s], 0, (size_t)R * sizeof(float));
+    CHECK_OK(tpu_graph_run(g, ins, (void* const*)outs));
+    sync0();
+    double max_err = 0;
+    for (int64_t i = 0; i < R; ++i) {
+      double rs = 0;
+      for (int64_t j = 0; j < C; ++j) {
+        double x = (double)a[i * C + j] + b[j];
+        double yy = exp(x * x) * 0.5;
+        rs += yy;
+        max_err = fmax(max_err, fabs(yy - outs[idx_y][i * C + j]) / (1 + fabs(yy)));
+      }
+      max_err = fmax(max_err, fabs(rs - outs[idx_s][i]) / (1 + fabs(rs)));
+      for (int64_t k = 0; k < K; ++k) {
+        double hh = 0;
+        for (int64_t j = 0; j < C; ++j) hh += (double)a[i * C + j] * w[j * K + k];
+        double e = (hh > 0 ? hh : 0) + 1;
+        max_err = fmax(max_err, fabs(e - outs[idx_h][i * K + k]) / (1 + fabs(e)));
+      }
+    }
+    CHECKF(max_err < 1e-4, "R=%lld C=%lld rep %d max rel err %g", (long long)R, (long long)C, rep, max_err);
+  }
+  tpu_graph_release(g); /* after the runs: the queue kept its reference */
+  dfree(a);
+  dfree(b);
+  dfree(w);
+  for (int i = 0; i < 3; ++i) dfree(outs[i]);
+}
+
+/* A chain of GEMMs: liveness lets the arena reuse dead buffers. */
+static void test_planning(void) {
+  const int64_t N = 32;
+  int64_t nn[2] = {N, N};
+  tpu_tensor_t m = T_(NULL, TPU_DTYPE_F32, 2, nn, NULL);
+  tpu_graph_t* g = NULL;
+  CHECK_OK(tpu_graph_create(0, &g));
+  int32_t x, w;
+  CHECK_OK(tpu_graph_input(g, &m, &x));
+  CHECK_OK(tpu_graph_input(g, &m, &w));
+  int32_t cur = x;
+  for (int i = 0; i < 10; ++i) {
+    tpu_graph_arg_t args[2] = {A_T(cur), A_T(w)};
+    cur = node1(g, "aten::mm", 0, 2, args, m);
+  }
+  CHECK_OK(tpu_graph_mark_output(g, cur));
+  CHECK_OK(tpu_graph_compile(g));
+  tpu_graph_stats_t st;
+  tpu_graph_get_stats(g, &st);
+  CHECKF(st.unplanned_bytes == 9 * N * N * 4, "unplanned %lld", (long long)st.unplanned_bytes);
+  CHECKF(st.arena_bytes == 2 * N * N * 4, "arena %lld", (long long)st.arena_bytes); /* ping-pong */
+  float* xs = dalloc((size_t)(N * N));
+  float* ws = dalloc((size_t)(N * N));
+  float* out = dalloc((size_t)(N * N));
+  for (int64_t i = 0; i < N * N; ++i) {
+    xs[i] = (float)(i % 7) - 3;
+    ws[i] = (i / N == i % N) ? 1.0f : 0.0f; /* identity */
+  }
+  void* ins[2] = {xs, ws};
+  void* outs[1] = {out};
+  CHECK_OK(tpu_graph_run(g, ins, outs));
+  sync0();
+  CHECK(memcmp(out, xs, (size_t)(N * N) * sizeof(float)) == 0);
+  tpu_graph_release(g);
+  dfree(xs);
+  dfree(ws);
+  dfree(out);
+}
+
+static void test_errors(void) {
+  int64_t s4[1] = {4}, s5[1] = {5};
+  tpu_tensor_t m4 = T_(NULL, TPU_DTYPE_F32, 1, s4, NULL), m5 = T_(NULL, TPU_DTYPE_F32, 1, s5, NULL);
+  tpu_graph_t* g = NULL;
+  CHECK_STATUS(tpu_graph_create(7, &g), TPU_STATUS_INVALID_ARGUMENT, "tpu:7");
+  CHECK_OK(tpu_graph_create(0, &g));
+  int32_t x, out;
+  CHECK_OK(tpu_graph_input(g, &m4, &x));
+  tpu_graph_arg_t args[2] = {A_T(x), A_T(x)};
+  CHECK_STATUS(tpu_graph_node(g, "aten::no_such_op", 0, 2, args, 1, &m4, NULL, &out), TPU_STATUS_UNIMPLEMENTED,
+               "no_such_op");
+  tpu_graph_arg_t bad[2] = {A_T(x), A_T(99)};
+  CHECK_STATUS(tpu_graph_node(g, "aten::mul.Tensor", 0, 2, bad, 1, &m4, NULL, &out), TPU_STATUS_INVALID_ARGUMENT,
+               "no value 99");
+  /* a failed node leaves the graph as it was */
+  out = node1(g, "aten::mul.Tensor", TPU_GRAPH_NODE_POINTWISE, 2, args, m4);
+  CHECK(out == 1);
+  int32_t v;
+  CHECK_STATUS(tpu_graph_view(g, x, &m5, -8, &v), TPU_STATUS_OK, NULL); /* inputs may be viewed backwards */
+  CHECK_OK(tpu_graph_mark_output(g, out));
+  CHECK_STATUS(tpu_graph_run(g, NULL, NULL), TPU_STATUS_FAILED_PRECONDITION, "before compile");
+  CHECK_OK(tpu_graph_compile(g));
+  CHECK_STATUS(tpu_graph_input(g, &m4, &x), TPU_STATUS_FAILED_PRECONDITION, "already compiled");
+  CHECK_STATUS(tpu_graph_run(g, NULL, NULL), TPU_STATUS_INVALID_ARGUMENT, "missing");
+  tpu_graph_release(g);
+}
+
+int main(void) {
+  CHECK_OK(tpu_runtime_initialize());
+  test_fused_chain(3, 5);      /* one tile */
+  test_fused_chain(300, 257);  /* many tiles over two threads */
+  test_fused_chain(1, 20000);  /* tiled along the inner dim */
+  test_planning();
+  test_errors();
+  tpu_runtime_shutdown();
+  return TEST_REPORT();
+}

@@ -1,0 +1,589 @@
+"""Lowers an ATen FX graph (from aot_autograd) to the C graph compiler.
+
+Python only walks the graph: for every node it hands C the op's schema name,
+its arguments in schema order, and each output's dtype, sizes and strides
+read from the fake tensors PyTorch attached while tracing. C
+(runtime/graph/graph.c) builds the IR, fuses pointwise chains into tiles,
+plans one arena per graph and runs the whole graph with one submission.
+
+Nodes C cannot run become eager steps between C segments: ops without a
+native kernel or with data-dependent output shapes, random ops, tensors on
+other devices, dtypes the runtime lacks. `graph_stats()` counts them.
+"""
+import math
+import operator
+import time
+import weakref
+
+import torch
+import torch.fx
+
+from torch_tpu import _bridge
+
+_DTYPE = {
+    torch.float32: 1, torch.float64: 2, torch.float16: 3, torch.bfloat16: 4, torch.int64: 5,
+    torch.int32: 6, torch.int16: 7, torch.int8: 8, torch.uint8: 9, torch.bool: 10,
+}
+K_NONE, K_TENSOR, K_INT, K_DOUBLE, K_BOOL, K_INTS, K_TENSORS, K_STRING, K_DTYPE, K_DOUBLES = range(10)
+_MEMORY_FORMAT = {torch.contiguous_format: 0, torch.preserve_format: 1, torch.channels_last: 2,
+                  torch.channels_last_3d: 3}
+POINTWISE = 1
+
+_STATS = {"compiles": 0, "hits": 0, "compile_seconds": 0.0, "segments": 0, "c_nodes": 0,
+          "eager_nodes": 0, "fused_groups": 0, "fused_nodes": 0, "arena_bytes": 0}
+_LIVE = weakref.WeakSet()
+_EAGER_OPS = {}  # op name -> count of nodes left to eager execution
+
+
+def graph_stats():
+    """Compile-cache and lowering statistics of torch.compile(backend="tpu")."""
+    out = dict(_STATS)
+    out["misses"] = out["compiles"]
+    out["graphs_held"] = len(_LIVE)
+    out["eager_ops"] = dict(_EAGER_OPS)
+    return out
+
+
+class _NotLowerable(Exception):
+    pass
+
+
+def _val(n):
+    return n.meta.get("val") if isinstance(n, torch.fx.Node) else None
+
+
+def _is_tpu_tensor(v):
+    return isinstance(v, torch.Tensor) and v.device.type == "tpu" and v.dtype in _DTYPE
+
+
+def _meta(v):
+    return (_DTYPE[v.dtype], list(v.shape), list(v.stride()))
+
+
+def _schema_name(op):
+    s = op._schema
+    return s.name + ("." + s.overload_name if s.overload_name else "")
+
+
+def _view_base(op):
+    """Index of the argument a view op's outputs alias (read-only alias), or None."""
+    s = op._schema
+    rets = s.returns
+    if not rets or any(r.alias_info is None or r.alias_info.is_write for r in rets):
+        return None
+    for i, a in enumerate(s.arguments):
+        if a.alias_info is not None and not a.alias_info.is_write:
+            return i
+    return None
+
+
+def _out_alias(op):
+    s = op._schema
+    out = []
+    for r in s.returns:
+        j = -1
+        if r.alias_info is not None and r.alias_info.is_write:
+            for i, a in enumerate(s.arguments):
+                if a.alias_info is not None and a.alias_info.is_write and a.alias_info.before_set == r.alias_info.before_set:
+                    j = i
+        out.append(j)
+    return out
+
+
+def _schema_args(node):
+    s = node.target._schema
+    vals = []
+    for i, a in enumerate(s.arguments):
+        if i < len(node.args) and not a.kwarg_only:
+            vals.append(node.args[i])
+        elif a.name in node.kwargs:
+            vals.append(node.kwargs[a.name])
+        elif a.has_default_value():
+            vals.append(a.default_value)
+        else:
+            raise _NotLowerable(f"argument {a.name} missing")
+    return s, vals
+
+
+def _encode(arg, v, vid):
+    """(kind, payload) for one schema argument, like the eager bridge's fill_value."""
+    t = str(arg.type)
+    if isinstance(v, torch.fx.Node):
+        if not _is_tpu_tensor(_val(v)):
+            raise _NotLowerable("non-tpu or non-tensor value")
+        return (K_TENSOR, vid[v])
+    if v is None or isinstance(v, torch.device):
+        return (K_NONE, 0)
+    if isinstance(v, bool):
+        return (K_BOOL, int(v))
+    if isinstance(v, torch.dtype):
+        return (K_DTYPE, _DTYPE.get(v, 0))
+    if isinstance(v, torch.layout):
+        return (K_INT, 0)
+    if isinstance(v, torch.memory_format):
+        return (K_INT, _MEMORY_FORMAT[v])
+    if isinstance(v, int):
+        return (K_DOUBLE, float(v)) if t in ("float", "Optional[float]") else (K_INT, v)
+    if isinstance(v, float):
+        return (K_DOUBLE, v)
+    if isinstance(v, str):
+        return (K_STRING, v)
+    if isinstance(v, (list, tuple)):
+        if "Tensor" in t:
+            ids = []
+            for x in v:
+                if x is None:
+                    ids.append(-1)
+                elif isinstance(x, torch.fx.Node) and _is_tpu_tensor(_val(x)):
+                    ids.append(vid[x])
+                else:
+                    raise _NotLowerable("tensor list entry")
+            return (K_TENSORS, ids)
+        if "float" in t:
+            return (K_DOUBLES, [float(x) for x in v])
+        if all(isinstance(x, (bool, int)) for x in v):
+            return (K_INTS, [int(x) for x in v])
+    raise _NotLowerable(f"argument {arg.name} of type {t}: {type(v).__name__}")
+
+
+def _classify(node, native):
+    """'view', 'kernel', 'getitem' (of a lowerable node) or 'eager'."""
+    if node.op != "call_function":
+        return None
+    tgt = node.target
+    if tgt is operator.getitem:
+        return "getitem"
+    if not isinstance(tgt, torch._ops.OpOverload):
+        return "eager"
+    for a in node.all_input_nodes:
+        if not _is_tpu_tensor(_val(a)):
+            return "eager"
+    name = _schema_name(tgt)
+    rule = _LOWERINGS.get(name)
+    if name not in native and rule is not None:
+        return "kernel" if rule[0](node) else "eager"
+    out = _val(node)
+    outs = out if isinstance(out, (list, tuple)) else [out]
+    if not outs or not all(_is_tpu_tensor(o) for o in outs):
+        return "eager"
+    if _view_base(tgt) is not None:
+        return "view"
+    if name not in native:
+        if _out_variant(tgt, native) is not None:
+            return "kernel"
+        return "eager"
+    if name in ("aten::index.Tensor", "aten::index_put", "aten::index_put_", "aten::_index_put_impl_"):
+        # bool masks need nonzero() first (a data-dependent size)
+        for a in node.all_input_nodes:
+            if _val(a).dtype in (torch.bool, torch.uint8) and a is not node.args[0]:
+                return "eager"
+    return "kernel"
+
+
+_NATIVE = set()
+_OUT_VARIANTS = {}
+
+
+def _out_variant(op, native):
+    """The .out overload of a functional op whose kernel exists, or None."""
+    if op in _OUT_VARIANTS:
+        return _OUT_VARIANTS[op]
+    found = None
+    s = op._schema
+    if s.returns and all(r.alias_info is None for r in s.returns) and not s.is_mutable:
+        names = [a.name for a in s.arguments]
+        packet = getattr(torch.ops.aten, s.name.split("::", 1)[1], None)
+        for ovl in (packet.overloads() if packet is not None else []):
+            cand = getattr(packet, ovl)
+            cs = cand._schema
+            outs = [a for a in cs.arguments if a.is_out]
+            if (outs and len(outs) == len(s.returns) and [a.name for a in cs.arguments if not a.is_out] == names
+                    and _schema_name(cand) in native):
+                found = cand
+                break
+    _OUT_VARIANTS[op] = found
+    return found
+
+
+def _contiguous_strides(sizes):
+    out, acc = [], 1
+    for d in reversed(sizes):
+        out.append(acc)
+        acc *= max(d, 1)
+    return list(reversed(out))
+
+
+def _to_copy_ok(n):
+    # tpu -> tpu dtype conversion only (device moves run eagerly)
+    return _is_tpu_tensor(_val(n)) and n.kwargs.get("layout") in (None, torch.strided)
+
+
+def _lower_to_copy(g, n, vid, vals, outs):
+    dst = g.empty(*_meta(outs[0]))
+    return g.node("aten::copy_", 0, [(K_TENSOR, dst), (K_TENSOR, vid[n.args[0]]), (K_BOOL, 0)],
+                  [_meta(outs[0])], [0])
+
+
+def _embedding_ok(n):
+    w, idx = n.args[0], n.args[1]
+    iv = _val(idx)
+    return _val(w).dim() == 2 and iv.is_contiguous() and _val(n).is_contiguous()
+
+
+def _lower_embedding(g, n, vid, vals, outs):
+    w, idx = n.args[0], n.args[1]
+    iv, wv = _val(idx), _val(w)
+    flat = g.view(vid[idx], _DTYPE[iv.dtype], [iv.numel()], [1], 0)
+    rows = [iv.numel(), wv.shape[1]]
+    sel = g.node("aten::index_select", 0, [(K_TENSOR, vid[w]), (K_INT, 0), (K_TENSOR, flat)],
+                 [(_DTYPE[wv.dtype], rows, _contiguous_strides(rows))], [-1])
+    return [g.view(sel[0], *_meta(outs[0]), 0)]
+
+
+def _sdpa_ok(n):
+    s, vals = _schema_args(n)
+    q, k, v, bias, dropout_p, is_causal, debug = vals[:7]
+    if dropout_p != 0.0 or debug or _val(q).dim() != 4:
+        return False
+    # only out, logsumexp and the (uninitialised) philox tensors may be used
+    return all(u.target is operator.getitem and u.args[1] in (0, 1, 6, 7) for u in n.users)
+
+
+def _lower_sdpa(g, n, vid, vals, outs):
+    q, k, v, bias, dropout_p, is_causal, debug, scale = vals[:8]
+    qv, vv = _val(q), _val(v)
+    B, H, L = qv.shape[0], qv.shape[1], qv.shape[2]
+    o_sizes, l_sizes = [B, H, L, vv.shape[3]], [B, H, L]
+    if scale is None:
+        scale = 1.0 / math.sqrt(qv.shape[3]) if qv.shape[3] > 0 else 1.0
+    o, lse = g.node("tpu::sdpa_fwd", 0,
+                    [(K_TENSOR, vid[q]), (K_TENSOR, vid[k]), (K_TENSOR, vid[v]),
+                     (K_TENSOR, vid[bias]) if bias is not None else (K_NONE, 0), (K_BOOL, int(is_causal)),
+                     (K_DOUBLE, float(scale))],
+                    [(_DTYPE[qv.dtype], o_sizes, _contiguous_strides(o_sizes)),
+                     (1, l_sizes, _contiguous_strides(l_sizes))], [-1, -1])
+    ids = []
+    for j, fake in enumerate(outs):
+        if j in (0, 1):
+            src = o if j == 0 else lse
+            if list(fake.stride()) == _contiguous_strides(list(fake.shape)):
+                ids.append(src)
+            else:  # the meta function's layout: downstream views rely on it
+                dst = g.empty(*_meta(fake))
+                ids.append(g.node("aten::copy_", 0, [(K_TENSOR, dst), (K_TENSOR, src), (K_BOOL, 0)],
+                                  [_meta(fake)], [0])[0])
+        elif j in (6, 7):
+            ids.append(g.empty(*_meta(fake)))
+        else:
+            ids.append(-1)
+    return ids
+
+
+def _fresh_ok(n):
+    return _is_tpu_tensor(_val(n))
+
+
+def _lower_clone(g, n, vid, vals, outs):
+    dst = g.empty(*_meta(outs[0]))
+    return g.node("aten::copy_", 0, [(K_TENSOR, dst), (K_TENSOR, vid[n.args[0]]), (K_BOOL, 0)],
+                  [_meta(outs[0])], [0])
+
+
+def _fill(g, outs, value):
+    dst = g.empty(*_meta(outs[0]))
+    return g.node("aten::fill_.Scalar", 0, [(K_TENSOR, dst), _scalar(value)], [_meta(outs[0])], [0])
+
+
+def _scalar(v):
+    if isinstance(v, bool):
+        return (K_BOOL, int(v))
+    if isinstance(v, int):
+        return (K_INT, v)
+    if isinstance(v, float):
+        return (K_DOUBLE, v)
+    raise _NotLowerable(f"scalar {v!r}")
+
+
+def _lower_arange(g, n, vid, vals, outs):
+    if n.target is torch.ops.aten.arange.default:
+        start, end, step = 0, vals[0], 1
+    else:
+        start, end, step = vals[0], vals[1], vals[2]
+    dst = g.empty(*_meta(outs[0]))
+    return g.node("aten::arange.start_out", 0, [_scalar(start), _scalar(end), _scalar(step), (K_TENSOR, dst)],
+                  [_meta(outs[0])], [3])
+
+
+def _scalars_ok(*idx):
+    def ok(n):
+        return _fresh_ok(n) and all(isinstance(n.args[i], (int, float, bool)) for i in idx if i < len(n.args))
+    return ok
+
+
+# schema name -> (accepts(node), lower(graph, node, vid, args, fake outputs) -> value ids)
+_LOWERINGS = {
+    "aten::clone": (_fresh_ok, _lower_clone),
+    "aten::scalar_tensor": (_scalars_ok(0), lambda g, n, vid, vals, outs: _fill(g, outs, vals[0])),
+    "aten::full": (_scalars_ok(1), lambda g, n, vid, vals, outs: _fill(g, outs, vals[1])),
+    "aten::arange.start_step": (_scalars_ok(0, 1, 2), _lower_arange),
+    "aten::arange": (_scalars_ok(0), _lower_arange),
+    "aten::_to_copy": (_to_copy_ok, _lower_to_copy),
+    "aten::embedding": (_embedding_ok, _lower_embedding),
+    "aten::_scaled_dot_product_fused_attention_overrideable": (_sdpa_ok, _lower_sdpa),
+}
+
+
+class _Segment:
+    """A run of lowerable nodes compiled into one C graph."""
+
+    def __init__(self, nodes):
+        self.nodes = nodes
+        self.inputs = []   # fx nodes from outside, in order
+        self.outputs = []  # fx nodes needed outside
+        self.graph = None
+
+
+def _storage_delta(out, base):
+    return out.storage_offset() * out.element_size() - base.storage_offset() * base.element_size()
+
+
+def _build_segment(seg, device, users_outside):
+    g = _bridge.Graph(device)
+    vid = {}
+    members = set(seg.nodes)
+    for n in seg.nodes:
+        for a in n.all_input_nodes:
+            if a not in members and a not in vid:
+                v = _val(a)
+                vid[a] = g.input(*_meta(v))
+                seg.inputs.append(a)
+    multi = {}
+    for n in seg.nodes:
+        try:
+            _build_node(g, n, vid, multi)
+        except (NotImplementedError, _NotLowerable, ValueError) as e:
+            raise _Retry(n) from e
+    for n in seg.nodes:
+        if n in users_outside and n in vid:
+            g.output(vid[n])
+            seg.outputs.append(n)
+    g.compile()
+    seg.graph = g
+    return g.stats()
+
+
+def _build_node(g, n, vid, multi):
+    kind = n.meta["tpu_kind"]
+    out = _val(n)
+    if kind == "getitem":
+        src, idx = n.args
+        vid[n] = multi[src][idx]
+        return
+    if kind == "view":
+        bi = _view_base(n.target)
+        s, vals = _schema_args(n)
+        base = vals[bi]
+        bv = _val(base)
+        outs = out if isinstance(out, (list, tuple)) else [out]
+        ids = [g.view(vid[base], *_meta(o), _storage_delta(o, bv)) for o in outs]
+    else:
+        s, vals = _schema_args(n)
+        args = [_encode(a, v, vid) for a, v in zip(s.arguments, vals)]
+        outs = out if isinstance(out, (list, tuple)) else [out]
+        name = _schema_name(n.target)
+        flags = POINTWISE if torch.Tag.pointwise in n.target.tags else 0
+        if name in _NATIVE:
+            ids = g.node(name, flags, args, [_meta(o) for o in outs], _out_alias(n.target))
+        elif name in _LOWERINGS:
+            ids = _LOWERINGS[name][1](g, n, vid, vals, outs)
+        else:  # functional op -> its out= variant writing fresh buffers
+            ov = _out_variant(n.target, _NATIVE)
+            dsts = [g.empty(*_meta(o)) for o in outs]
+            nargs = len(args)
+            args = args + [(K_TENSOR, d) for d in dsts]
+            ids = g.node(_schema_name(ov), flags, args, [_meta(o) for o in outs],
+                         list(range(nargs, nargs + len(dsts))))
+    if isinstance(out, (list, tuple)):
+        multi[n] = ids
+    else:
+        vid[n] = ids[0]
+
+
+def lower(gm: torch.fx.GraphModule, example_inputs):
+    """Returns a boxed callable running `gm` through the C graph compiler."""
+    t0 = time.perf_counter()
+    native = _native_ops()
+    nodes = list(gm.graph.nodes)
+    forced_eager = set()
+    while True:
+        try:
+            runner, stats = _lower_once(gm, nodes, native, forced_eager)
+            break
+        except _Retry as r:  # a node C refused at build time: run it eagerly
+            forced_eager.add(r.node)
+    dt = time.perf_counter() - t0
+    _STATS["compiles"] += 1
+    _STATS["compile_seconds"] += dt
+    for k in ("segments", "c_nodes", "eager_nodes", "fused_groups", "fused_nodes", "arena_bytes"):
+        _STATS[k] += stats[k]
+    _LIVE.add(runner)
+    return runner
+
+
+class _Retry(Exception):
+    def __init__(self, node):
+        self.node = node
+
+
+def _lower_once(gm, nodes, native, forced_eager):
+    device = None
+    for n in nodes:
+        v = _val(n)
+        if isinstance(v, torch.Tensor) and v.device.type == "tpu":
+            device = v.device.index or 0
+            break
+    for n in nodes:
+        k = _classify(n, native)
+        if n in forced_eager and k is not None:
+            k = "eager"
+        if k == "getitem":
+            src = n.args[0]
+            k = "getitem" if src.meta.get("tpu_kind") in ("kernel", "view") and isinstance(n.args[1], int) else "eager"
+        n.meta["tpu_kind"] = k
+    # segments: maximal runs of lowerable nodes; a run without any kernel stays eager
+    steps, cur = [], []
+    for n in nodes:
+        k = n.meta["tpu_kind"]
+        if k is None:
+            continue
+        if k == "eager":
+            if cur:
+                steps.append(_Segment(cur))
+                cur = []
+            steps.append(n)
+        else:
+            cur.append(n)
+    if cur:
+        steps.append(_Segment(cur))
+    final = []
+    for s in steps:
+        if isinstance(s, _Segment) and not any(n.meta["tpu_kind"] == "kernel" for n in s.nodes):
+            for n in s.nodes:
+                n.meta["tpu_kind"] = "eager"
+                final.append(n)
+        else:
+            final.append(s)
+    steps = final
+    seg_of = {}
+    for s in steps:
+        if isinstance(s, _Segment):
+            for n in s.nodes:
+                seg_of[n] = s
+    stats = {"segments": 0, "c_nodes": 0, "eager_nodes": 0, "fused_groups": 0, "fused_nodes": 0, "arena_bytes": 0}
+    for s in steps:
+        if not isinstance(s, _Segment):
+            stats["eager_nodes"] += 1
+            if isinstance(s.target, torch._ops.OpOverload):
+                name = _schema_name(s.target)
+                _EAGER_OPS[name] = _EAGER_OPS.get(name, 0) + 1
+            continue
+        outside = set()
+        for n in s.nodes:
+            if any(seg_of.get(u) is not s for u in n.users):
+                outside.add(n)
+        st = _build_segment(s, device, outside)
+        stats["segments"] += 1
+        stats["c_nodes"] += st["nodes"]
+        stats["fused_groups"] += st["fused_groups"]
+        stats["fused_nodes"] += st["fused_nodes"]
+        stats["arena_bytes"] += st["arena_bytes"]
+    return _make_runner(gm, nodes, steps), stats
+
+
+def _native_ops():
+    import torch_tpu
+
+    if not _NATIVE:
+        _NATIVE.update(torch_tpu.native_ops())
+    return _NATIVE
+
+
+def _make_runner(gm, nodes, steps):
+    index = {n: i for i, n in enumerate(nodes)}
+    placeholders = [index[n] for n in nodes if n.op == "placeholder"]
+    consts = {index[n]: _fetch_attr(gm, n.target) for n in nodes if n.op == "get_attr"}
+    out_node = next(n for n in nodes if n.op == "output")
+    # steps as closures over slot indices; slots freed after their last use
+    last_use = {}
+    for si, s in enumerate(steps):
+        users = s.inputs if isinstance(s, _Segment) else s.all_input_nodes
+        for a in users:
+            last_use[index[a]] = si
+    keep = {index[a] for a in out_node.all_input_nodes}
+    frees = [[] for _ in steps]
+    for slot, si in last_use.items():
+        if slot not in keep and slot not in consts:
+            frees[si].append(slot)
+    plan = []
+    for si, s in enumerate(steps):
+        if isinstance(s, _Segment):
+            plan.append((0, s.graph, [index[a] for a in s.inputs], [index[o] for o in s.outputs], frees[si]))
+        else:
+            args = torch.fx.node.map_arg(s.args, lambda a: _Slot(index[a]))
+            kwargs = torch.fx.node.map_arg(s.kwargs, lambda a: _Slot(index[a]))
+            plan.append((1, s.target, args, kwargs, index[s], frees[si]))
+    result = torch.fx.node.map_arg(out_node.args[0], lambda a: _Slot(index[a]))
+    nslots = len(nodes)
+    state = {"calls": 0}
+
+    def run(args):
+        env = [None] * nslots
+        for i, slot in enumerate(placeholders):
+            env[slot] = args[i]
+        args.clear()
+        for slot, c in consts.items():
+            env[slot] = c
+        for step in plan:
+            if step[0] == 0:
+                _, g, ins, outs, free = step
+                res = g.run([env[i] for i in ins])
+                for slot, r in zip(outs, res):
+                    env[slot] = r
+            else:
+                _, fn, a, kw, slot, free = step
+                env[slot] = fn(*_resolve(a, env), **_resolve(kw, env))
+            for f in free:
+                env[f] = None
+        state["calls"] += 1
+        if state["calls"] > 1:
+            _STATS["hits"] += 1
+        return _resolve(result, env)
+
+    run._boxed_call = True
+    run.tpu_steps = steps
+    return run
+
+
+class _Slot:
+    __slots__ = ("i",)
+
+    def __init__(self, i):
+        self.i = i
+
+
+def _resolve(x, env):
+    if isinstance(x, _Slot):
+        return env[x.i]
+    if isinstance(x, (list, tuple)):
+        r = [_resolve(y, env) for y in x]
+        return r if isinstance(x, list) else tuple(r)
+    if isinstance(x, dict):
+        return {k: _resolve(v, env) for k, v in x.items()}
+    return x
+
+
+def _fetch_attr(gm, target):
+    obj = gm
+    for part in target.split("."):
+        obj = getattr(obj, part)
+    return obj
