@@ -35,6 +35,10 @@ if not hasattr(torch, "tpu"):
 
 _C.init()
 
+from . import _accelerate  # noqa: E402
+
+_accelerate.install()  # Accelerate's device pick and get_max_memory see "tpu" (see _accelerate.py)
+
 
 def fallback_report():
     """{ATen op name: number of times it ran on the CPU fallback}."""
