@@ -39,8 +39,10 @@ def _decompositions():
     return core_aten_decompositions()
 
 
+# keep_inference_input_mutations: input updates (a static KV cache) stay in
+# the graph as copy_ nodes, which the lowering turns into in-place updates.
 tpu_backend = aot_autograd(fw_compiler=_compile_graph, bw_compiler=_compile_graph,
-                           decompositions=_decompositions())
+                           decompositions=_decompositions(), keep_inference_input_mutations=True)
 
 
 def compile_stats():

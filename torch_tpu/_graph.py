@@ -12,6 +12,7 @@ other devices, dtypes the runtime lacks. `graph_stats()` counts them.
 """
 import math
 import operator
+import os
 import time
 import weakref
 
@@ -30,7 +31,7 @@ _MEMORY_FORMAT = {torch.contiguous_format: 0, torch.preserve_format: 1, torch.ch
 POINTWISE = 1
 
 _STATS = {"compiles": 0, "hits": 0, "compile_seconds": 0.0, "segments": 0, "c_nodes": 0,
-          "eager_nodes": 0, "fused_groups": 0, "fused_nodes": 0, "arena_bytes": 0}
+          "eager_nodes": 0, "fused_groups": 0, "fused_nodes": 0, "arena_bytes": 0, "reinplaced": 0}
 _LIVE = weakref.WeakSet()
 _EAGER_OPS = {}  # op name -> count of nodes left to eager execution
 
@@ -42,6 +43,28 @@ def graph_stats():
     out["graphs_held"] = len(_LIVE)
     out["eager_ops"] = dict(_EAGER_OPS)
     return out
+
+
+def graph_profile():
+    """{step label: seconds} summed over live compiled graphs, when they were
+    compiled with TORCH_TPU_GRAPH_PROFILE=1 (each step timed on the device
+    queue; a fused group is labelled by its ops). Drains the queue."""
+    totals = {}
+    for runner in list(_LIVE):
+        for s in runner.tpu_steps:
+            if not isinstance(s, _Segment):
+                continue
+            groups = {}
+            rows = s.graph.profile()
+            for op, sec, group in rows:
+                if group >= 0:
+                    groups.setdefault(group, []).append((op, sec))
+                else:
+                    totals[op] = totals.get(op, 0.0) + sec
+            for members in groups.values():
+                label = "fused[" + "+".join(op.split("::")[-1] for op, _ in members) + "]"
+                totals[label] = totals.get(label, 0.0) + sum(sec for _, sec in members)
+    return dict(sorted(totals.items(), key=lambda kv: -kv[1]))
 
 
 class _NotLowerable(Exception):
@@ -368,6 +391,8 @@ def _build_segment(seg, device, users_outside):
             g.output(vid[n])
             seg.outputs.append(n)
     g.compile()
+    if os.environ.get("TORCH_TPU_GRAPH_PROFILE", "0") == "1":
+        g.set_profiling(True)
     seg.graph = g
     return g.stats()
 
@@ -409,9 +434,52 @@ def _build_node(g, n, vid, multi):
         vid[n] = ids[0]
 
 
+def _inplace_variant(op):
+    s = op._schema
+    packet = getattr(torch.ops.aten, s.name.split("::", 1)[1] + "_", None)
+    if packet is None:
+        return None
+    return getattr(packet, s.overload_name or "default", None)
+
+
+def reinplace_input_updates(gm):
+    """`y = f(x, ...)` ... `copy_(x, y)` with x a graph input (aot_autograd's
+    kept input mutation, e.g. a static KV cache update) becomes `f_(x, ...)`
+    when nothing reads the old x after f: the update is written in place
+    instead of copying the whole input and copying it back. Returns the
+    number of rewrites."""
+    order = {n: i for i, n in enumerate(gm.graph.nodes)}
+    done = 0
+    for c in list(gm.graph.nodes):
+        if c.op != "call_function" or c.target is not torch.ops.aten.copy_.default or c.users:
+            continue
+        x, y = c.args[0], c.args[1]
+        if x.op != "placeholder" or not isinstance(y, torch.fx.Node) or y.op != "call_function":
+            continue
+        if not isinstance(y.target, torch._ops.OpOverload) or not y.args or y.args[0] is not x:
+            continue
+        f_ = _inplace_variant(y.target)
+        if f_ is None or any(order[u] > order[y] and u is not c for u in x.users):
+            continue
+        if any(not (a.alias_info and a.alias_info.is_write) for a in f_._schema.arguments[:1]):
+            continue
+        with gm.graph.inserting_before(y):
+            new = gm.graph.call_function(f_, y.args, y.kwargs)
+        new.meta = dict(y.meta)
+        y.replace_all_uses_with(new)
+        gm.graph.erase_node(y)
+        gm.graph.erase_node(c)
+        done += 1
+    if done:
+        gm.graph.lint()
+        gm.recompile()
+    return done
+
+
 def lower(gm: torch.fx.GraphModule, example_inputs):
     """Returns a boxed callable running `gm` through the C graph compiler."""
     t0 = time.perf_counter()
+    _STATS["reinplaced"] += reinplace_input_updates(gm)
     native = _native_ops()
     nodes = list(gm.graph.nodes)
     forced_eager = set()

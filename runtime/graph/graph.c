@@ -1,9 +1,11 @@
 /* graph.c - graph IR, fusion of pointwise chains, liveness memory planning
  * and one-submission execution (see tpu/graph.h). */
+#define _POSIX_C_SOURCE 200809L
 #include "tpu/graph.h"
 
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "tpu/base.h"
 #include "tpu/hal.h"
@@ -58,6 +60,7 @@ typedef struct node_t {
   uint8_t* slot_mode;
   int32_t* slot_dim;     /* SLICE: the sliced dim */
   int64_t* slot_scratch; /* SCRATCH: byte offset in the tile scratch */
+  int64_t ns;             /* profiling: time of the step it starts */
   void** owned;          /* copied argument payloads */
   int32_t nowned;
 } node_t;
@@ -104,6 +107,7 @@ struct tpu_graph_t {
   int32_t nslots;
   int32_t* slot_busy;
   tpu_graph_stats_t stats;
+  int32_t profiling; /* atomic */
 };
 
 /* ---- small helpers ---------------------------------------------------------- */
@@ -860,28 +864,58 @@ done:
   if (slot >= 0) __atomic_store_n(&g->slot_busy[slot], 0, __ATOMIC_RELEASE);
 }
 
+static int64_t now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+static tpu_status_t run_step(tpu_graph_t* g, const step_t* st, tpu_threadpool_t* pool) {
+  if (st->node >= 0) {
+    node_t* n = &g->nodes[st->node];
+    return run_node(n, pool, n->vals, n->tens);
+  }
+  const group_t* gr = &g->groups[st->group];
+  tpu_status_t first_error = TPU_OK;
+  tile_ctx_t c = {g, gr, &first_error};
+  if (gr->ntiles > 1) {
+    tpu_parallel_for(pool, gr->ntiles, 1, run_tiles, &c);
+  } else {
+    run_tiles(&c, 0, 1);
+  }
+  return first_error;
+}
+
 static tpu_status_t execute(void* ctx) {
   run_t* r = ctx;
   tpu_graph_t* g = r->g;
   tpu_threadpool_t* pool = tpu_runtime_threadpool();
+  bool profiling = __atomic_load_n(&g->profiling, __ATOMIC_RELAXED) != 0;
   bind(g, r);
   for (int32_t s = 0; s < g->nsteps; ++s) {
     const step_t* st = &g->steps[s];
-    if (st->node >= 0) {
-      node_t* n = &g->nodes[st->node];
-      TPU_RETURN_IF_ERROR(run_node(n, pool, n->vals, n->tens));
-      continue;
+    int64_t t0 = profiling ? now_ns() : 0;
+    TPU_RETURN_IF_ERROR(run_step(g, st, pool));
+    if (profiling) {
+      node_t* first = &g->nodes[st->node >= 0 ? st->node : g->groups[st->group].first];
+      first->ns += now_ns() - t0;
     }
-    const group_t* gr = &g->groups[st->group];
-    tpu_status_t first_error = TPU_OK;
-    tile_ctx_t c = {g, gr, &first_error};
-    if (gr->ntiles > 1) {
-      tpu_parallel_for(pool, gr->ntiles, 1, run_tiles, &c);
-    } else {
-      run_tiles(&c, 0, 1);
-    }
-    if (first_error != TPU_OK) return first_error;
   }
+  return TPU_OK;
+}
+
+void tpu_graph_set_profiling(tpu_graph_t* g, bool on) {
+  if (g) __atomic_store_n(&g->profiling, on ? 1 : 0, __ATOMIC_RELAXED);
+}
+
+tpu_status_t tpu_graph_node_profile(const tpu_graph_t* g, int32_t i, const char** out_op, int64_t* out_ns,
+                                    int32_t* out_group) {
+  if (!g || i < 0 || i >= g->nnodes) {
+    return TPU_ERROR(TPU_STATUS_INVALID_ARGUMENT, "graph: no node %d", i);
+  }
+  *out_op = g->nodes[i].entry->name;
+  *out_ns = g->nodes[i].ns;
+  *out_group = g->nodes[i].group;
   return TPU_OK;
 }
 

@@ -115,6 +115,14 @@ tpu_status_t tpu_graph_locate(const tpu_graph_t* graph, int32_t value, int32_t* 
 tpu_status_t tpu_graph_value_meta(const tpu_graph_t* graph, int32_t value, tpu_tensor_t* out_meta);
 void tpu_graph_get_stats(const tpu_graph_t* graph, tpu_graph_stats_t* out_stats);
 
+/* Per-step timing (off by default; costs two clock reads per step). When
+ * on, every run adds each step's wall time to its first node's counter. */
+void tpu_graph_set_profiling(tpu_graph_t* graph, bool on);
+/* Node `i`'s op name, accumulated nanoseconds, and its fused group (-1 if
+ * none); after compile. INVALID_ARGUMENT when `i` is out of range. */
+tpu_status_t tpu_graph_node_profile(const tpu_graph_t* graph, int32_t i, const char** out_op, int64_t* out_ns,
+                                    int32_t* out_group);
+
 /* Queues one run. `inputs[k]` is input k's pointer, `outputs[k]` output
  * buffer k (allocated by the caller on the graph's device, at least
  * tpu_graph_output_buffer_bytes(k) bytes). The arrays are copied. */

@@ -208,6 +208,25 @@ class Graph {
     return results;
   }
 
+  void set_profiling(bool on) { tpu_graph_set_profiling(g_, on); }
+
+  // [(op, seconds, fused group or -1)] per node; a fused group's time is on
+  // its first node. Waits for queued runs first.
+  py::list profile() const {
+    check(tpu_hal_device_vt(device(device_))->synchronize(device(device_)));
+    py::list out;
+    tpu_graph_stats_t s;
+    tpu_graph_get_stats(g_, &s);
+    for (int32_t i = 0; i < s.nodes; ++i) {
+      const char* op;
+      int64_t ns;
+      int32_t group;
+      check(tpu_graph_node_profile(g_, i, &op, &ns, &group));
+      out.append(py::make_tuple(std::string(op), static_cast<double>(ns) * 1e-9, group));
+    }
+    return out;
+  }
+
   py::dict stats() const {
     tpu_graph_stats_t s;
     tpu_graph_get_stats(g_, &s);
@@ -252,7 +271,9 @@ void register_graph(py::module& m) {
       .def("output", &Graph::output)
       .def("compile", &Graph::compile)
       .def("run", &Graph::run)
-      .def("stats", &Graph::stats);
+      .def("stats", &Graph::stats)
+      .def("set_profiling", &Graph::set_profiling)
+      .def("profile", &Graph::profile);
 }
 
 }  // namespace torch_tpu
