@@ -95,11 +95,29 @@ std::optional<at::Tensor> opt(const at::Tensor& t) {
   return t.defined() ? std::optional<at::Tensor>(t) : std::nullopt;
 }
 
+// dx and dweight of rms_norm (either may be skipped).
+std::pair<at::Tensor, at::Tensor> rms_grads(const at::Tensor& g, const at::Tensor& x, const at::Tensor& w,
+                                            double eps, bool unit_offset, bool need_x, bool need_w) {
+  if (!g.defined()) return {};
+  need_w = need_w && w.defined();
+  const int64_t H = x.size(-1);
+  const int64_t rows = H > 0 ? x.numel() / H : 0;
+  // Fixed number of row ranges for the weight's partial sums: results do
+  // not depend on the thread count.
+  const int64_t chunks = need_w ? std::clamp<int64_t>(rows, 1, 64) : 0;
+  auto [dx, dwp] = rms_norm_backward_op().call(g, x, opt(w), eps, unit_offset, chunks);
+  at::Tensor dw;
+  if (need_w) dw = dwp.sum(0).to(w.scalar_type());
+  return {need_x ? dx : at::Tensor(), dw};
+}
+
+// Autograd's custom Function does not take undefined tensors: one Function
+// with a weight, one without.
 struct RmsNormFn : public torch::autograd::Function<RmsNormFn> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& w, double eps,
                             bool unit_offset) {
     at::AutoDispatchBelowADInplaceOrView guard;
-    at::Tensor y = rms_norm_op().call(x, opt(w), eps, unit_offset);
+    at::Tensor y = rms_norm_op().call(x, w, eps, unit_offset);
     ctx->save_for_backward({x, w});
     ctx->saved_data["eps"] = eps;
     ctx->saved_data["unit_offset"] = unit_offset;
@@ -108,21 +126,26 @@ struct RmsNormFn : public torch::autograd::Function<RmsNormFn> {
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     auto saved = ctx->get_saved_variables();
-    const at::Tensor& x = saved[0];
-    const at::Tensor& w = saved[1];
-    const at::Tensor& g = grads[0];
-    if (!g.defined()) return {at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
-    const bool need_w = w.defined() && ctx->needs_input_grad(1);
-    const int64_t H = x.size(-1);
-    const int64_t rows = H > 0 ? x.numel() / H : 0;
-    // Fixed number of row ranges for the weight's partial sums: results do
-    // not depend on the thread count.
-    const int64_t chunks = need_w ? std::clamp<int64_t>(rows, 1, 64) : 0;
-    auto [dx, dwp] = rms_norm_backward_op().call(g, x, opt(w), ctx->saved_data["eps"].toDouble(),
-                                                 ctx->saved_data["unit_offset"].toBool(), chunks);
-    at::Tensor dw;
-    if (need_w) dw = dwp.sum(0).to(w.scalar_type());
-    return {ctx->needs_input_grad(0) ? dx : at::Tensor(), dw, at::Tensor(), at::Tensor()};
+    auto [dx, dw] = rms_grads(grads[0], saved[0], saved[1], ctx->saved_data["eps"].toDouble(),
+                              ctx->saved_data["unit_offset"].toBool(), ctx->needs_input_grad(0),
+                              ctx->needs_input_grad(1));
+    return {dx, dw, at::Tensor(), at::Tensor()};
+  }
+};
+
+struct RmsNormNoWeightFn : public torch::autograd::Function<RmsNormNoWeightFn> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, double eps) {
+    at::AutoDispatchBelowADInplaceOrView guard;
+    at::Tensor y = rms_norm_op().call(x, std::nullopt, eps, false);
+    ctx->save_for_backward({x});
+    ctx->saved_data["eps"] = eps;
+    return y;
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    auto saved = ctx->get_saved_variables();
+    auto [dx, dw] = rms_grads(grads[0], saved[0], at::Tensor(), ctx->saved_data["eps"].toDouble(), false, true, false);
+    return {dx, at::Tensor()};
   }
 };
 
@@ -133,6 +156,8 @@ at::Tensor rms_norm_autograd(const at::Tensor& x, const std::optional<at::Tensor
     at::AutoDispatchBelowADInplaceOrView guard;
     return rms_norm_op().call(x, weight, eps, unit_offset);
   }
+  // unit_offset without a weight is the plain normalisation
+  if (!w.defined()) return RmsNormNoWeightFn::apply(x, eps);
   return RmsNormFn::apply(x, w, eps, unit_offset);
 }
 
