@@ -205,9 +205,12 @@ def _pair(fn_cpu, fn_tpu):
     return t, c, fb, {}
 
 
-def run_model(name, build, dtypes, plan, bw_all, log=print, skip=None):
+def run_model(name, build, dtypes, plan, bw_all, log=print, skip=None, optimize=False):
     """plan: {"decode": [(batch, steps), ...], "prefill": (length, runs)}.
-    skip: {(dtype_name, kind)} to leave out, with the reason in notes."""
+    skip: {(dtype_name, kind)} to leave out, with the reason in notes.
+    optimize: also measure a torch_tpu.optimize()'d copy of the tpu model (fused
+    RMSNorm/RoPE/SwiGLU), in extra rows whose run is "<kind>, tpu+optimize" (CPU
+    measured again, alternating as for the plain rows)."""
     rows, skip = [], skip or {}
     base = None
     for dtype in dtypes:
@@ -219,6 +222,8 @@ def run_model(name, build, dtypes, plan, bw_all, log=print, skip=None):
             base = base.to(dtype)  # in place: same weights, other dtype
         cpu_m = base
         tpu_m = copy.deepcopy(cpu_m).to("tpu")
+        opt_m = torch_tpu.optimize(copy.deepcopy(cpu_m).to("tpu")) if optimize else None
+        variants = [(tpu_m, "")] + ([(opt_m, ", tpu+optimize")] if optimize else [])
         gc.collect()
         vocab = cpu_m.config.vocab_size
         nparams = sum(p.numel() for p in cpu_m.parameters())
@@ -230,29 +235,31 @@ def run_model(name, build, dtypes, plan, bw_all, log=print, skip=None):
             if (dname, kind) in skip:
                 rows.append(_skipped(name, dname, kind, skip[(dname, kind)]))
                 continue
-            t, c, fb, extra = _pair(lambda: decode(cpu_m, "cpu", batch, steps, vocab),
-                                    lambda: decode(tpu_m, "tpu", batch, steps, vocab))
-            row = _row(name, dname, kind, t, c, fb, nparams)
-            row.update(extra, steps=steps, chunks=CHUNKS)
-            if batch == 1:
-                row["weight_bytes"] = wbytes
-                if bw_all:  # provisional; run.derive() recomputes with the final bandwidth
-                    roof = bw_all * 1e9 / wbytes
-                    row.update(roofline_tok_s=roof, tpu_pct_roofline=100 * t / roof,
-                               cpu_pct_roofline=100 * c / roof)
-            rows.append(row)
-            _log_row(log, row)
+            for dev_m, suffix in variants:
+                t, c, fb, extra = _pair(lambda: decode(cpu_m, "cpu", batch, steps, vocab),
+                                        lambda: decode(dev_m, "tpu", batch, steps, vocab))
+                row = _row(name, dname, kind + suffix, t, c, fb, nparams)
+                row.update(extra, steps=steps, chunks=CHUNKS)
+                if batch == 1:
+                    row["weight_bytes"] = wbytes
+                    if bw_all:  # provisional; run.derive() recomputes with the final bandwidth
+                        roof = bw_all * 1e9 / wbytes
+                        row.update(roofline_tok_s=roof, tpu_pct_roofline=100 * t / roof,
+                                   cpu_pct_roofline=100 * c / roof)
+                rows.append(row)
+                _log_row(log, row)
         length, runs = plan["prefill"]
         kind = f"prefill {length}"
         if (dname, kind) in skip:
             rows.append(_skipped(name, dname, kind, skip[(dname, kind)]))
         else:
-            t, c, fb, _ = _pair(lambda: prefill(cpu_m, "cpu", length, vocab, runs),
-                             lambda: prefill(tpu_m, "tpu", length, vocab, runs))
-            row = _row(name, dname, kind, t, c, fb, nparams)
-            rows.append(row)
-            _log_row(log, row)
-        del tpu_m, cpu_m
+            for dev_m, suffix in variants:
+                t, c, fb, _ = _pair(lambda: prefill(cpu_m, "cpu", length, vocab, runs),
+                                    lambda: prefill(dev_m, "tpu", length, vocab, runs))
+                row = _row(name, dname, kind + suffix, t, c, fb, nparams)
+                rows.append(row)
+                _log_row(log, row)
+        del tpu_m, cpu_m, opt_m, variants
         gc.collect()
         torch.tpu.empty_cache()
     del base

@@ -52,6 +52,8 @@ def parse(argv):
     p.add_argument("--quick", action="store_true", help="~2-minute subset")
     p.add_argument("--skip", default="", help=f"comma-separated sections to skip: {','.join(SECTIONS)}")
     p.add_argument("--models", default=",".join(MODELS), help=f"comma-separated subset of {','.join(MODELS)}")
+    p.add_argument("--optimize", action="store_true",
+                   help="also measure torch_tpu.optimize()'d models (rows 'tpu+optimize')")
     p.add_argument("--docs", action="store_true", help="write docs/bench.md (default for full runs)")
     p.add_argument("--no-write", action="store_true", help="print only; write no files")
     p.add_argument("--out", default=None, help="JSON path (default bench/results/<date>[-quick].json)")
@@ -126,7 +128,7 @@ def main(argv=None):
         res["overhead"] = ops.overhead(quick=args.quick, log=log)
         done("overhead")
     if "models" not in skip and models:
-        res["models"] = run_models(models, args.quick, bw_all, res["notes"], log, done)
+        res["models"] = run_models(models, args.quick, bw_all, res["notes"], log, done, args.optimize)
 
     if "machine" not in skip:
         if not args.quick:
@@ -218,7 +220,7 @@ def _load(la):
     return "unknown" if not la else f"{la[0]:.2f}"
 
 
-def run_models(models, quick, bw_all, notes, log, done):
+def run_models(models, quick, bw_all, notes, log, done, optimize=False):
     import torch
 
     from . import models as M
@@ -239,7 +241,8 @@ def run_models(models, quick, bw_all, notes, log, done):
         }
     if "smollm2" in models:
         log("[bench] SmolLM2-135M-Instruct (real weights, GGUF Q4_1 dequantised)")
-        rows += M.run_model("SmolLM2-135M", M.smollm2, (f32, bf16), plans["smollm2"], bw_all, log)
+        rows += M.run_model("SmolLM2-135M", M.smollm2, (f32, bf16), plans["smollm2"], bw_all, log,
+                            optimize=optimize)
         done("SmolLM2-135M")
         notes.append("SmolLM2-135M is loaded once with from_pretrained(dtype=float32) (GGUF Q4_1 "
                      "dequantised) and cast in place to bfloat16 for the bf16 rows.")
@@ -250,7 +253,8 @@ def run_models(models, quick, bw_all, notes, log, done):
             skip = {("bfloat16", "decode b1"): "quick", ("bfloat16", "prefill 512"): "quick",
                     ("float32", "prefill 512"): "quick"}
         rows += M.run_model("Qwen3-0.6B", M.qwen3_06b, (f32,) if quick else (f32, bf16),
-                            plans["qwen3"], bw_all, log, skip=skip)
+                            plans["qwen3"], bw_all, log, skip=skip,
+                            optimize=optimize)
         done("Qwen3-0.6B")
     if "moe" in models:
         log(f"[bench] MoE: Qwen3-30B-A3B geometry, {M.moe_layers()} layer(s), random weights")
@@ -265,7 +269,8 @@ def run_models(models, quick, bw_all, notes, log, done):
                          "torch's grouped_mm where Transformers allows it, else its per-expert mm loop).")
         skip = {("float32", "prefill 512"): "quick"} if quick else {}
         rows += M.run_model(f"Qwen3-MoE-{M.moe_layers()}L", lambda d: M.qwen3_moe(d, impl),
-                            (f32,) if quick else (f32, bf16), plans["moe"], bw_all, log, skip=skip)
+                            (f32,) if quick else (f32, bf16), plans["moe"], bw_all, log, skip=skip,
+                            optimize=optimize)
         done("Qwen3-MoE")
         notes.append(f"Qwen3-MoE-{M.moe_layers()}L: hidden 2048, 128 experts, top-8, expert width 768, "
                      f"32/4 heads of 128, {M.moe_layers()} decoder layer(s), vocab 16384 (tied) — "

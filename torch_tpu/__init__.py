@@ -22,7 +22,7 @@ import torch  # noqa: E402
 from . import _C  # the C runtime binding
 from . import _bridge  # registers allocator, guard, hooks and ATen kernels
 
-__all__ = ["fallback_report", "reset_fallback_report", "native_ops"]
+__all__ = ["fallback_report", "reset_fallback_report", "native_ops", "optimize"]
 
 if torch._C._get_privateuse1_backend_name() != "tpu":
     torch.utils.rename_privateuse1_backend("tpu")
@@ -53,3 +53,8 @@ def reset_fallback_report():
 def native_ops():
     """Names of the ATen ops that have a native C kernel."""
     return list(_C.native_ops())
+
+
+# Opt-in fused kernels for Transformers models: torch_tpu.optimize(model).
+# (Binds the function over the submodule of the same name.)
+from .optimize import optimize  # noqa: E402

@@ -259,6 +259,19 @@ static inline void ew_vm_silu_bwd_loop(float* restrict o, const float* restrict 
     o[i] = g[i] * s * (1.0f + x * (1.0f - s));
   }
 }
+/* gelu_tanh'(x) * grad, y = x / (1 + exp(-2u)) = x s, s = sigmoid(2u),
+ * u = sqrt(2/pi) (x + 0.044715 x^3): y' = s + x s (1 - s) 2 u'(x). */
+static inline void ew_vm_gelu_tanh_bwd_loop(float* restrict o, const float* restrict g,
+                                            const float* restrict a, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    float x = a[i];
+    float x2 = x * x;
+    float u = 0.7978845608028654f * EW_VM_FMA(0.044715f * x, x2, x);
+    float du = 0.7978845608028654f * EW_VM_FMA(3.0f * 0.044715f, x2, 1.0f);
+    float s = 1.0f / (1.0f + ew_vm_exp(-2.0f * u));
+    o[i] = g[i] * EW_VM_FMA(x * s * (1.0f - s), 2.0f * du, s);
+  }
+}
 /* gelu'(x) * grad = grad (Phi(x) + x phi(x)) */
 static inline void ew_vm_gelu_bwd_loop(float* restrict o, const float* restrict g,
                                        const float* restrict a, int64_t n) {

@@ -1,0 +1,260 @@
+"""torch_tpu.optimize(model): opt-in fused kernels for Transformers models.
+
+    model = AutoModelForCausalLM.from_pretrained(path, device_map="tpu")
+    torch_tpu.optimize(model)        # returns the model
+
+Swaps, on this model instance only (never on its class, never in the
+modeling module, never by editing user code), three chains of small ATen ops
+for one custom op each (runtime/kernels/fused.c):
+
+* RMSNorm modules -> ``torch.ops.tpu.rms_norm``: modules whose ``forward``
+  is, byte code for byte code, Transformers' LlamaRMSNorm.forward (weight *
+  normalised.to(input dtype); Qwen2/3, Mistral, SmolLM3, Phi3, Granite,
+  OLMo2... share it) or GemmaRMSNorm.forward ((1 + weight) in float32;
+  Gemma, Gemma 2/3). Other norms are left alone.
+* gated MLPs -> ``torch.ops.tpu.swiglu``: modules with gate_proj, up_proj,
+  down_proj and LlamaMLP's forward, whose act_fn is SiLU or gelu with the
+  tanh approximation.
+* rotary embeddings -> ``torch.ops.tpu.rope``: attention modules whose
+  forward calls a module-level ``apply_rotary_pos_emb`` that is Llama's (full
+  rotary) or Phi3's (partial rotary). The module gets its own copy of its
+  class's forward whose globals are a snapshot of the modeling module's
+  globals with that one name replaced (names rebound in the modeling module
+  after optimize() are not seen by optimised modules).
+
+Each swapped forward runs the fused op only for tpu tensors of float32,
+bfloat16 or float16 and shapes the op supports, and otherwise calls the
+original code, so an optimised model still runs on the CPU or any other
+device. Gradients flow through the fused ops (autograd kernels in
+torch_tpu/csrc/aten/fused.cpp), except into rope's cos/sin.
+
+Transformers' own hooks (``use_kernel_forward_from_hub``,
+``use_kernelized_func``) are no-ops unless the ``kernels`` package is
+installed, so they cannot be used without it; with ``kernels`` installed the
+same forwards could be registered for the "tpu" device through
+``register_kernel_mapping`` + ``kernelize`` (not done here).
+"""
+import functools
+import types
+
+import torch
+
+__all__ = ["optimize", "restore"]
+
+_FLOAT = (torch.float32, torch.bfloat16, torch.float16)
+_rms_op = None
+_rope_op = None
+_glu_op = None
+
+
+def _ops():
+    global _rms_op, _rope_op, _glu_op
+    if _rms_op is None:
+        _rms_op = torch.ops.tpu.rms_norm.default
+        _rope_op = torch.ops.tpu.rope.default
+        _glu_op = torch.ops.tpu.swiglu.default
+
+
+# ---- recognising Transformers' code ---------------------------------------------------
+
+
+def _code_key(code):
+    """What a function does, without where it was written."""
+    consts = tuple(_code_key(c) if isinstance(c, types.CodeType) else c
+                   for c in code.co_consts if not (isinstance(c, str) and "\n" in c))  # docstrings
+    return (code.co_code, consts, code.co_names, code.co_varnames, code.co_argcount,
+            code.co_kwonlyargcount, code.co_flags & 0xFF)
+
+
+def _same(fn, ref):
+    fn = getattr(fn, "__func__", fn)
+    ref = getattr(ref, "__func__", ref)
+    if not isinstance(fn, types.FunctionType) or not isinstance(ref, types.FunctionType):
+        return False
+    if hasattr(fn, "__wrapped__"):
+        return False
+    return _code_key(fn.__code__) == _code_key(ref.__code__)
+
+
+@functools.lru_cache(maxsize=1)
+def _refs():
+    """Reference implementations from the installed Transformers (None if absent)."""
+    try:
+        from transformers.models.gemma import modeling_gemma as gm
+        from transformers.models.llama import modeling_llama as lm
+        from transformers.models.phi3 import modeling_phi3 as pm
+    except Exception:  # pragma: no cover - transformers missing or reorganised
+        return None
+    return {
+        "rms_llama": lm.LlamaRMSNorm.forward,
+        "rms_gemma": gm.GemmaRMSNorm.forward,
+        "rms_gemma_norm": gm.GemmaRMSNorm._norm,
+        "mlp": lm.LlamaMLP.forward,
+        "rope_full": lm.apply_rotary_pos_emb,
+        "rope_partial": pm.apply_rotary_pos_emb,
+        "rotate_half": lm.rotate_half,
+    }
+
+
+def _glu_act(act):
+    """'silu' / 'gelu_tanh' if `act` is one of those activations, else None."""
+    if "forward" in vars(act):  # replaced on the instance: unknown behaviour
+        return None
+    if type(act) is torch.nn.SiLU:
+        return "silu"
+    if type(act) is torch.nn.GELU and act.approximate == "tanh":
+        return "gelu_tanh"
+    try:
+        from transformers import activations as ta
+    except Exception:  # pragma: no cover
+        return None
+    if type(act) is getattr(ta, "SiLUActivation", None) and type(act).forward is ta.SiLUActivation.forward:
+        return "silu"
+    if type(act) is getattr(ta, "GELUTanh", None):
+        f = getattr(act, "act", None)
+        if isinstance(f, functools.partial) and f.func is torch.nn.functional.gelu and not f.args and \
+                f.keywords == {"approximate": "tanh"}:
+            return "gelu_tanh"
+    return None
+
+
+# ---- the replacement forwards -------------------------------------------------------------
+
+
+def _on_tpu(*ts):
+    return all(t.device.type == "tpu" and t.dtype in _FLOAT for t in ts)
+
+
+def _rms_forward(self, hidden_states):
+    w = self.weight
+    if _on_tpu(hidden_states, w) and hidden_states.dim() >= 1 and w.dim() == 1 and \
+            w.shape[0] == hidden_states.shape[-1]:
+        return _rms_op(hidden_states, w, float(self.variance_epsilon), False)
+    return type(self).forward(self, hidden_states)
+
+
+def _rms_forward_unit_offset(self, x):
+    w = self.weight
+    if _on_tpu(x, w) and x.dim() >= 1 and w.dim() == 1 and w.shape[0] == x.shape[-1]:
+        return _rms_op(x, w, float(self.eps), True)
+    return type(self).forward(self, x)
+
+
+def _mlp_forward(self, x):
+    if x.device.type == "tpu":
+        gate = self.gate_proj(x)
+        up = self.up_proj(x)
+        if _on_tpu(gate, up) and gate.dtype == up.dtype and gate.shape == up.shape:
+            return self.down_proj(_glu_op(gate, up, self._tpu_glu_act))
+        return self.down_proj(self.act_fn(gate) * up)
+    return type(self).forward(self, x)
+
+
+def _make_rope(orig, partial):
+    """apply_rotary_pos_emb with the fused op for tpu tensors."""
+
+    def apply_rotary_pos_emb(q, k, cos, sin, unsqueeze_dim=1):
+        if unsqueeze_dim == 1 and q.dim() == 4 and k.dim() == 4 and cos.dim() == 3 and \
+                _on_tpu(q, k, cos, sin) and q.dtype == k.dtype == cos.dtype == sin.dtype and \
+                cos.shape == sin.shape and k.shape[0] == q.shape[0] and k.shape[2:] == q.shape[2:] and \
+                cos.shape[0] in (1, q.shape[0]) and cos.shape[1] in (1, q.shape[2]) and \
+                cos.shape[2] % 2 == 0 and (cos.shape[2] == q.shape[3] or (partial and cos.shape[2] < q.shape[3])) and \
+                not (torch.is_grad_enabled() and (cos.requires_grad or sin.requires_grad)):
+            return _rope_op(q, k, cos, sin)
+        return orig(q, k, cos, sin, unsqueeze_dim)
+
+    apply_rotary_pos_emb.__wrapped__ = orig
+    apply_rotary_pos_emb._tpu_fused = True
+    return apply_rotary_pos_emb
+
+
+def _rope_forward(module, refs):
+    """A copy of the module's forward whose apply_rotary_pos_emb is fused, or None."""
+    fwd = type(module).forward
+    if not isinstance(fwd, types.FunctionType) or hasattr(fwd, "__wrapped__"):
+        return None
+    if "apply_rotary_pos_emb" not in fwd.__code__.co_names:
+        return None
+    g = fwd.__globals__
+    orig = g.get("apply_rotary_pos_emb")
+    if orig is None or getattr(orig, "_tpu_fused", False):
+        return None
+    if _same(orig, refs["rope_full"]):
+        partial = False
+    elif _same(orig, refs["rope_partial"]):
+        partial = True
+    else:
+        return None
+    rh = orig.__globals__.get("rotate_half")
+    if rh is None or not _same(rh, refs["rotate_half"]):
+        return None
+    new_globals = dict(g)
+    new_globals["apply_rotary_pos_emb"] = _make_rope(orig, partial)
+    f = types.FunctionType(fwd.__code__, new_globals, fwd.__name__, fwd.__defaults__, fwd.__closure__)
+    f.__kwdefaults__ = fwd.__kwdefaults__
+    f.__qualname__ = fwd.__qualname__
+    f.__doc__ = fwd.__doc__
+    f.__module__ = fwd.__module__
+    return f
+
+
+# ---- public ---------------------------------------------------------------------------------
+
+
+def optimize(model: torch.nn.Module, *, rms_norm: bool = True, rope: bool = True, swiglu: bool = True):
+    """Swaps fused tpu kernels into `model`'s RMSNorm, MLP and rotary code (see
+    the module docstring). Returns `model`. Idempotent; undo with restore().
+    The counts of swapped modules are in ``model._tpu_optimized``."""
+    refs = _refs()
+    if refs is None:
+        raise RuntimeError("torch_tpu.optimize: needs Transformers (its Llama, Gemma and Phi3 modeling code "
+                           "is the reference the model's modules are compared with)")
+    _ops()
+    counts = {"rms_norm": 0, "swiglu": 0, "rope": 0}
+    for m in model.modules():
+        if "forward" in vars(m):  # already swapped (by us or by someone else)
+            continue
+        fwd = type(m).forward
+        w = getattr(m, "weight", None)
+        if rms_norm and isinstance(w, torch.Tensor) and w.dim() == 1:
+            if hasattr(m, "variance_epsilon") and _same(fwd, refs["rms_llama"]):
+                m.forward = types.MethodType(_rms_forward, m)
+                counts["rms_norm"] += 1
+                continue
+            if hasattr(m, "eps") and _same(fwd, refs["rms_gemma"]) and \
+                    _same(getattr(type(m), "_norm", None), refs["rms_gemma_norm"]):
+                m.forward = types.MethodType(_rms_forward_unit_offset, m)
+                counts["rms_norm"] += 1
+                continue
+        if swiglu and all(isinstance(getattr(m, n, None), torch.nn.Linear)
+                          for n in ("gate_proj", "up_proj", "down_proj")) and \
+                isinstance(getattr(m, "act_fn", None), torch.nn.Module) and _same(fwd, refs["mlp"]):
+            act = _glu_act(m.act_fn)
+            if act is not None:
+                m._tpu_glu_act = act
+                m.forward = types.MethodType(_mlp_forward, m)
+                counts["swiglu"] += 1
+                continue
+        if rope:
+            f = _rope_forward(m, refs)
+            if f is not None:
+                m.forward = types.MethodType(f, m)
+                counts["rope"] += 1
+    prev = getattr(model, "_tpu_optimized", None) or {}
+    model._tpu_optimized = {k: counts[k] + prev.get(k, 0) for k in counts}
+    return model
+
+
+def restore(model: torch.nn.Module):
+    """Undoes optimize(model): the modules get their class's forward back. Returns `model`."""
+    for m in model.modules():
+        f = vars(m).get("forward")
+        if f is None:
+            continue
+        fn = getattr(f, "__func__", None)
+        if fn in (_rms_forward, _rms_forward_unit_offset, _mlp_forward) or (
+                fn is not None and getattr(fn.__globals__.get("apply_rotary_pos_emb"), "_tpu_fused", False)):
+            del m.forward
+            m.__dict__.pop("_tpu_glu_act", None)
+    model.__dict__.pop("_tpu_optimized", None)
+    return model
