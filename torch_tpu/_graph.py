@@ -76,7 +76,12 @@ def _val(n):
 
 
 def _is_tpu_tensor(v):
-    return isinstance(v, torch.Tensor) and v.device.type == "tpu" and v.dtype in _DTYPE
+    """A tpu tensor of a runtime dtype whose sizes, strides and offset are
+    static (data-dependent sizes are symbolic: such nodes run eagerly)."""
+    if not (isinstance(v, torch.Tensor) and v.device.type == "tpu" and v.dtype in _DTYPE):
+        return False
+    return (all(type(d) is int for d in v.shape) and all(type(d) is int for d in v.stride())
+            and type(v.storage_offset()) is int)
 
 
 def _meta(v):
@@ -346,6 +351,7 @@ def _scalars_ok(*idx):
 # schema name -> (accepts(node), lower(graph, node, vid, args, fake outputs) -> value ids)
 _LOWERINGS = {
     "aten::clone": (_fresh_ok, _lower_clone),
+    "aten::lift_fresh_copy": (_fresh_ok, _lower_clone),
     "aten::scalar_tensor": (_scalars_ok(0), lambda g, n, vid, vals, outs: _fill(g, outs, vals[0])),
     "aten::full": (_scalars_ok(1), lambda g, n, vid, vals, outs: _fill(g, outs, vals[1])),
     "aten::arange.start_step": (_scalars_ok(0, 1, 2), _lower_arange),
