@@ -68,6 +68,20 @@ def sections(res):
                       _f(r.get("tpu_pct_roofline")), _f(r.get("cpu_pct_roofline")),
                       _fb(r["fallbacks"]) if not r.get("skipped") else r["skipped"]]
                      for r in md]))
+    c = res.get("compile")
+    if c:
+        st = c["stats"]
+        out.append(("torch.compile: backend \"tpu\" (C graph compiler) vs eager vs inductor",
+                    "higher is better; tpu compiled = torch.compile(backend='tpu', fullgraph=True, dynamic=False); "
+                    "CPU inductor = torch.compile's default backend on the CPU; first call = seconds of the first "
+                    "compiled calls (tracing + compiling); "
+                    f"lowering over the run: {st['c_nodes']} nodes in C in {st['segments']} segments, "
+                    f"{st['eager_nodes']} eager, {st['fused_nodes']} nodes in {st['fused_groups']} fused groups",
+                    ["workload", "unit", "tpu eager", "tpu compiled", "CPU eager", "CPU inductor",
+                     "compiled/tpu eager", "compiled/inductor", "% bandwidth", "first call s"],
+                    [[r["workload"], r["unit"], _f(r["tpu_eager"]), _f(r["tpu_compiled"]), _f(r["cpu_eager"]),
+                      _f(r["cpu_inductor"]), _f(r["compiled_vs_eager"], 2), _f(r["compiled_vs_inductor"], 2),
+                      _f(r.get("pct_bandwidth")), r["first_call_s"]] for r in c["rows"]]))
     return out
 
 

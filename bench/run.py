@@ -1,4 +1,4 @@
-"""One run of the whole benchmark: machine limits, GEMM, per-op overhead, models.
+"""One run of the whole benchmark: machine limits, GEMM, per-op overhead, models, compile.
 
     python -m bench            # full run (< 15 min on a 2-core machine), writes
                                # bench/results/<date>.json and docs/bench.md
@@ -17,7 +17,7 @@ import sys
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SECTIONS = ("machine", "gemm", "overhead", "models")
+SECTIONS = ("machine", "gemm", "overhead", "models", "compile")
 MODELS = ("smollm2", "qwen3", "moe")
 
 
@@ -129,6 +129,12 @@ def main(argv=None):
         done("overhead")
     if "models" not in skip and models:
         res["models"] = run_models(models, args.quick, bw_all, res["notes"], log, done, args.optimize)
+    if "compile" not in skip:
+        log("[bench] torch.compile: backend tpu vs tpu eager vs CPU eager vs inductor on CPU")
+        from . import compile as C
+
+        res["compile"] = C.measure(args.quick, bw_all, log=log)
+        done("compile")
 
     if "machine" not in skip:
         if not args.quick:

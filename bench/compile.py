@@ -1,0 +1,162 @@
+"""torch.compile(backend="tpu") against tpu eager, torch CPU eager and torch.compile's
+default backend (inductor) on the CPU, in one process.
+
+- decode bN: SmolLM2-135M (real weights), StaticCache, greedy steps fed back on the
+  device; the compiled rows compile the model's forward with fullgraph=True,
+  dynamic=False (what Transformers' static-cache generate() does); tokens/s of the
+  fastest of CHUNKS chunks, after warm-up steps (the first call compiles).
+- training step: a small Llama (4 layers, hidden 256), batch 8 x 64 tokens,
+  forward + backward + AdamW step; steps/s of the fastest chunk.
+- fused chain: y = |sigmoid(2x + 1) * x - 0.5| on 16M float32 elements (64 MiB in,
+  64 MiB out); GB/s = 128 MiB / time, compared with the machine's read bandwidth.
+"""
+import time
+
+import torch
+
+from .models import CHUNKS, PROMPT, WARM_STEPS, _sync
+
+
+def _best(fn, device, per, chunks=CHUNKS):
+    best = None
+    for _ in range(chunks):
+        _sync(device)
+        t0 = time.perf_counter()
+        for _ in range(per):
+            fn()
+        _sync(device)
+        dt = (time.perf_counter() - t0) / per
+        best = dt if best is None else min(best, dt)
+    return best
+
+
+@torch.no_grad()
+def _decode(model, fwd, device, batch, steps):
+    from transformers import StaticCache
+
+    gen = torch.Generator().manual_seed(1)
+    ids = torch.randint(0, model.config.vocab_size, (batch, PROMPT), generator=gen).to(device)
+    total = PROMPT + WARM_STEPS + 2 + steps + 2
+    cache = StaticCache(config=model.config, max_cache_len=total, max_batch_size=batch)
+    out = model(input_ids=ids, past_key_values=cache, use_cache=True,
+                cache_position=torch.arange(PROMPT, device=device), logits_to_keep=1)
+    state = {"tok": out.logits[:, -1:].argmax(-1), "pos": PROMPT}
+
+    def step():
+        p = torch.tensor([state["pos"]], device=device)
+        o = fwd(input_ids=state["tok"], past_key_values=cache, use_cache=True, cache_position=p,
+                logits_to_keep=1)
+        state["tok"] = o.logits[:, -1:].argmax(-1)
+        state["pos"] += 1
+
+    t0 = time.perf_counter()
+    for _ in range(WARM_STEPS + 2):  # the first compiled call compiles
+        step()
+    _sync(device)
+    warm = time.perf_counter() - t0
+    per = max(1, steps // CHUNKS)
+    return batch / _best(step, device, per), warm
+
+
+def _train_model():
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    cfg = LlamaConfig(vocab_size=4096, hidden_size=256, intermediate_size=768, num_hidden_layers=4,
+                      num_attention_heads=8, num_key_value_heads=4, max_position_embeddings=256)
+    return LlamaForCausalLM(cfg).train()
+
+
+def _train(model, device, steps):
+    ids = torch.randint(0, 4096, (8, 64), generator=torch.Generator().manual_seed(3)).to(device)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+
+    def step():
+        opt.zero_grad()
+        model(ids, labels=ids).loss.backward()
+        opt.step()
+
+    t0 = time.perf_counter()
+    step()
+    step()
+    _sync(device)
+    warm = time.perf_counter() - t0
+    return 1.0 / _best(step, device, max(1, steps // CHUNKS)), warm
+
+
+def _chain(x):
+    return (torch.sigmoid(x * 2 + 1) * x - 0.5).abs()
+
+
+def _row(workload, unit, te, tc, ce, ci, warm):
+    r = {"workload": workload, "unit": unit, "tpu_eager": te, "tpu_compiled": tc, "cpu_eager": ce,
+         "cpu_inductor": ci, "first_call_s": warm}
+    r["compiled_vs_eager"] = tc / te if tc and te else None
+    r["compiled_vs_inductor"] = tc / ci if tc and ci else None
+    return r
+
+
+def measure(quick, bw_all, log=print):
+    import torch._dynamo
+
+    from torch_tpu._dynamo_backend import compile_stats
+
+    from .models import smollm2
+
+    rows = []
+    base = smollm2(torch.float32)
+    models = {"cpu": base, "tpu": None}
+    import copy
+
+    models["tpu"] = copy.deepcopy(base).to("tpu")
+    plans = [(1, 6 if quick else 24)] + ([] if quick else [(64, 6)])
+    for batch, steps in plans:
+        vals, warm = {}, {}
+        for device in ("cpu", "tpu"):
+            m = models[device]
+            torch._dynamo.reset()
+            vals[device + " eager"], _ = _decode(m, m, device, batch, steps)
+            backend = "tpu" if device == "tpu" else "inductor"
+            cm = torch.compile(m, backend=backend, fullgraph=True, dynamic=False)
+            vals[device + " compiled"], warm[device] = _decode(m, cm, device, batch, steps)
+            log(f"  decode b{batch} {device}: eager {vals[device + ' eager']:.1f}, compiled "
+                f"{vals[device + ' compiled']:.1f} tok/s (first compiled steps {warm[device]:.1f} s)")
+        rows.append(_row(f"SmolLM2-135M decode b{batch} (static cache)", "tok/s", vals["tpu eager"],
+                         vals["tpu compiled"], vals["cpu eager"], vals["cpu compiled"],
+                         f"tpu {warm['tpu']:.1f}, inductor {warm['cpu']:.1f}"))
+    del models, base
+
+    vals, warm = {}, {}
+    for device in ("cpu", "tpu"):
+        for mode in ("eager", "compiled"):
+            torch._dynamo.reset()
+            m = _train_model().to(device)
+            if mode == "compiled":
+                m = torch.compile(m, backend="tpu" if device == "tpu" else "inductor", fullgraph=True,
+                                  dynamic=False)
+            vals[(device, mode)], warm[(device, mode)] = _train(m, device, 3 if quick else 6)
+            log(f"  training step {device} {mode}: {vals[(device, mode)]:.2f} steps/s")
+    rows.append(_row("Llama 4L h256 training step (8x64, AdamW)", "steps/s", vals[("tpu", "eager")],
+                     vals[("tpu", "compiled")], vals[("cpu", "eager")], vals[("cpu", "compiled")],
+                     f"tpu {warm[('tpu', 'compiled')]:.1f}, inductor {warm[('cpu', 'compiled')]:.1f}"))
+
+    n = 1 << 24
+    moved = 2 * n * 4 / 1e9
+    vals = {}
+    for device in ("cpu", "tpu"):
+        x = torch.randn(n, generator=torch.Generator().manual_seed(4)).to(device)
+        for mode in ("eager", "compiled"):
+            torch._dynamo.reset()
+            fn = _chain if mode == "eager" else torch.compile(
+                _chain, backend="tpu" if device == "tpu" else "inductor", fullgraph=True, dynamic=False)
+            fn(x)
+            vals[(device, mode)] = moved / _best(lambda: fn(x), device, 3 if quick else 5)
+    r = _row("fused chain |sigmoid(2x+1)*x-0.5|, 16M fp32", "GB/s", vals[("tpu", "eager")],
+             vals[("tpu", "compiled")], vals[("cpu", "eager")], vals[("cpu", "compiled")], "—")
+    r["pct_bandwidth"] = 100 * r["tpu_compiled"] / bw_all if bw_all else None
+    rows.append(r)
+    log(f"  fused chain tpu compiled {r['tpu_compiled']:.1f} GB/s, eager {r['tpu_eager']:.1f}")
+    s = compile_stats()
+    return {"rows": rows, "stats": {k: s[k] for k in ("misses", "hits", "compile_seconds", "segments", "c_nodes",
+                                                       "eager_nodes", "fused_groups", "fused_nodes")},
+            "eager_ops": s["eager_ops"]}
