@@ -35,6 +35,8 @@ if not hasattr(torch, "tpu"):
 
 _C.init()
 
+from . import moe  # noqa: E402  (autograd of torch.ops.tpu.ragged_dot)
+
 
 def fallback_report():
     """{ATen op name: number of times it ran on the CPU fallback}."""
