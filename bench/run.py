@@ -272,7 +272,8 @@ def run_models(models, quick, bw_all, notes, log, done, optimize=False):
         else:
             notes.append("MoE: both devices run Transformers' default experts_implementation="
                          "'grouped_mm' (tokens sorted by expert, histc for the group sizes, then "
-                         "torch's grouped_mm where Transformers allows it, else its per-expert mm loop).")
+                         "torch's grouped_mm where Transformers allows it, else its per-expert mm loop); "
+                         "on tpu that is the native aten::_grouped_mm kernel (runtime/kernels/moe.c).")
         skip = {("float32", "prefill 512"): "quick"} if quick else {}
         rows += M.run_model(f"Qwen3-MoE-{M.moe_layers()}L", lambda d: M.qwen3_moe(d, impl),
                             (f32,) if quick else (f32, bf16), plans["moe"], bw_all, log, skip=skip,

@@ -39,6 +39,8 @@ from . import _accelerate  # noqa: E402
 
 _accelerate.install()  # Accelerate's device pick and get_max_memory see "tpu" (see _accelerate.py)
 
+from . import moe  # noqa: E402  (autograd of torch.ops.tpu.ragged_dot)
+
 
 def fallback_report():
     """{ATen op name: number of times it ran on the CPU fallback}."""

@@ -341,3 +341,70 @@ float tpu_k_avx2_extreme(const float* x, int64_t n, int mx, int* nan) {
   *nan = any;
   return r;
 }
+
+/* ---- small-M GEMM against an nn.Linear-layout B (moe.c) -------------------- */
+
+/* m (<= 4) f32 x rows against nr (<= 4) B rows r[0..nr) with unit stride
+ * along k; only the first `nv` results are stored. `dt`, `m` and `nr` are
+ * compile-time constants at every call site, so the m*nr accumulators live in
+ * registers and the dtype switch leaves the loop. */
+static inline __attribute__((always_inline)) void nk_block(int m, int nr, int dt, int64_t kc,
+                                                           const char* const* r, int nv, const float* x,
+                                                           int64_t ldx, float* acc, int64_t ldacc) {
+  __m256 s[4][4];
+  for (int i = 0; i < 4; ++i)
+    for (int j = 0; j < 4; ++j) s[i][j] = _mm256_setzero_ps();
+  size_t es = esz(dt);
+  int64_t k = 0;
+  for (; k + 8 <= kc; k += 8) {
+    __m256 w[4];
+    for (int j = 0; j < nr; ++j) w[j] = ld8(r[j] + k * es, dt);
+    for (int i = 0; i < m; ++i) {
+      __m256 xv = _mm256_loadu_ps(x + i * ldx + k);
+      for (int j = 0; j < nr; ++j) s[i][j] = _mm256_fmadd_ps(w[j], xv, s[i][j]);
+    }
+  }
+  for (int i = 0; i < m; ++i) {
+    for (int j = 0; j < nr; ++j) {
+      if (j >= nv) break;
+      float t = hsum(s[i][j]);
+      for (int64_t kk = k; kk < kc; ++kk) t += ld1(r[j] + kk * es, dt) * x[i * ldx + kk];
+      acc[i * ldacc + j] += t;
+    }
+  }
+}
+
+static inline __attribute__((always_inline)) void nk_rows_dt(int dt, int64_t mr, int64_t nn, int64_t kc,
+                                                             const char* b, int64_t ldb, const float* x,
+                                                             int64_t ldx, float* acc, int64_t ldacc) {
+  size_t es = esz(dt);
+  for (int64_t j = 0; j < nn; j += 4) {
+    int nv = nn - j < 4 ? (int)(nn - j) : 4;
+    const char* r[4];
+    for (int q = 0; q < 4; ++q) r[q] = b + (size_t)(j + (q < nv ? q : 0)) * (size_t)ldb * es;
+    /* two x rows at a time: 8 accumulators; the four B rows come from cache
+     * after the first pair (MO_KC in moe.c keeps them in L1) */
+    for (int64_t i = 0; i < mr; i += 2) {
+      const float* xi = x + i * ldx;
+      float* ai = acc + i * ldacc + j;
+      if (mr - i == 1)
+        nk_block(1, 4, dt, kc, r, nv, xi, ldx, ai, ldacc);
+      else
+        nk_block(2, 4, dt, kc, r, nv, xi, ldx, ai, ldacc);
+    }
+  }
+}
+
+/* acc[i*ldacc + j] += sum_k x[i*ldx + k] * B[j, k] for i < mr, j < nn, where
+ * B row j starts at b + j*ldb elements with unit stride along k (dt f32, bf16
+ * or f16). Four B rows at a time against every x row (two at a time), so B
+ * is streamed from memory once and x stays in L1/L2. */
+void tpu_k_avx2_gemm_nk_rows(int64_t mr, int64_t nn, int64_t kc, const void* b, int dt, int64_t ldb,
+                             const float* x, int64_t ldx, float* acc, int64_t ldacc) {
+  const char* bp = (const char*)b;
+  switch (dt) {
+    case TPU_DTYPE_BF16: nk_rows_dt(TPU_DTYPE_BF16, mr, nn, kc, bp, ldb, x, ldx, acc, ldacc); break;
+    case TPU_DTYPE_F16: nk_rows_dt(TPU_DTYPE_F16, mr, nn, kc, bp, ldb, x, ldx, acc, ldacc); break;
+    default: nk_rows_dt(TPU_DTYPE_F32, mr, nn, kc, bp, ldb, x, ldx, acc, ldacc); break;
+  }
+}

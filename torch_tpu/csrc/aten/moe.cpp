@@ -1,0 +1,123 @@
+// moe.cpp - torch.ops.tpu.ragged_dot, the grouped GEMM of Mixture-of-Experts
+// layers (the C kernel is tpu::ragged_dot in runtime/kernels/moe.c).
+//
+//   tpu::ragged_dot(Tensor lhs, Tensor rhs, Tensor group_sizes) -> Tensor
+//     lhs [M, K], rows sorted by group; rhs [G, K, N]; group_sizes [G] int32
+//     or int64 with sum(group_sizes) == M. out[M, N]: the rows of group g are
+//     lhs rows @ rhs[g]. float32, bfloat16, float16 (lhs and rhs alike),
+//     float32 accumulation. A "tpu" kernel and a Meta kernel (torch.compile);
+//     the autograd formula is registered from Python (torch_tpu/moe.py):
+//     d lhs = ragged_dot(grad, rhs^T), d rhs = ragged_dot_rhs_grad(lhs, grad).
+//   tpu::ragged_dot_rhs_grad(Tensor lhs, Tensor grad, Tensor group_sizes) -> Tensor
+//     [G, K, N]: out[g] = lhs_g^T @ grad_g over the rows of group g (zeros for
+//     an empty group).
+//
+// group_sizes is read by the kernel on the device queue, so nothing waits:
+// a negative size or a sum other than M is reported (ValueError) at the next
+// synchronisation. Shapes and dtypes are checked here (RuntimeError).
+//
+// aten::_grouped_mm needs no code here: the C table has it, so it is
+// registered for PrivateUse1 with the other native kernels (ops.cpp).
+#include <torch/library.h>
+
+#include "bridge.h"
+
+namespace torch_tpu {
+namespace {
+
+constexpr const char* kOp = "tpu::ragged_dot";
+
+bool is_mm_dtype(c10::ScalarType t) { return t == at::kFloat || t == at::kBFloat16 || t == at::kHalf; }
+
+// group_sizes on lhs's device (a cpu tensor is copied over), contiguous.
+at::Tensor group_sizes_on(const char* op, const at::Tensor& group_sizes, const at::Tensor& lhs) {
+  at::Tensor gs = group_sizes;
+  if (gs.device() != lhs.device()) {
+    TORCH_CHECK(gs.device().type() == c10::DeviceType::CPU || gs.device().type() == kTpu, op,
+                ": group_sizes must be on ", lhs.device(), " or the cpu, got ", gs.device());
+    gs = gs.to(lhs.device());
+  }
+  return gs.contiguous();
+}
+
+void check_ragged_dot(const at::Tensor& lhs, const at::Tensor& rhs, const at::Tensor& group_sizes) {
+  TORCH_CHECK(lhs.dim() == 2, kOp, ": lhs must be 2-D [M, K], got sizes ", lhs.sizes());
+  TORCH_CHECK(rhs.dim() == 3, kOp, ": rhs must be 3-D [G, K, N], got sizes ", rhs.sizes());
+  TORCH_CHECK(group_sizes.dim() == 1, kOp, ": group_sizes must be 1-D [G], got sizes ", group_sizes.sizes());
+  TORCH_CHECK(lhs.size(1) == rhs.size(1), kOp, ": lhs ", lhs.sizes(), " and rhs ", rhs.sizes(),
+              " differ in K (lhs.size(1) = ", lhs.size(1), ", rhs.size(1) = ", rhs.size(1), ")");
+  TORCH_CHECK(group_sizes.size(0) == rhs.size(0), kOp, ": group_sizes has ", group_sizes.size(0),
+              " entries but rhs has ", rhs.size(0), " groups");
+  TORCH_CHECK(is_mm_dtype(lhs.scalar_type()), kOp, ": lhs dtype ", lhs.scalar_type(),
+              " is not supported (float32, bfloat16, float16)");
+  TORCH_CHECK(rhs.scalar_type() == lhs.scalar_type(), kOp, ": lhs and rhs must have the same dtype, got ",
+              lhs.scalar_type(), " and ", rhs.scalar_type());
+  TORCH_CHECK(group_sizes.scalar_type() == at::kInt || group_sizes.scalar_type() == at::kLong, kOp,
+              ": group_sizes must be int32 or int64, got ", group_sizes.scalar_type());
+}
+
+at::Tensor ragged_dot_meta(const at::Tensor& lhs, const at::Tensor& rhs, const at::Tensor& group_sizes) {
+  check_ragged_dot(lhs, rhs, group_sizes);
+  return at::empty({lhs.size(0), rhs.size(2)}, lhs.options());
+}
+
+at::Tensor ragged_dot_tpu(const at::Tensor& lhs, const at::Tensor& rhs, const at::Tensor& group_sizes) {
+  check_ragged_dot(lhs, rhs, group_sizes);
+  TORCH_CHECK(lhs.device().type() == kTpu && rhs.device() == lhs.device(), kOp,
+              ": lhs and rhs must be on the same tpu device, got ", lhs.device(), " and ", rhs.device());
+  at::Tensor gs = group_sizes_on(kOp, group_sizes, lhs);
+  const c10::DeviceIndex index = lhs.device().index();
+  const int64_t M = lhs.size(0), N = rhs.size(2);
+  at::Tensor out = empty_strided_tpu({M, N}, {N, 1}, lhs.scalar_type(), index);
+  submit_kernel(kOp, {lhs, rhs, gs}, {out}, index);
+  return out;
+}
+
+void check_rhs_grad(const at::Tensor& lhs, const at::Tensor& grad, const at::Tensor& group_sizes) {
+  constexpr const char* op = "tpu::ragged_dot_rhs_grad";
+  TORCH_CHECK(lhs.dim() == 2 && grad.dim() == 2 && lhs.size(0) == grad.size(0), op,
+              ": expected lhs [M, K] and grad [M, N], got ", lhs.sizes(), " and ", grad.sizes());
+  TORCH_CHECK(group_sizes.dim() == 1, op, ": group_sizes must be 1-D [G], got sizes ", group_sizes.sizes());
+  TORCH_CHECK(is_mm_dtype(lhs.scalar_type()) && grad.scalar_type() == lhs.scalar_type(), op,
+              ": lhs and grad must have the same dtype among float32, bfloat16, float16, got ", lhs.scalar_type(),
+              " and ", grad.scalar_type());
+  TORCH_CHECK(group_sizes.scalar_type() == at::kInt || group_sizes.scalar_type() == at::kLong, op,
+              ": group_sizes must be int32 or int64, got ", group_sizes.scalar_type());
+}
+
+at::Tensor rhs_grad_meta(const at::Tensor& lhs, const at::Tensor& grad, const at::Tensor& group_sizes) {
+  check_rhs_grad(lhs, grad, group_sizes);
+  return at::empty({group_sizes.size(0), lhs.size(1), grad.size(1)}, lhs.options());
+}
+
+at::Tensor rhs_grad_tpu(const at::Tensor& lhs, const at::Tensor& grad, const at::Tensor& group_sizes) {
+  constexpr const char* op = "tpu::ragged_dot_rhs_grad";
+  check_rhs_grad(lhs, grad, group_sizes);
+  TORCH_CHECK(lhs.device().type() == kTpu && grad.device() == lhs.device(), op,
+              ": lhs and grad must be on the same tpu device, got ", lhs.device(), " and ", grad.device());
+  at::Tensor gs = group_sizes_on(op, group_sizes, lhs);
+  const c10::DeviceIndex index = lhs.device().index();
+  const int64_t G = gs.size(0), K = lhs.size(1), N = grad.size(1);
+  at::Tensor out = empty_strided_tpu({G, K, N}, {K * N, N, 1}, lhs.scalar_type(), index);
+  submit_kernel(op, {lhs, grad, gs}, {out}, index);
+  return out;
+}
+
+}  // namespace
+
+TORCH_LIBRARY_FRAGMENT(tpu, m) {
+  m.def("ragged_dot(Tensor lhs, Tensor rhs, Tensor group_sizes) -> Tensor");
+  m.def("ragged_dot_rhs_grad(Tensor lhs, Tensor grad, Tensor group_sizes) -> Tensor");
+}
+
+TORCH_LIBRARY_IMPL(tpu, Meta, m) {
+  m.impl("ragged_dot", TORCH_FN(ragged_dot_meta));
+  m.impl("ragged_dot_rhs_grad", TORCH_FN(rhs_grad_meta));
+}
+
+TORCH_LIBRARY_IMPL(tpu, PrivateUse1, m) {
+  m.impl("ragged_dot", TORCH_FN(ragged_dot_tpu));
+  m.impl("ragged_dot_rhs_grad", TORCH_FN(rhs_grad_tpu));
+}
+
+}  // namespace torch_tpu
