@@ -285,3 +285,22 @@ def _is_autocast_enabled() -> bool:
 
 def _get_autocast_dtype():
     return torch.get_autocast_dtype("tpu")
+
+
+def compile_stats() -> dict:
+    """Statistics of torch.compile(backend="tpu") in this process: graphs compiled
+    ('misses'), runs of an already compiled graph ('hits'), 'compile_seconds' spent
+    lowering, live compiled graphs ('graphs_held'), and what the lowering to the C
+    graph compiler produced (segments, nodes in C, eager nodes and their ops, fused
+    groups, arena bytes, in-place input updates)."""
+    from ._dynamo_backend import compile_stats as _stats
+
+    return _stats()
+
+
+def graph_profile() -> dict:
+    """{step: seconds} on the device queue, summed over live compiled graphs built
+    with TORCH_TPU_GRAPH_PROFILE=1 (fused groups are labelled by their ops)."""
+    from ._graph import graph_profile as _profile
+
+    return _profile()
