@@ -7,9 +7,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
-from torch.utils._python_dispatch import TorchDispatchMode
 
 import torch_tpu  # noqa: F401
+from oplog import OpLog
 
 FWD = "aten._scaled_dot_product_fused_attention_overrideable.default"
 BWD = "aten._scaled_dot_product_fused_attention_overrideable_backward.default"
@@ -19,19 +19,6 @@ BWD = "aten._scaled_dot_product_fused_attention_overrideable_backward.default"
 def _no_fallback(monkeypatch):
     monkeypatch.setenv("TORCH_TPU_FALLBACK", "error")
     yield
-
-
-class OpLog(TorchDispatchMode):
-    """Records the ATen ops that reach the backend (after autograd and
-    composite decompositions)."""
-
-    def __init__(self):
-        super().__init__()
-        self.ops = []
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        self.ops.append(str(func))
-        return func(*args, **(kwargs or {}))
 
 
 TOL = {torch.float32: (2e-5, 2e-4), torch.bfloat16: (2e-2, 3e-2), torch.float16: (2e-3, 3e-3)}

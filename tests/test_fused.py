@@ -10,9 +10,9 @@ import copy
 import pytest
 import torch
 import torch.nn.functional as F
-from torch.utils._python_dispatch import TorchDispatchMode
 
 import torch_tpu
+from oplog import OpLog
 
 DTYPES = [torch.float32, torch.bfloat16, torch.float16]
 
@@ -332,26 +332,15 @@ MODELS = {"llama": dict(rms_norm=5, swiglu=2, rope=2), "qwen3": dict(rms_norm=9,
           "mistral": dict(rms_norm=5, swiglu=2, rope=2), "gemma": dict(rms_norm=5, swiglu=2, rope=2)}
 
 
-class _OpCount(TorchDispatchMode):
-    def __init__(self):
-        super().__init__()
-        self.ops = {}
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        name = str(func.overloadpacket)
-        self.ops[name] = self.ops.get(name, 0) + 1
-        return func(*args, **(kwargs or {}))
-
-
 def decode_step_ops(model, device):
     """ATen (and tpu::) ops one decode step issues after a 5-token prefill."""
     ids = torch.randint(3, 256, (1, 5), generator=torch.Generator().manual_seed(0)).to(device)
     with torch.no_grad():
         out = model(input_ids=ids, use_cache=True)
         nxt = out.logits[:, -1:].argmax(-1)
-        with _OpCount() as c:
+        with OpLog() as c:
             model(input_ids=nxt, past_key_values=out.past_key_values, use_cache=True)
-    return c.ops
+    return c.counts()
 
 
 @pytest.mark.parametrize("name", list(MODELS))

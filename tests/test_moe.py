@@ -6,9 +6,9 @@ import copy
 
 import pytest
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
 
 import torch_tpu
+from oplog import OpLog
 
 TOL = {torch.float32: dict(atol=1e-4, rtol=1e-4), torch.bfloat16: dict(atol=2e-2, rtol=2e-2),
        torch.float16: dict(atol=2e-3, rtol=2e-3)}
@@ -18,18 +18,6 @@ TOL = {torch.float32: dict(atol=1e-4, rtol=1e-4), torch.bfloat16: dict(atol=2e-2
 def _no_fallback(monkeypatch):
     monkeypatch.setenv("TORCH_TPU_FALLBACK", "error")
     yield
-
-
-class OpLog(TorchDispatchMode):
-    """ATen ops that reach the backend (after autograd and decompositions)."""
-
-    def __init__(self):
-        super().__init__()
-        self.ops = []
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        self.ops.append(str(func))
-        return func(*args, **(kwargs or {}))
 
 
 def _ref_ragged_dot(lhs, rhs, group_sizes):
