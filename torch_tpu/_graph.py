@@ -279,27 +279,19 @@ def _sdpa_ok(n):
 
 def _lower_sdpa(g, n, vid, vals, outs):
     q, k, v, bias, dropout_p, is_causal, debug, scale = vals[:8]
-    qv, vv = _val(q), _val(v)
-    B, H, L = qv.shape[0], qv.shape[1], qv.shape[2]
-    o_sizes, l_sizes = [B, H, L, vv.shape[3]], [B, H, L]
+    qv = _val(q)
     if scale is None:
         scale = 1.0 / math.sqrt(qv.shape[3]) if qv.shape[3] > 0 else 1.0
+    # outputs in the meta function's layout (downstream views rely on it); the kernel writes any strides
     o, lse = g.node("tpu::sdpa_fwd", 0,
                     [(K_TENSOR, vid[q]), (K_TENSOR, vid[k]), (K_TENSOR, vid[v]),
                      (K_TENSOR, vid[bias]) if bias is not None else (K_NONE, 0), (K_BOOL, int(is_causal)),
                      (K_DOUBLE, float(scale))],
-                    [(_DTYPE[qv.dtype], o_sizes, _contiguous_strides(o_sizes)),
-                     (1, l_sizes, _contiguous_strides(l_sizes))], [-1, -1])
+                    [_meta(outs[0]), _meta(outs[1])], [-1, -1])
     ids = []
     for j, fake in enumerate(outs):
         if j in (0, 1):
-            src = o if j == 0 else lse
-            if list(fake.stride()) == _contiguous_strides(list(fake.shape)):
-                ids.append(src)
-            else:  # the meta function's layout: downstream views rely on it
-                dst = g.empty(*_meta(fake))
-                ids.append(g.node("aten::copy_", 0, [(K_TENSOR, dst), (K_TENSOR, src), (K_BOOL, 0)],
-                                  [_meta(fake)], [0])[0])
+            ids.append(o if j == 0 else lse)
         elif j in (6, 7):
             ids.append(g.empty(*_meta(fake)))
         else:

@@ -26,7 +26,10 @@
 #include <ATen/native/transformers/attention.h>
 #include <torch/library.h>
 
+#include <algorithm>
 #include <cmath>
+#include <limits>
+#include <vector>
 
 #include "bridge.h"
 
@@ -125,6 +128,29 @@ at::Tensor empty_contig(c10::IntArrayRef sizes, c10::ScalarType dtype, c10::Devi
   return empty_strided_tpu(sizes, c10::contiguous_strides(sizes), dtype, index);
 }
 
+// A result laid out in `like`'s dimension order, as PyTorch's meta functions
+// for these ops allocate it (empty_like / alloc_with_matching_layout): so the
+// strides seen while tracing (torch.compile) are the strides produced here.
+at::Tensor empty_matching(const at::Tensor& like, c10::IntArrayRef sizes, c10::DeviceIndex index) {
+  if (like.sizes() == sizes && like.is_non_overlapping_and_dense()) {
+    return empty_strided_tpu(sizes, like.strides(), like.scalar_type(), index);
+  }
+  std::vector<int64_t> order(like.dim());
+  for (int64_t d = 0; d < like.dim(); ++d) order[d] = d;
+  auto key = [&](int64_t d) {
+    int64_t s = like.stride(d);
+    return s != 0 ? s : std::numeric_limits<int64_t>::max();
+  };
+  std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return key(a) < key(b); });
+  std::vector<int64_t> strides(like.dim());
+  int64_t acc = 1;
+  for (int64_t d : order) {
+    strides[d] = acc;
+    acc *= sizes[d];
+  }
+  return empty_strided_tpu(sizes, strides, like.scalar_type(), index);
+}
+
 std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, c10::SymInt, c10::SymInt, at::Tensor, at::Tensor,
            at::Tensor>
 tpu_sdpa_overrideable(const at::Tensor& query, const at::Tensor& key, const at::Tensor& value,
@@ -136,7 +162,7 @@ tpu_sdpa_overrideable(const at::Tensor& query, const at::Tensor& key, const at::
   bias = bias_on(bias, query);
   const c10::DeviceIndex index = query.device().index();
   const int64_t B = query.size(0), H = query.size(1), L = query.size(2), S = key.size(2), Ev = value.size(3);
-  at::Tensor out = empty_contig({B, H, L, Ev}, query.scalar_type(), index);
+  at::Tensor out = empty_matching(query, {B, H, L, Ev}, index);
   at::Tensor lse = empty_contig({B, H, L}, at::kFloat, index);
   submit_kernel("tpu::sdpa_fwd",
                 {query, key, value, bias.defined() ? c10::IValue(bias) : c10::IValue(), is_causal,
@@ -161,9 +187,9 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> tpu_sdpa_overrideable
   const c10::DeviceIndex index = query.device().index();
   const int64_t B = query.size(0), H = query.size(1), L = query.size(2), S = key.size(2);
   at::Tensor dq, dk, dv, dbias_full;
-  if (grad_input_mask[0]) dq = empty_contig(query.sizes(), query.scalar_type(), index);
-  if (grad_input_mask[1]) dk = empty_contig(key.sizes(), key.scalar_type(), index);
-  if (grad_input_mask[2]) dv = empty_contig(value.sizes(), value.scalar_type(), index);
+  if (grad_input_mask[0]) dq = empty_matching(query, query.sizes(), index);
+  if (grad_input_mask[1]) dk = empty_matching(key, key.sizes(), index);
+  if (grad_input_mask[2]) dv = empty_matching(value, value.sizes(), index);
   if (grad_input_mask[3] && bias.defined() && bias.scalar_type() != at::kBool) {
     dbias_full = empty_contig({B, H, L, S}, at::kFloat, index);
   }
