@@ -279,3 +279,25 @@ def test_compiled_training_step_llama_matches_eager():
         torch.testing.assert_close(losses[1], losses[0], rtol=1e-4, atol=1e-4)
     for a, b in zip(ref.parameters(), model.parameters()):
         torch.testing.assert_close(a.detach().cpu(), b.detach().cpu(), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("rows", [1, 300])
+def test_rmsnorm_reduction_fuses_with_its_pointwise_chain(rows, no_fallback):
+    """Llama's RMSNorm after decomposition: pow, mean(keepdim), add, rsqrt, mul,
+    mul: one fused group (the reduced last dim is never split across tiles)."""
+    torch._dynamo.reset()
+
+    def rms(x, w):
+        var = x.pow(2).mean(-1, keepdim=True)
+        return w * (x * torch.rsqrt(var + 1e-6))
+
+    cf = torch.compile(rms, backend="tpu", fullgraph=True, dynamic=False)
+    x = torch.randn(1, rows, 576, device="tpu")
+    w = torch.randn(576, device="tpu")
+    s0 = compile_stats()
+    out = cf(x, w)
+    s1 = compile_stats()
+    assert s1["fused_groups"] - s0["fused_groups"] == 1
+    assert s1["fused_nodes"] - s0["fused_nodes"] == 6
+    assert s1["arena_bytes"] == s0["arena_bytes"]  # every intermediate lives in tiles
+    torch.testing.assert_close(out.cpu(), rms(x.cpu(), w.cpu()))

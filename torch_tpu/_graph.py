@@ -29,6 +29,7 @@ K_NONE, K_TENSOR, K_INT, K_DOUBLE, K_BOOL, K_INTS, K_TENSORS, K_STRING, K_DTYPE,
 _MEMORY_FORMAT = {torch.contiguous_format: 0, torch.preserve_format: 1, torch.channels_last: 2,
                   torch.channels_last_3d: 3}
 POINTWISE = 1
+REDUCTION = 2
 
 _STATS = {"compiles": 0, "hits": 0, "compile_seconds": 0.0, "segments": 0, "c_nodes": 0,
           "eager_nodes": 0, "fused_groups": 0, "fused_nodes": 0, "arena_bytes": 0, "reinplaced": 0}
@@ -364,6 +365,11 @@ class _Segment:
         self.graph = None
 
 
+def _flags(op):
+    tags = op.tags
+    return (POINTWISE if torch.Tag.pointwise in tags else 0) | (REDUCTION if torch.Tag.reduction in tags else 0)
+
+
 def _storage_delta(out, base):
     return out.storage_offset() * out.element_size() - base.storage_offset() * base.element_size()
 
@@ -414,7 +420,7 @@ def _build_node(g, n, vid, multi):
         args = [_encode(a, v, vid) for a, v in zip(s.arguments, vals)]
         outs = out if isinstance(out, (list, tuple)) else [out]
         name = _schema_name(n.target)
-        flags = POINTWISE if torch.Tag.pointwise in n.target.tags else 0
+        flags = _flags(n.target)
         if name in _NATIVE:
             ids = g.node(name, flags, args, [_meta(o) for o in outs], _out_alias(n.target))
         elif name in _LOWERINGS:

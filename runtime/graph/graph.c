@@ -455,19 +455,20 @@ tpu_status_t tpu_graph_mark_output(tpu_graph_t* g, int32_t value) {
 
 /* ---- compile: fusion -------------------------------------------------------- */
 
-static bool same_shape(const tpu_tensor_t* a, int32_t ndim, const int64_t* sizes) {
-  if (a->ndim != ndim) return false;
-  for (int32_t d = 0; d < ndim; ++d) {
-    if (a->sizes[d] != sizes[d]) return false;
-  }
-  return true;
+/* The shape a fusable node iterates over: its output's for pointwise nodes,
+ * its input's for reductions (which keep the reduced dims as 1). */
+static const tpu_tensor_t* iter_shape(const tpu_graph_t* g, const node_t* n) {
+  if (n->flags & TPU_GRAPH_NODE_REDUCTION) return &g->vals[n->tens_vid[0]].meta;
+  return &g->vals[n->out_vid[0]].meta;
 }
 
-/* A pointwise node that can run on tiles: one fresh contiguous output, every
- * tensor argument broadcastable to it, no tensor lists. */
+/* A node that can run on tiles: pointwise (every tensor argument
+ * broadcastable to its output) or a keepdim reduction of its first argument;
+ * one fresh contiguous output; no tensor lists. */
 static bool fusable(const tpu_graph_t* g, const node_t* n) {
-  if (!(n->flags & TPU_GRAPH_NODE_POINTWISE) || n->nout != 1 || n->out_alias[0] >= 0) return false;
-  if (n->nargs > GROUP_MAX_ARGS || n->ntens > GROUP_MAX_TENSORS) return false;
+  if (!(n->flags & (TPU_GRAPH_NODE_POINTWISE | TPU_GRAPH_NODE_REDUCTION))) return false;
+  if (n->nout != 1 || n->out_alias[0] >= 0) return false;
+  if (n->nargs > GROUP_MAX_ARGS || n->ntens > GROUP_MAX_TENSORS || n->nargtens < 1) return false;
   const tpu_tensor_t* out = &g->vals[n->out_vid[0]].meta;
   if (!tpu_tensor_is_contiguous(out) || tpu_tensor_numel(out) == 0) return false;
   for (int32_t i = 0; i < n->nargs; ++i) {
@@ -475,6 +476,17 @@ static bool fusable(const tpu_graph_t* g, const node_t* n) {
   }
   for (int32_t k = 0; k < n->nargtens; ++k) {
     if (n->tens_vid[k] < 0) return false;
+  }
+  if (n->flags & TPU_GRAPH_NODE_REDUCTION) {
+    if (n->nargtens != 1) return false;
+    const tpu_tensor_t* in = &g->vals[n->tens_vid[0]].meta;
+    if (in->ndim != out->ndim) return false; /* keepdim only */
+    for (int32_t d = 0; d < out->ndim; ++d) {
+      if (out->sizes[d] != in->sizes[d] && out->sizes[d] != 1) return false;
+    }
+    return true;
+  }
+  for (int32_t k = 0; k < n->nargtens; ++k) {
     const tpu_tensor_t* t = &g->vals[n->tens_vid[k]].meta;
     if (t->ndim > out->ndim) return false;
     for (int32_t d = 0; d < t->ndim; ++d) {
@@ -485,19 +497,37 @@ static bool fusable(const tpu_graph_t* g, const node_t* n) {
   return true;
 }
 
-/* Can fusable node `n` join group `gr` (nodes so far: first..first+count)? */
+/* Every dim of `t` equals the group's or is 1 (same rank). */
+static bool within(const tpu_tensor_t* t, int32_t ndim, const int64_t* sizes) {
+  if (t->ndim != ndim) return false;
+  for (int32_t d = 0; d < ndim; ++d) {
+    if (t->sizes[d] != sizes[d] && t->sizes[d] != 1 && sizes[d] != 1) return false;
+  }
+  return true;
+}
+
+/* Can fusable node `n` join group `gr` (nodes so far: first..first+count)?
+ * Its iteration shape and output must fit the group's shape, where a size
+ * of 1 on either side stands for a reduced or broadcast dim. */
 static bool joins(const tpu_graph_t* g, const group_t* gr, const node_t* n) {
-  if (!same_shape(&g->vals[n->out_vid[0]].meta, gr->ndim, gr->sizes)) return false;
+  if (!within(iter_shape(g, n), gr->ndim, gr->sizes)) return false;
+  if (!within(&g->vals[n->out_vid[0]].meta, gr->ndim, gr->sizes)) return false;
   for (int32_t k = 0; k < n->nargtens; ++k) {
     const val_t* v = &g->vals[n->tens_vid[k]];
     /* A value read from a buffer the group writes must be exactly the value
      * the group produced (the same tile of it), never another view of it. */
     for (int32_t m = gr->first; m < gr->first + gr->count; ++m) {
       const val_t* pv = &g->vals[g->nodes[m].out_vid[0]];
-      if (pv->buf == v->buf && &g->vals[n->tens_vid[k]] != pv) return false;
+      if (pv->buf == v->buf && v != pv) return false;
     }
   }
   return true;
+}
+
+static void widen(group_t* gr, const tpu_tensor_t* t) {
+  for (int32_t d = 0; d < gr->ndim; ++d) {
+    if (t->sizes[d] > gr->sizes[d]) gr->sizes[d] = t->sizes[d];
+  }
 }
 
 static tpu_status_t form_groups(tpu_graph_t* g) {
@@ -510,6 +540,7 @@ static tpu_status_t form_groups(tpu_graph_t* g) {
     if (fusable(g, n)) {
       if (open && open->first + open->count == i && joins(g, open, n)) {
         open->count++;
+        widen(open, iter_shape(g, n));
         n->group = (int32_t)(open - g->groups);
         n->step = g->nsteps - 1;
         continue;
@@ -518,9 +549,9 @@ static tpu_status_t form_groups(tpu_graph_t* g) {
       memset(open, 0, sizeof(*open));
       open->first = i;
       open->count = 1;
-      const tpu_tensor_t* out = &g->vals[n->out_vid[0]].meta;
-      open->ndim = out->ndim;
-      memcpy(open->sizes, out->sizes, sizeof(open->sizes));
+      const tpu_tensor_t* it = iter_shape(g, n);
+      open->ndim = it->ndim;
+      memcpy(open->sizes, it->sizes, sizeof(open->sizes));
       n->group = g->ngroups++;
       n->step = g->nsteps;
       g->steps[g->nsteps++] = (step_t){-1, n->group};
@@ -564,18 +595,24 @@ static void plan_groups(tpu_graph_t* g) {
   for (int32_t gi = 0; gi < g->ngroups; ++gi) {
     group_t* gr = &g->groups[gi];
     if (gr->count < 2) continue;
+    /* Tiled dim: the first one every member output spans fully (a reduced
+     * dim cannot be split); none -> one tile. */
     gr->axis = -1;
-    for (int32_t d = 0; d < gr->ndim; ++d) {
-      if (gr->sizes[d] > 1) {
-        gr->axis = d;
-        break;
+    for (int32_t d = 0; d < gr->ndim && gr->axis < 0; ++d) {
+      if (gr->sizes[d] <= 1) continue;
+      bool full = true;
+      for (int32_t m = gr->first; m < gr->first + gr->count && full; ++m) {
+        full = g->vals[g->nodes[m].out_vid[0]].meta.sizes[d] == gr->sizes[d];
       }
+      if (full) gr->axis = d;
     }
     gr->inner = 1;
     int64_t rows = 1;
     if (gr->axis >= 0) {
       rows = gr->sizes[gr->axis];
-      for (int32_t d = gr->axis + 1; d < gr->ndim; ++d) gr->inner *= gr->sizes[d];
+      for (int32_t d = 0; d < gr->ndim; ++d) {
+        if (d != gr->axis) gr->inner *= gr->sizes[d];
+      }
     }
     gr->rows_per_tile = TILE_ELEMS / gr->inner;
     if (gr->rows_per_tile < 1) gr->rows_per_tile = 1;
@@ -586,8 +623,12 @@ static void plan_groups(tpu_graph_t* g) {
       node_t* n = &g->nodes[m];
       val_t* ov = &g->vals[n->out_vid[0]];
       if (ov->scratch) {
+        int64_t elems = 1;
+        for (int32_t d = 0; d < ov->meta.ndim; ++d) {
+          elems *= d == gr->axis ? gr->rows_per_tile : ov->meta.sizes[d];
+        }
         n->slot_scratch[n->nargtens] = scratch;
-        scratch += align_up(gr->rows_per_tile * gr->inner * (int64_t)tpu_dtype_size((tpu_dtype_t)ov->meta.dtype));
+        scratch += align_up(elems * (int64_t)tpu_dtype_size((tpu_dtype_t)ov->meta.dtype));
         g->bufs[ov->buf].scratch = true;
         g->stats.scratch_values++;
       }

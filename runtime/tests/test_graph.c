@@ -148,6 +148,67 @@ static void test_fused_chain(int64_t R, int64_t C) {
   for (int i = 0; i < 3; ++i) dfree(outs[i]);
 }
 
+/* RMSNorm as core ATen writes it: y = w * (x * rsqrt(mean(x^2, -1, keepdim) + eps)).
+ * The keepdim reduction joins the pointwise chain: one group, tiled along
+ * rows (the reduced last dim is never split), or one tile when rows == 1. */
+static void test_fused_reduction(int64_t R, int64_t C) {
+  int64_t rc[2] = {R, C}, r1[2] = {R, 1}, c1[1] = {C};
+  float* x = dalloc((size_t)(R * C));
+  float* w = dalloc((size_t)C);
+  float* y = dalloc((size_t)(R * C));
+  uint64_t seed = 7;
+  for (int64_t i = 0; i < R * C; ++i) x[i] = (float)tku_urand(&seed) * 3;
+  for (int64_t i = 0; i < C; ++i) w[i] = (float)tku_urand(&seed);
+  tpu_graph_t* g = NULL;
+  CHECK_OK(tpu_graph_create(0, &g));
+  tpu_tensor_t m_rc = T_(NULL, TPU_DTYPE_F32, 2, rc, NULL), m_r1 = T_(NULL, TPU_DTYPE_F32, 2, r1, NULL);
+  tpu_tensor_t m_c = T_(NULL, TPU_DTYPE_F32, 1, c1, NULL);
+  int32_t vx, vw;
+  CHECK_OK(tpu_graph_input(g, &m_rc, &vx));
+  CHECK_OK(tpu_graph_input(g, &m_c, &vw));
+  const uint32_t PW = TPU_GRAPH_NODE_POINTWISE, RD = TPU_GRAPH_NODE_REDUCTION;
+  tpu_graph_arg_t pow_args[2] = {A_T(vx), A_D(2.0)};
+  int32_t sq = node1(g, "aten::pow.Tensor_Scalar", PW, 2, pow_args, m_rc);
+  int64_t last[1] = {-1};
+  tpu_graph_arg_t mean_args[4] = {A_T(sq), A_I(last, 1), A_B(true), A_N()};
+  int32_t ms = node1(g, "aten::mean.dim", RD, 4, mean_args, m_r1);
+  tpu_graph_arg_t eps_args[3] = {A_T(ms), A_D(1e-6), A_D(1.0)};
+  int32_t me = node1(g, "aten::add.Scalar", PW, 3, eps_args, m_r1);
+  tpu_graph_arg_t rs_args[1] = {A_T(me)};
+  int32_t rs = node1(g, "aten::rsqrt", PW, 1, rs_args, m_r1);
+  tpu_graph_arg_t n_args[2] = {A_T(vx), A_T(rs)};
+  int32_t nx = node1(g, "aten::mul.Tensor", PW, 2, n_args, m_rc);
+  tpu_graph_arg_t w_args[2] = {A_T(vw), A_T(nx)};
+  int32_t vy = node1(g, "aten::mul.Tensor", PW, 2, w_args, m_rc);
+  CHECK_OK(tpu_graph_mark_output(g, vy));
+  CHECK_OK(tpu_graph_compile(g));
+  tpu_graph_stats_t st;
+  tpu_graph_get_stats(g, &st);
+  CHECKF(st.fused_groups == 1 && st.fused_nodes == 6 && st.steps == 1, "groups %lld nodes %lld steps %lld",
+         (long long)st.fused_groups, (long long)st.fused_nodes, (long long)st.steps);
+  CHECKF(st.scratch_values == 5 && st.arena_bytes == 0, "scratch %lld arena %lld", (long long)st.scratch_values,
+         (long long)st.arena_bytes);
+  void* ins[2] = {x, w};
+  void* outs[1] = {y};
+  CHECK_OK(tpu_graph_run(g, ins, outs));
+  sync0();
+  double max_err = 0;
+  for (int64_t i = 0; i < R; ++i) {
+    double ss = 0;
+    for (int64_t j = 0; j < C; ++j) ss += (double)x[i * C + j] * x[i * C + j];
+    double r = 1.0 / sqrt(ss / (double)C + 1e-6);
+    for (int64_t j = 0; j < C; ++j) {
+      double e = w[j] * (x[i * C + j] * r);
+      max_err = fmax(max_err, fabs(e - y[i * C + j]) / (1 + fabs(e)));
+    }
+  }
+  CHECKF(max_err < 1e-5, "R=%lld C=%lld max rel err %g", (long long)R, (long long)C, max_err);
+  tpu_graph_release(g);
+  dfree(x);
+  dfree(w);
+  dfree(y);
+}
+
 /* A chain of GEMMs: liveness lets the arena reuse dead buffers. */
 static void test_planning(void) {
   const int64_t N = 32;
@@ -219,6 +280,8 @@ int main(void) {
   test_fused_chain(3, 5);      /* one tile */
   test_fused_chain(300, 257);  /* many tiles over two threads */
   test_fused_chain(1, 20000);  /* tiled along the inner dim */
+  test_fused_reduction(1, 576);    /* decode: one tile */
+  test_fused_reduction(513, 576);  /* prefill: rows over tiles and threads */
   test_planning();
   test_errors();
   tpu_runtime_shutdown();

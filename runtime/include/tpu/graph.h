@@ -19,6 +19,9 @@
  * pointwise nodes (flag TPU_GRAPH_NODE_POINTWISE) into tiled groups whose
  * intermediates never reach memory, plans INTERNAL buffers by liveness into
  * one arena, and turns marked outputs' buffers into OUTPUT buffers.
+ * Fusion covers runs of pointwise nodes and keepdim reductions (flag
+ * TPU_GRAPH_NODE_REDUCTION) over one iteration shape, tiled along the first
+ * dim no member reduces.
  *
  * Running (tpu_graph_run) queues one work item on the device; kernel errors
  * surface at the next synchronisation, named by op, like eager kernels.
@@ -57,6 +60,8 @@ typedef struct tpu_graph_arg_t {
 
 enum {
   TPU_GRAPH_NODE_POINTWISE = 1u << 0, /* elementwise with broadcasting: fusable */
+  TPU_GRAPH_NODE_REDUCTION = 1u << 1, /* reduction of argument 0 keeping reduced dims as 1:
+                                         fusable when the tiled dim is not reduced */
 };
 
 /* Buffer kinds reported for outputs. */
