@@ -4,7 +4,9 @@
  * float32/f16/bf16: packed, cache-blocked GEMM (MRxNR register tiles,
  * KCxNC B panels, MCxKC A blocks, all on the stack), inputs converted to f32
  * while packing, f32 accumulation. M==1 / N==1 use a GEMV that streams the
- * matrix once. f64 and integer dtypes use plain loops. */
+ * matrix once. bf16 x bf16 on CPUs with AVX512_BF16 keeps the operands in
+ * bf16 and multiplies pairs with vdpbf16ps (f32 accumulation; see "bf16 x
+ * bf16" below). f64 and integer dtypes use plain loops. */
 #include <stdlib.h>
 #include <string.h>
 

@@ -4,8 +4,8 @@
  *
  * Pair layout: vdpbf16ps lane i computes acc[i] += a.lo*b.lo + a.hi*b.hi
  * over the 32-bit lane i of both sources. A row's elements (k, k+1) form one
- * 32-bit pair as they lie in memory; B is packed so that lane j of a 512-bit
- * word holds (B[k][j], B[k+1][j]) for 16 consecutive columns j.
+ * 32-bit pair as they lie in memory; B is packed so that lane l of a 512-bit
+ * word holds (B[k][j0+l], B[k+1][j0+l]) for 16 consecutive columns.
  *
  * Compiled with -mavx512f -mavx512bw -mavx512vl -mavx512bf16 (and the AVX2
  * flags); only called when tpu_ku_use_avx512bf16() says so. Prototypes are
@@ -76,9 +76,10 @@ static inline void transpose16(__m512i* r) {
 
 /* ---- B packing ------------------------------------------------------------------
  * One micro-panel: kc rows x NR columns of B (element (k, j) at
- * b[k*rs + j*cs]) into ceil(kc/2) pairs x NR columns x 2 bf16, i.e. pair p
- * of column j at dst[p*64 + 2j], dst[p*64 + 2j + 1]. Columns >= nr and the
- * odd tail's second element are zero. */
+ * b[k*rs + j*cs]) as two halves of 16 columns, each kp = ceil(kc/2) pairs x
+ * 16 columns x 2 bf16: pair p of column j (j = 16h + l) at
+ * dst[(h*kp + p)*32 + 2l] and the next element. Columns >= nr and the odd
+ * tail's second element are zero. */
 void tpu_k_avx512bf16_pack_b(int64_t kc, int64_t nr, const uint16_t* b, int64_t rs, int64_t cs,
                              uint16_t* dst) {
   int64_t kp = (kc + 1) / 2;
@@ -91,8 +92,8 @@ void tpu_k_avx512bf16_pack_b(int64_t kc, int64_t nr, const uint16_t* b, int64_t 
                                   : _mm512_setzero_si512();
       __m512i lo, hi;
       interleave2(r0, r1, &lo, &hi);
-      _mm512_store_si512((void*)(dst + p * 64), lo);
-      _mm512_store_si512((void*)(dst + p * 64 + 32), hi);
+      _mm512_store_si512((void*)(dst + p * 32), lo);
+      _mm512_store_si512((void*)(dst + (kp + p) * 32), hi);
     }
     return;
   }
@@ -110,11 +111,7 @@ void tpu_k_avx512bf16_pack_b(int64_t kc, int64_t nr, const uint16_t* b, int64_t 
         transpose16(r);
         int64_t np = kp - k0 / 2 < 16 ? kp - k0 / 2 : 16;
         for (int64_t q = 0; q < np; ++q)
-          _mm256_store_si256((__m256i*)(dst + (k0 / 2 + q) * 64 + 2 * j0),
-                             _mm512_castsi512_si256(r[q]));
-        for (int64_t q = 0; q < np; ++q)
-          _mm256_store_si256((__m256i*)(dst + (k0 / 2 + q) * 64 + 2 * j0 + 16),
-                             _mm512_extracti64x4_epi64(r[q], 1));
+          _mm512_store_si512((void*)(dst + (h * kp + k0 / 2 + q) * 32), r[q]);
       }
     }
     return;
@@ -123,8 +120,9 @@ void tpu_k_avx512bf16_pack_b(int64_t kc, int64_t nr, const uint16_t* b, int64_t 
     for (int64_t j = 0; j < NR; ++j) {
       int64_t k = 2 * p;
       bool in = j < nr;
-      dst[p * 64 + 2 * j] = in ? b[k * rs + j * cs] : 0;
-      dst[p * 64 + 2 * j + 1] = in && k + 1 < kc ? b[(k + 1) * rs + j * cs] : 0;
+      uint16_t* d = dst + ((j / 16) * kp + p) * 32 + 2 * (j % 16);
+      d[0] = in ? b[k * rs + j * cs] : 0;
+      d[1] = in && k + 1 < kc ? b[(k + 1) * rs + j * cs] : 0;
     }
 }
 
@@ -139,9 +137,10 @@ void tpu_k_avx512bf16_gemm_8x32(int64_t kc, const uint16_t* a, int64_t lda, int 
   __m512 c[MR][2];
   for (int i = 0; i < MR; ++i) c[i][0] = c[i][1] = _mm512_setzero_ps();
   int64_t kp = kc / 2;
+  const uint16_t* bp1 = bp + (kc + 1) / 2 * 32; /* second half: columns 16..31 */
   for (int64_t p = 0; p < kp; ++p) {
-    __m512bh b0 = as_bh(_mm512_load_si512((const void*)(bp + p * 64)));
-    __m512bh b1 = as_bh(_mm512_load_si512((const void*)(bp + p * 64 + 32)));
+    __m512bh b0 = as_bh(_mm512_load_si512((const void*)(bp + p * 32)));
+    __m512bh b1 = as_bh(_mm512_load_si512((const void*)(bp1 + p * 32)));
 #pragma GCC unroll 8
     for (int i = 0; i < MR; ++i) {
       __m512bh av = as_bh(_mm512_set1_epi32(ld_pair(ar[i] + 2 * p)));
@@ -150,8 +149,8 @@ void tpu_k_avx512bf16_gemm_8x32(int64_t kc, const uint16_t* a, int64_t lda, int 
     }
   }
   if (kc & 1) { /* last element alone; its partner in the packed B is zero */
-    __m512bh b0 = as_bh(_mm512_load_si512((const void*)(bp + kp * 64)));
-    __m512bh b1 = as_bh(_mm512_load_si512((const void*)(bp + kp * 64 + 32)));
+    __m512bh b0 = as_bh(_mm512_load_si512((const void*)(bp + kp * 32)));
+    __m512bh b1 = as_bh(_mm512_load_si512((const void*)(bp1 + kp * 32)));
     for (int i = 0; i < MR; ++i) {
       __m512bh av = as_bh(_mm512_set1_epi32((int32_t)ar[i][2 * kp]));
       c[i][0] = _mm512_dpbf16_ps(c[i][0], av, b0);
