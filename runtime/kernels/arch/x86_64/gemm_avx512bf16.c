@@ -229,26 +229,37 @@ void tpu_k_avx512bf16_dot_nk(int64_t nn, int64_t kc, const uint16_t* b, int64_t 
 }
 
 /* acc[j] += sum_k x[k] * b[k*ldb + j], j < nn: rows of B have unit stride;
- * row pairs are interleaved on the fly and x pairs broadcast. */
+ * row pairs are interleaved on the fly and x pairs broadcast. Up to four
+ * pairs (eight rows) per pass over acc. */
 void tpu_k_avx512bf16_gemv_kn(int64_t nn, int64_t kc, const uint16_t* b, int64_t ldb,
                               const uint16_t* x, float* acc) {
-  for (int64_t k = 0; k < kc; k += 2) {
-    bool two = k + 1 < kc;
-    int32_t xp = two ? ld_pair(x + k) : (int32_t)x[k];
-    __m512bh xv = as_bh(_mm512_set1_epi32(xp));
-    const uint16_t* r0 = b + k * ldb;
-    const uint16_t* r1 = two ? r0 + ldb : NULL;
+  for (int64_t k0 = 0; k0 < kc; k0 += 8) {
+    int np = (int)((kc - k0 + 1) / 2 < 4 ? (kc - k0 + 1) / 2 : 4);
+    __m512bh xv[4];
+    const uint16_t* r[8];
+    for (int q = 0; q < 4; ++q) {
+      int64_t k = k0 + 2 * q;
+      bool has0 = q < np, has1 = q < np && k + 1 < kc;
+      xv[q] = as_bh(_mm512_set1_epi32(has1 ? ld_pair(x + k) : has0 ? (int32_t)x[k] : 0));
+      r[2 * q] = has0 ? b + k * ldb : NULL;
+      r[2 * q + 1] = has1 ? b + (k + 1) * ldb : NULL;
+    }
     for (int64_t j = 0; j < nn; j += 32) {
       __mmask32 m = mask32(nn - j);
-      __m512i v0 = _mm512_maskz_loadu_epi16(m, r0 + j);
-      __m512i v1 = two ? _mm512_maskz_loadu_epi16(m, r1 + j) : _mm512_setzero_si512();
-      __m512i lo, hi;
-      interleave2(v0, v1, &lo, &hi);
       __mmask16 m0 = mask16(nn - j), m1 = nn - j > 16 ? mask16(nn - j - 16) : 0;
       __m512 a0 = _mm512_maskz_loadu_ps(m0, acc + j);
       __m512 a1 = _mm512_maskz_loadu_ps(m1, acc + j + 16);
-      _mm512_mask_storeu_ps(acc + j, m0, _mm512_dpbf16_ps(a0, as_bh(lo), xv));
-      _mm512_mask_storeu_ps(acc + j + 16, m1, _mm512_dpbf16_ps(a1, as_bh(hi), xv));
+      for (int q = 0; q < np; ++q) {
+        __m512i v0 = _mm512_maskz_loadu_epi16(m, r[2 * q] + j);
+        __m512i v1 = r[2 * q + 1] ? _mm512_maskz_loadu_epi16(m, r[2 * q + 1] + j)
+                                  : _mm512_setzero_si512();
+        __m512i lo, hi;
+        interleave2(v0, v1, &lo, &hi);
+        a0 = _mm512_dpbf16_ps(a0, as_bh(lo), xv[q]);
+        a1 = _mm512_dpbf16_ps(a1, as_bh(hi), xv[q]);
+      }
+      _mm512_mask_storeu_ps(acc + j, m0, a0);
+      _mm512_mask_storeu_ps(acc + j + 16, m1, a1);
     }
   }
 }
