@@ -171,7 +171,8 @@ def table_rows(vals, cores):
             continue
         rows.append((f"{label}, 1 core", vals[f"{key}_gflops_1core"], "GFLOP/s", ""))
         rows.append((f"{label}, {cores} cores", vals[f"{key}_gflops_all"], "GFLOP/s",
-                     "" if key == "fma" else "not used by the tpu kernels"))
+                     "" if key == "fma" else "used by the tpu bf16 x bf16 matrix products" if key == "bf16"
+                     else "not used by the tpu kernels"))
     if "bw_gbs_1thread" in vals:
         rows.append(("memory read bandwidth (sum of 1 GiB), 1 thread", vals["bw_gbs_1thread"], "GB/s", ""))
         rows.append((f"memory read bandwidth (sum of 1 GiB), {cores} threads", vals["bw_gbs_all"], "GB/s", ""))

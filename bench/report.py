@@ -33,8 +33,8 @@ def sections(res):
     if g:
         out.append(("GEMM: torch.nn.functional.linear(x[M,K], W[N,K])",
                     "GFLOP/s = 2·M·N·K / time; tpu timing includes torch.tpu.synchronize(); "
-                    "% of peak = of the fp32 FMA peak in the machine table (also for bf16: the tpu "
-                    "kernels compute bf16 with fp32 FMAs); weight GB/s = N·K·bytes / time (compare M=1 rows with the "
+                    "% of peak = of the fp32 FMA peak in the machine table (also for bf16; where the CPU has "
+                    "AVX512_BF16 the tpu bf16 kernels use vdpbf16ps, whose peak is in the machine table); weight GB/s = N·K·bytes / time (compare M=1 rows with the "
                     "bandwidth; small weights stay in cache)",
                     ["model", "layer", "M", "K×N", "dtype", "tpu GFLOP/s", "CPU GFLOP/s", "tpu/CPU",
                      "tpu % peak", "CPU % peak", "tpu weight GB/s (M=1)", "CPU weight GB/s (M=1)",

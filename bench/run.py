@@ -161,7 +161,8 @@ def main(argv=None):
         derive(res, peak, bw_all)
         if "avx512f" in info["isa"]:
             note = ("This CPU has AVX-512F" + (" and AVX512_BF16" if "avx512_bf16" in info["isa"] else "")
-                    + ": stock PyTorch (oneDNN) uses them; the tpu host kernels use AVX2+FMA+F16C only.")
+                    + ": stock PyTorch (oneDNN) uses them; the tpu host kernels use AVX2+FMA+F16C, and "
+                    "AVX512_BF16 (vdpbf16ps) for bf16 x bf16 matrix products.")
             f, z, b = (vals.get(k) for k in ("fma_gflops_all", "fma512_gflops_all", "bf16_gflops_all"))
             if f and z:
                 note += f" Measured all-core: fp32 zmm FMA {z:.0f} vs ymm {f:.0f} GFLOP/s"

@@ -1,6 +1,10 @@
 /* kutil.c - helpers shared by every kernel file (see kutil.h). */
 #include "kernels/kutil.h"
 
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <cpuid.h>
+#endif
+
 #include <stdlib.h>
 
 #include <stdio.h>
@@ -430,6 +434,24 @@ bool tpu_ku_use_avx2(void) {
 #else
   return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
 #endif
+#else
+  return false;
+#endif
+}
+
+bool tpu_ku_use_avx512bf16(void) {
+#if defined(__x86_64__) && defined(__GNUC__) && defined(TPU_HAVE_AVX512BF16)
+  const char* isa = getenv("TORCH_TPU_KERNEL_ISA");
+  if (isa && (strcmp(isa, "generic") == 0 || strcmp(isa, "avx2") == 0)) return false;
+  if (!tpu_ku_use_avx2()) return false;
+  /* avx512f/bw: the CPU has them and the OS saves zmm state (libgcc checks
+   * XCR0). AVX512_BF16 is CPUID leaf 7 subleaf 1, EAX bit 5. */
+  if (!__builtin_cpu_supports("avx512f") || !__builtin_cpu_supports("avx512bw") ||
+      !__builtin_cpu_supports("avx512vl"))
+    return false;
+  unsigned eax, ebx, ecx, edx;
+  if (!__get_cpuid_count(7, 1, &eax, &ebx, &ecx, &edx)) return false;
+  return (eax >> 5) & 1u;
 #else
   return false;
 #endif

@@ -79,6 +79,11 @@ void tpu_ku_store_i64(void* p, int dtype, int64_t v);
  * has them and TORCH_TPU_KERNEL_ISA is not "generic" (which forces the
  * portable C paths, for tests and comparisons). False on other ISAs. */
 bool tpu_ku_use_avx2(void);
+/* True when the AVX512_BF16 variants (arch/x86_64/gemm_avx512bf16.c: bf16
+ * GEMM with vdpbf16ps) may run: the CPU has AVX-512F/BW/VL and AVX512_BF16,
+ * the compiler could build them, and TORCH_TPU_KERNEL_ISA is neither
+ * "generic" nor "avx2" (which force the portable or the AVX2 paths). */
+bool tpu_ku_use_avx512bf16(void);
 
 /* ---- arguments ------------------------------------------------------------ */
 static inline const tpu_tensor_t* tpu_ku_tensor(const tpu_k_call_t* c, int i) {

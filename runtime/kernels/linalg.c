@@ -4,7 +4,9 @@
  * float32/f16/bf16: packed, cache-blocked GEMM (MRxNR register tiles,
  * KCxNC B panels, MCxKC A blocks, all on the stack), inputs converted to f32
  * while packing, f32 accumulation. M==1 / N==1 use a GEMV that streams the
- * matrix once. f64 and integer dtypes use plain loops. */
+ * matrix once. bf16 x bf16 on CPUs with AVX512_BF16 keeps the operands in
+ * bf16 and multiplies pairs with vdpbf16ps (f32 accumulation; see "bf16 x
+ * bf16" below). f64 and integer dtypes use plain loops. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -29,6 +31,23 @@ void tpu_k_avx2_gemv_kn(int64_t nn, int64_t kc, const void* b, int dt, int64_t l
 #define LA_X86 0
 #endif
 
+#if LA_X86 && defined(TPU_HAVE_AVX512BF16)
+#define LA_BF16DP 1
+/* arch/x86_64/gemm_avx512bf16.c */
+void tpu_k_avx512bf16_pack_b(int64_t kc, int64_t nr, const uint16_t* b, int64_t rs, int64_t cs,
+                             uint16_t* dst);
+void tpu_k_avx512bf16_gemm_8x32(int64_t kc, const uint16_t* a, int64_t lda, int mr,
+                                const uint16_t* bp, float* acc, int accumulate);
+void tpu_k_avx512bf16_dot_nk(int64_t nn, int64_t kc, const uint16_t* b, int64_t ldb, int ms,
+                             const uint16_t* x, int64_t ldx, float* acc, int64_t ldacc);
+void tpu_k_avx512bf16_gemv_kn(int64_t nn, int64_t kc, const uint16_t* b, int64_t ldb,
+                              const uint16_t* x, float* acc);
+void tpu_k_avx512bf16_store(int64_t n, const float* acc, float alpha, const void* bias,
+                            int bias_dt, int64_t bias_cs, float beta, void* c, int c_dt);
+#else
+#define LA_BF16DP 0
+#endif
+
 enum {
   LA_MR = 6,
   LA_NR = 16,
@@ -38,6 +57,12 @@ enum {
   LA_NCB = 128, /* tile columns when accumulating into a scratch tile */
   LA_GV_NB = 1024, /* max GEMV columns per task */
   LA_GV_KB = 2048,
+  /* bf16 x bf16 with vdpbf16ps (gemm_avx512bf16.c) */
+  LA_BMR = 8,
+  LA_BNR = 32,
+  LA_BKC = 2048,  /* K per packed B micro-panel (even) */
+  LA_BMC = 256,   /* max rows per task (its f32 strip is LA_BMC x LA_BNR) */
+  LA_BDOT_M = 4,  /* up to this many rows: dot products along K, no packing */
 };
 
 static int64_t la_min(int64_t a, int64_t b) { return a < b ? a : b; }
@@ -99,6 +124,11 @@ typedef struct {
   int64_t mchunk, nchunk, mtiles, ntiles;
   int64_t gv_nb; /* GEMV columns per task */
 } la_gemm_t;
+
+#if LA_BF16DP
+static void la_bf16_run(la_gemm_t* g, tpu_threadpool_t* pool, int nthreads);
+static bool la_bf16_ok(la_gemm_t* g);
+#endif
 
 static la_mat_t la_mat(const tpu_tensor_t* t, int64_t rows, int64_t cols) {
   la_mat_t m;
@@ -429,6 +459,12 @@ static void la_gemm_run(la_gemm_t* g, tpu_threadpool_t* pool) {
   /* Keep the output's unit stride on the column side. */
   if (g->c.cs != 1 && (g->c.rs == 1 || g->N == 1)) la_transpose(g);
   if (g->M > 1 && g->N == 1) la_transpose(g);
+#if LA_BF16DP
+  if (la_bf16_ok(g)) {
+    la_bf16_run(g, pool, nthreads);
+    return;
+  }
+#endif
   if (g->N > 1 && g->M == 1) {
     /* ~4 tasks per thread, 32..1024 columns each */
     int64_t nb = la_cdiv(la_cdiv(g->N, 4 * (int64_t)nthreads), 32) * 32;
@@ -456,6 +492,140 @@ static void la_gemm_run(la_gemm_t* g, tpu_threadpool_t* pool) {
   }
   tpu_parallel_for(pool, g->batch * g->mtiles * g->ntiles, 1, la_sgemm_par, g);
 }
+
+/* ---- bf16 x bf16 with AVX512_BF16 ------------------------------------------------
+ * Operands stay bf16: vdpbf16ps multiplies pairs along K and accumulates in
+ * f32. A is read in place (rows need unit stride along K); B is packed per
+ * 32-column micro-panel into the pair-interleaved layout (or read in place by
+ * the dot-product kernel when A has few rows and B's columns are contiguous,
+ * i.e. a row-major weight as in linear()). alpha, bias and the conversion to
+ * the output dtype are applied once, on the f32 sums. */
+#if LA_BF16DP
+
+static bool la_bf16_ok(la_gemm_t* g) {
+  if (g->a.dt != TPU_DTYPE_BF16 || g->b.dt != TPU_DTYPE_BF16 || !la_is_half_or_f32(g->c.dt))
+    return false;
+  if (g->bias.p && !la_is_half_or_f32(g->bias.dt)) return false;
+  if (!tpu_ku_use_avx512bf16()) return false;
+  if (g->M == 1) /* GEMV: x any stride (gathered), B rows or columns contiguous */
+    return g->b.rs == 1 || g->b.cs == 1;
+  if (g->a.cs != 1 && g->b.rs == 1) la_transpose(g); /* C^T = B^T A^T: B^T rows are contiguous */
+  return g->a.cs == 1;
+}
+
+/* C[bi, m, n0 .. n0+nn) = alpha * acc + beta * bias. */
+static void la_bf16_out(const la_gemm_t* g, int64_t bi, int64_t m, int64_t n0, int64_t nn,
+                        const float* acc) {
+  const la_mat_t* bs = &g->bias;
+  const void* bp = bs->p ? la_at(bs, bi, m, n0) : NULL;
+  char* cp = (char*)la_at(&g->c, bi, m, n0);
+  bool cvec = g->c.cs == 1 && (g->c.dt == TPU_DTYPE_F32 || g->c.dt == TPU_DTYPE_BF16);
+  bool bvec = !bp || ((bs->dt == TPU_DTYPE_F32 || bs->dt == TPU_DTYPE_BF16) && (bs->cs == 0 || bs->cs == 1));
+  if (cvec && bvec) {
+    tpu_k_avx512bf16_store(nn, acc, (float)g->alpha, bp, bs->dt, bs->cs, (float)g->beta, cp, g->c.dt);
+    return;
+  }
+  float alpha = (float)g->alpha;
+  for (int64_t j = 0; j < nn; ++j) {
+    float v = alpha * acc[j];
+    if (bp) v += la_bias_f(g, bi, m, n0 + j);
+    la_stf(cp + j * g->c.cs * g->c.es, g->c.dt, v);
+  }
+}
+
+/* Few rows (M <= LA_BDOT_M, or M == 1 with B rows contiguous): one task per
+ * column block, streaming B once. */
+static void la_bf16_gemv_task(const la_gemm_t* g, int64_t t) {
+  int64_t nblocks = la_cdiv(g->N, g->gv_nb);
+  int64_t bi = t / nblocks;
+  int64_t n0 = (t % nblocks) * g->gv_nb, nn = la_min(g->gv_nb, g->N - n0);
+  int ms = (int)g->M;
+  _Alignas(64) float acc[LA_BDOT_M * LA_GV_NB];
+  _Alignas(64) uint16_t xbuf[LA_GV_KB];
+  const la_mat_t* B = &g->b;
+  for (int64_t j = 0; j < ms * nn; ++j) acc[j] = 0.0f;
+  for (int64_t k0 = 0; k0 < g->K; k0 += LA_GV_KB) {
+    int64_t kb = la_min(LA_GV_KB, g->K - k0);
+    const uint16_t* x = (const uint16_t*)la_at(&g->a, bi, 0, k0);
+    int64_t ldx = g->a.rs;
+    if (g->a.cs != 1) { /* M == 1 here */
+      for (int64_t k = 0; k < kb; ++k) xbuf[k] = x[k * g->a.cs];
+      x = xbuf;
+      ldx = 0;
+    }
+    const uint16_t* bp = (const uint16_t*)la_at(B, bi, k0, n0);
+    if (B->rs == 1 || kb == 1)
+      tpu_k_avx512bf16_dot_nk(nn, kb, bp, B->cs, ms, x, ldx, acc, nn);
+    else
+      tpu_k_avx512bf16_gemv_kn(nn, kb, bp, B->rs, x, acc);
+  }
+  for (int m = 0; m < ms; ++m) la_bf16_out(g, bi, m, n0, nn, acc + m * nn);
+}
+
+static void la_bf16_gemv_par(void* ctx, int64_t begin, int64_t end) {
+  for (int64_t t = begin; t < end; ++t) la_bf16_gemv_task((const la_gemm_t*)ctx, t);
+}
+
+/* One task: rows [m0, m1) x columns [n0, n1) of batch bi. Per 32-column
+ * micro-panel and K block, B is packed once and swept by all row tiles. */
+static void la_bf16_gemm_task(const la_gemm_t* g, int64_t t) {
+  int64_t per_batch = g->mtiles * g->ntiles;
+  int64_t bi = t / per_batch, r = t % per_batch;
+  int64_t m0 = (r / g->ntiles) * g->mchunk, n0 = (r % g->ntiles) * g->nchunk;
+  int64_t m1 = la_min(g->M, m0 + g->mchunk), n1 = la_min(g->N, n0 + g->nchunk);
+  _Alignas(64) uint16_t bpack[LA_BKC / 2 * 2 * LA_BNR];
+  _Alignas(64) float strip[LA_BMC * LA_BNR]; /* f32 sums, row stride LA_BNR */
+  const la_mat_t* A = &g->a;
+  const la_mat_t* B = &g->b;
+  for (int64_t jr = n0; jr < n1; jr += LA_BNR) {
+    int64_t nr = la_min(LA_BNR, n1 - jr);
+    for (int64_t pc = 0; pc < g->K; pc += LA_BKC) {
+      int64_t kc = la_min(LA_BKC, g->K - pc);
+      bool last = pc + kc >= g->K;
+      tpu_k_avx512bf16_pack_b(kc, nr, (const uint16_t*)la_at(B, bi, pc, jr), B->rs, B->cs, bpack);
+      for (int64_t ir = m0; ir < m1; ir += LA_BMR) {
+        int mr = (int)la_min(LA_BMR, m1 - ir);
+        float* acc = strip + (ir - m0) * LA_BNR;
+        tpu_k_avx512bf16_gemm_8x32(kc, (const uint16_t*)la_at(A, bi, ir, pc), A->rs, mr, bpack,
+                                   acc, pc > 0);
+        if (last)
+          for (int i = 0; i < mr; ++i) la_bf16_out(g, bi, ir + i, jr, nr, acc + i * LA_BNR);
+      }
+    }
+  }
+}
+
+static void la_bf16_gemm_par(void* ctx, int64_t begin, int64_t end) {
+  for (int64_t t = begin; t < end; ++t) la_bf16_gemm_task((const la_gemm_t*)ctx, t);
+}
+
+static void la_bf16_run(la_gemm_t* g, tpu_threadpool_t* pool, int nthreads) {
+  int64_t target = 4 * (int64_t)nthreads;
+  bool dot = g->M <= LA_BDOT_M && (g->b.rs == 1 || g->K == 1);
+  if (g->M == 1 || dot) {
+    int64_t nb = la_cdiv(la_cdiv(g->N, target), 32) * 32;
+    g->gv_nb = nb < 32 ? 32 : nb > LA_GV_NB ? LA_GV_NB : nb;
+    tpu_parallel_for(pool, g->batch * la_cdiv(g->N, g->gv_nb), 1, la_bf16_gemv_par, g);
+    return;
+  }
+  /* Rows: at most LA_BMC per task, fewer when K is large so that the task's
+   * A rows (read once per micro-panel) stay in L2. Columns: split until there
+   * are ~4 tasks per thread. */
+  int64_t mmax = la_min(LA_BMC, 262144 / g->K / LA_BMR * LA_BMR); /* A rows: <= 512 KB */
+  if (mmax < 4 * LA_BMR) mmax = 4 * LA_BMR;
+  g->mtiles = la_cdiv(g->M, mmax);
+  g->mchunk = la_cdiv(la_cdiv(g->M, g->mtiles), LA_BMR) * LA_BMR;
+  int64_t nsplit = la_cdiv(target, g->batch * g->mtiles); /* >= 1 */
+  g->nchunk = la_cdiv(la_cdiv(g->N, nsplit), LA_BNR) * LA_BNR;
+  g->ntiles = la_cdiv(g->N, g->nchunk);
+  while (g->batch * g->mtiles * g->ntiles < target && g->mchunk > 2 * LA_BMR) {
+    g->mchunk = la_cdiv(la_cdiv(g->mchunk, 2), LA_BMR) * LA_BMR;
+    g->mtiles = la_cdiv(g->M, g->mchunk);
+  }
+  tpu_parallel_for(pool, g->batch * g->mtiles * g->ntiles, 1, la_bf16_gemm_par, g);
+}
+
+#endif /* LA_BF16DP */
 
 /* ---- exported tile core (kernels/gemm.h) -------------------------------------------- */
 

@@ -235,6 +235,25 @@ static void test_empty(void) {
   fr(&a); fr(&b); fr(&c); fr(&bias); fr(&e); fr(&f); fr(&g);
 }
 
+/* bf16 x bf16: the AVX512_BF16 kernels where the CPU has them (dot products
+ * for few rows, packed pairs otherwise, GEMV along either B layout), their
+ * tails (odd K, N % 32, M % 8) and the epilogue (alpha, beta, bias). */
+static void run_bf16(void) {
+  static const int64_t ms[] = {1, 2, 3, 7, 16, 64};
+  static const int64_t kn[][2] = {{33, 17}, {129, 70}, {2050, 40}, {64, 96}};
+  for (size_t i = 0; i < sizeof(ms) / sizeof(ms[0]); ++i)
+    for (size_t j = 0; j < sizeof(kn) / sizeof(kn[0]); ++j)
+      for (int t = 0; t < 4; ++t)
+        test_mm(TPU_DTYPE_BF16, ms[i], kn[j][0], kn[j][1], t & 1, t & 2, false, 1e-2);
+  test_mm(TPU_DTYPE_BF16, 19, 45, 50, false, true, true, 1e-2);
+  test_mm(TPU_DTYPE_BF16, 1, 45, 50, false, false, true, 1e-2);
+  test_addmm(TPU_DTYPE_BF16, 3, 77, 40, 1, 0.5, 2.0, false, true);
+  test_addmm(TPU_DTYPE_BF16, 37, 77, 40, 2, -1.0, 0.5, false, true);
+  test_addmm(TPU_DTYPE_BF16, 37, 77, 40, 2, 1.0, 1.0, false, false);
+  test_bmm(TPU_DTYPE_BF16, 3, 1, 70, 33, false, true);
+  test_bmm(TPU_DTYPE_BF16, 3, 9, 70, 33, true, true);
+}
+
 static void run_all(void) {
   static const int64_t sizes[][3] = {{1, 1, 1}, {7, 13, 5}, {130, 257, 67}, {1, 300, 513}, {300, 200, 1},
                                      {2, 3, 40}, {64, 64, 64}, {97, 130, 300}, {1, 4100, 70}};
@@ -256,6 +275,10 @@ static void run_all(void) {
   test_addmm(TPU_DTYPE_BF16, 50, 300, 70, 1, 1.0, 1.0, false, true);
   test_addmm(TPU_DTYPE_BF16, 1, 300, 70, 1, 1.0, 1.0, false, true);
   test_addmm_inplace();
+  run_bf16();
+  setenv("TORCH_TPU_KERNEL_ISA", "avx2", 1);
+  run_bf16();
+  unsetenv("TORCH_TPU_KERNEL_ISA");
   test_bmm(TPU_DTYPE_F32, 3, 17, 33, 29, false, false);
   test_bmm(TPU_DTYPE_F32, 5, 64, 64, 64, true, false);
   test_bmm(TPU_DTYPE_F32, 4, 1, 64, 100, true, true);
