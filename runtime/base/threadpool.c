@@ -6,6 +6,7 @@
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <time.h>
 
 #include "tpu/base.h"
 
@@ -33,6 +34,30 @@ struct tpu_threadpool_t {
 
 static _Thread_local tpu_threadpool_t* t_inside_pool;
 
+static int64_t mono_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+static int64_t g_spin_ns = TPU_SPIN_DEFAULT_NS;
+
+int64_t tpu_spin_budget_ns(void) { return __atomic_load_n(&g_spin_ns, __ATOMIC_RELAXED); }
+void tpu_spin_set_budget_ns(int64_t ns) { __atomic_store_n(&g_spin_ns, ns < 0 ? 0 : ns, __ATOMIC_RELAXED); }
+
+bool tpu_spin_until_at_least(const uint64_t* word, uint64_t target, int64_t max_ns) {
+  if (__atomic_load_n(word, __ATOMIC_ACQUIRE) >= target) return true;
+  if (max_ns <= 0) return false;
+  int64_t deadline = mono_ns() + max_ns;
+  for (unsigned i = 1;; ++i) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#endif
+    if (__atomic_load_n(word, __ATOMIC_ACQUIRE) >= target) return true;
+    if ((i & 63u) == 0 && mono_ns() >= deadline) return false;
+  }
+}
+
 static void run_chunks(tpu_threadpool_t* pool) {
   for (;;) {
     int64_t c = __atomic_fetch_add(&pool->next_chunk, 1, __ATOMIC_RELAXED);
@@ -50,6 +75,12 @@ static void* worker_main(void* arg) {
   uint64_t seen = 0; /* the generation at creation, even if this thread starts late */
   pthread_mutex_lock(&pool->mu);
   for (;;) {
+    if (!pool->stop && pool->generation == seen) {
+      /* Loops come in bursts: spin a little before sleeping. */
+      pthread_mutex_unlock(&pool->mu);
+      tpu_spin_until_at_least(&pool->generation, seen + 1, tpu_spin_budget_ns());
+      pthread_mutex_lock(&pool->mu);
+    }
     while (!pool->stop && (pool->generation == seen || pool->slots == 0)) {
       if (pool->generation != seen) seen = pool->generation; /* loop already fully served */
       pthread_cond_wait(&pool->work_cv, &pool->mu);
@@ -154,7 +185,7 @@ void tpu_parallel_for(tpu_threadpool_t* pool, int64_t n, int64_t grain, tpu_para
   __atomic_store_n(&pool->next_chunk, 0, __ATOMIC_RELAXED);
   pool->slots = helpers;
   pool->active = 0;
-  pool->generation++;
+  __atomic_store_n(&pool->generation, pool->generation + 1, __ATOMIC_RELEASE);
   if (helpers == pool->num_workers) {
     pthread_cond_broadcast(&pool->work_cv);
   } else {

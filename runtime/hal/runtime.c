@@ -67,6 +67,14 @@ tpu_status_t tpu_runtime_initialize(void) {
     if (st) goto done;
   }
 
+  int64_t spin_us = TPU_SPIN_DEFAULT_NS / 1000;
+  v = env_value("TORCH_TPU_SPIN_US");
+  if (v) {
+    st = tpu_parse_int("TORCH_TPU_SPIN_US", v, 0, 100000, &spin_us);
+    if (st) goto done;
+  }
+  tpu_spin_set_budget_ns(spin_us * 1000);
+
   st = tpu_threadpool_create((int)threads, &pool);
   if (st) goto done;
   tpu_host_driver_options_t options = {

@@ -23,6 +23,13 @@ static void* worker_main(void* arg) {
   tpu_host_queue_t* q = arg;
   pthread_mutex_lock(&q->mu);
   for (;;) {
+    if (!q->head && !q->stop) {
+      /* Eager ops arrive microseconds apart: spin a little before sleeping. */
+      uint64_t seen = q->submitted;
+      pthread_mutex_unlock(&q->mu);
+      tpu_spin_until_at_least(&q->submitted, seen + 1, tpu_spin_budget_ns());
+      pthread_mutex_lock(&q->mu);
+    }
     while (!q->head && !q->stop) pthread_cond_wait(&q->work_cv, &q->mu);
     tpu_host_work_node_t* node = q->head;
     if (!node) break; /* stop requested and drained */
@@ -102,7 +109,8 @@ uint64_t tpu_host_queue_push(tpu_host_queue_t* q, tpu_host_work_node_t* node) {
     q->head = node;
   }
   q->tail = node;
-  uint64_t ticket = ++q->submitted;
+  uint64_t ticket = q->submitted + 1;
+  __atomic_store_n(&q->submitted, ticket, __ATOMIC_RELEASE);
   pthread_cond_signal(&q->work_cv);
   pthread_mutex_unlock(&q->mu);
   return ticket;
@@ -134,7 +142,7 @@ bool tpu_host_queue_on_worker(const tpu_host_queue_t* q) {
 
 void tpu_host_queue_wait_ticket(tpu_host_queue_t* q, uint64_t ticket) {
   if (tpu_host_queue_on_worker(q)) return;
-  if (__atomic_load_n(&q->completed, __ATOMIC_ACQUIRE) >= ticket) return;
+  if (tpu_spin_until_at_least(&q->completed, ticket, tpu_spin_budget_ns())) return;
   pthread_mutex_lock(&q->mu);
   q->waiters++;
   while (q->completed < ticket) pthread_cond_wait(&q->done_cv, &q->mu);

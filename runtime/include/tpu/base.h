@@ -72,6 +72,19 @@ int tpu_threadpool_size(const tpu_threadpool_t* pool); /* 1 for NULL */
 void tpu_parallel_for(tpu_threadpool_t* pool, int64_t n, int64_t grain,
                       tpu_parallel_fn_t fn, void* ctx);
 
+/* ---- Short spin waits --------------------------------------------------------
+ * Work arrives in bursts a few microseconds apart (eager ops, the kernels of a
+ * graph); sleeping on a condition variable between them costs a futex wake
+ * and a context switch. Threads that would sleep (the queue worker, pool
+ * workers, a thread waiting for the queue) first spin on a counter, with a
+ * CPU pause, for at most the process-wide budget (TORCH_TPU_SPIN_US, set at
+ * runtime initialisation; 0 turns spinning off).
+ * Returns true when `*word` became >= `target` in time (acquire order). */
+bool tpu_spin_until_at_least(const uint64_t* word, uint64_t target, int64_t max_ns);
+#define TPU_SPIN_DEFAULT_NS 0
+int64_t tpu_spin_budget_ns(void);
+void tpu_spin_set_budget_ns(int64_t ns);
+
 #ifdef __cplusplus
 }
 #endif
