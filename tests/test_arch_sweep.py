@@ -6,6 +6,11 @@ architecture, each in a worker process with a time limit (a crash or hang loses
 only that architecture). Outcomes follow `arch_sweep.verdict`: failures listed in
 KNOWN_FAILURES and fallbacks listed in EXPECTED_FALLBACK xfail with the reason;
 anything new fails. `python tools/arch_sweep.py` writes the report docs/arch_sweep.md.
+
+Compile mode (`arch_sweep.run_arch_compile`): the forward compiled with
+torch.compile(backend="tpu") must equal the eager forward on "tpu". Default run:
+COMPILE_SUBSET in this process; `-m slow`: every architecture of the eager sweep,
+at least COMPILE_MIN_PASS of them must pass.
 """
 import os
 import sys
@@ -43,6 +48,57 @@ def sweeper():
 @pytest.mark.parametrize("arch", S.all_archs())
 def test_arch_full(arch, sweeper):
     _apply(sweeper.run(arch))
+
+
+# --------------------------------------------------------------------------- compile mode
+
+COMPILE_MIN_PASS = 0.95
+COMPILE_ARCH_TIMEOUT_S = 300
+
+
+def _compile_fail_msg(r):
+    return f"{r['arch']}: {r['reason']}\n{r.get('traceback', '')}"
+
+
+@pytest.mark.parametrize("arch", S.COMPILE_SUBSET)
+def test_arch_compile(arch):
+    r = S.run_arch_compile(arch)
+    if r["status"] != "pass":
+        pytest.fail(_compile_fail_msg(r), pytrace=False)
+    # one ATen graph of the whole forward, mostly in C
+    assert r["fullgraph"] and r["graphs"] == 1, r
+    assert r["segments"] >= 1 and r["c_nodes"] > 10 * r["eager_nodes"], r
+
+
+@pytest.mark.slow
+def test_arch_compile_full():
+    results = S.sweep(timeout=COMPILE_ARCH_TIMEOUT_S, compile=True)
+    ran = [r for r in results if r["status"] != "skip"]
+    failed = [r for r in ran if r["status"] != "pass"]
+    assert ran and len(ran) - len(failed) >= COMPILE_MIN_PASS * len(ran), \
+        "\n".join(f"{r['arch']}: {r['reason']}" for r in failed)
+
+
+def test_compile_mode_skips_eager_failures_and_reports(tmp_path, monkeypatch):
+    monkeypatch.setitem(S.KNOWN_FAILURES, "llama", "forward: boom")
+    r = S.run_arch_compile("llama")
+    assert r["status"] == "skip" and "not in the eager sweep: forward: boom" in r["reason"]
+    results = [r, {"arch": "a", "status": "pass", "reason": "", "fullgraph": False, "fullgraph_error": "Unsupported: x",
+                   "graphs": 3, "segments": 4, "c_nodes": 90, "eager_nodes": 2, "eager_ops": {"aten::foo": 2},
+                   "max_diff": 1e-6, "seconds": 1.0},
+               {"arch": "b", "status": "fail", "reason": "compare logits: AssertionError: logits differ",
+                "fullgraph": True, "fullgraph_error": "", "graphs": 1, "segments": 1, "c_nodes": 9,
+                "eager_nodes": 0, "eager_ops": {}, "max_diff": 0.5, "seconds": 1.0}]
+    t = S.compile_totals(results)
+    assert (t["pass"], t["fail"], t["skip"], t["fullgraph"], t["graph_breaks"]) == (1, 1, 1, 0, 1)
+    assert (t["segments"], t["c_nodes"], t["eager_nodes"]) == (4, 90, 2)  # passing architectures only
+    out = tmp_path / "compile.md"
+    S.write_compile_report(results, str(out), seconds=12.0)
+    text = out.read_text()
+    assert "**total 3: pass 1 (fullgraph 0, with graph breaks 1), fail 1, skip 1**" in text
+    assert "| `aten::foo` | 2 | 1 |" in text and "| Unsupported: x | 1 |" in text
+    assert "| a | pass | no | 3 | 4 | 90 | 2 | 1.0e-06 | `aten::foo` (2) | 1.0 |" in text
+    assert "sweep time: 12 s" in text
 
 
 # --------------------------------------------------------------------------- the tool itself

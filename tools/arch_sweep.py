@@ -5,6 +5,7 @@ random model, on CPU and on device "tpu"; logits and greedy tokens compared.
     python tools/arch_sweep.py --archs llama,gpt2 --out ''   # a few, no report
     python tools/arch_sweep.py --archs mamba --in-process -v # one, here, with its traceback
     python tools/arch_sweep.py --update-expected      # also refresh KNOWN_FAILURES / EXPECTED_FALLBACK
+    python tools/arch_sweep.py --compile [--archs a,b]  # compiled vs eager on tpu, docs/arch_sweep_compile.md
 
 For each architecture in `MODEL_FOR_CAUSAL_LM_MAPPING_NAMES` the config class's
 defaults are shrunk generically (hidden size, layers, heads, kv heads, head dims,
@@ -21,6 +22,11 @@ Status per architecture: ``pass`` (matches, nothing fell back), ``fallback``
 first line of the reason; ``cpu:`` marks a tiny config the CPU itself cannot run,
 i.e. a gap in this tool, not in torch-tpu), ``skip`` (`SKIP`: needs extra packages
 or non-text inputs).
+
+Compile mode (``--compile``, `run_arch_compile`): every architecture that passes
+the eager sweep, compiled with ``torch.compile(model, backend="tpu", dynamic=False)``
+(fullgraph=True, else fullgraph=False), logits compared to the eager forward on
+"tpu" with the same tolerance; C segments, C nodes and eager nodes recorded.
 
 The whole sweep runs each architecture in a worker process (`Sweeper`): a hang is
 cut off after ``--timeout`` seconds and a crash (segfault, abort) only loses that
@@ -559,13 +565,119 @@ def run_arch(arch: str, device: str = "tpu") -> dict:
     return res
 
 
+# --------------------------------------------------------------------------- compile mode
+
+DEFAULT_COMPILE_OUT = os.path.join(ROOT, "docs", "arch_sweep_compile.md")
+
+# Representative architectures the default pytest run compiles (dense, MoE, sliding
+# window + soft-capping, learned positions).
+COMPILE_SUBSET = ["llama", "qwen3_moe", "gemma2", "gpt2"]
+
+_STAT_KEYS = ("graphs", "segments", "c_nodes", "eager_nodes")
+
+
+def _stats_delta(s0: dict, s1: dict) -> dict:
+    out = {k: s1[k] - s0[k] for k in _STAT_KEYS}
+    ops = {op: n - s0["eager_ops"].get(op, 0) for op, n in s1["eager_ops"].items()}
+    out["eager_ops"] = {op: n for op, n in sorted(ops.items()) if n > 0}
+    return out
+
+
+def run_arch_compile(arch: str, device: str = "tpu") -> dict:
+    """Compiled vs eager on `device` for one architecture; never raises.
+
+    The tiny model (same config, seed and input as `run_arch`) runs one eager
+    forward on `device`, then the same forward twice (compile, then cache hit)
+    through `torch.compile(model, backend="tpu", dynamic=False)`: first with
+    fullgraph=True and, if that fails, with fullgraph=False. Logits of both
+    calls must match the eager ones with rtol = atol = RTOL. Architectures that fail (or skip) the eager sweep
+    (KNOWN_FAILURES, SKIP) are skipped. Returns a dict with keys arch, status
+    (pass|fail|skip), reason, fullgraph (True, False or None when it never
+    compiled), fullgraph_error, graphs, segments, c_nodes, eager_nodes,
+    eager_ops {ATen op: nodes} (from compile_stats() of the successful
+    attempt), max_diff (largest abs logit difference seen), seconds."""
+    t0 = time.perf_counter()
+    res = {"arch": arch, "status": "fail", "reason": "", "fullgraph": None, "fullgraph_error": "",
+           "graphs": 0, "segments": 0, "c_nodes": 0, "eager_nodes": 0, "eager_ops": {}, "max_diff": 0.0,
+           "seconds": 0.0}
+    if arch in SKIP or arch in KNOWN_FAILURES:
+        why = SKIP.get(arch) or KNOWN_FAILURES[arch]
+        res.update(status="skip", reason=f"not in the eager sweep: {why}")
+        return res
+    import torch
+    import torch._dynamo
+
+    import torch_tpu  # noqa: F401
+    from torch_tpu._dynamo_backend import compile_stats
+
+    stage = "config"
+    try:
+        cfg = tiny_config(arch)
+        cls = model_class(arch)
+        stage = "build"
+        torch.manual_seed(SEED)
+        model = cls(cfg).float().eval()
+        if arch in PATCHES:
+            fn, note = PATCHES[arch]
+            fn(model)
+            res["note"] = note
+        model = model.to(device)
+        ids, mask = _inputs(_vocab_of(cfg))
+        ids, mask = ids.to(device), mask.to(device)
+        stage = "eager forward"
+        with torch.no_grad():
+            ref = _logits(model(input_ids=ids, attention_mask=mask)).float().cpu()
+        for fullgraph in (True, False):
+            torch._dynamo.reset()
+            stage = "compiled forward" + (" (fullgraph)" if fullgraph else "")
+            s0 = compile_stats()
+            try:
+                cm = torch.compile(model, backend="tpu", fullgraph=fullgraph, dynamic=False)
+                with torch.no_grad():
+                    got = _logits(cm(input_ids=ids, attention_mask=mask)).float().cpu()
+                break
+            except Exception as e:  # noqa: BLE001
+                if not fullgraph:
+                    raise
+                res["fullgraph_error"] = _first_line(e)
+        res["fullgraph"] = fullgraph
+        stage = "compiled forward, second call"  # the compiled graphs again (cache hits)
+        with torch.no_grad():
+            got2 = _logits(cm(input_ids=ids, attention_mask=mask)).float().cpu()
+        res.update(_stats_delta(s0, compile_stats()))
+        for stage, out in (("compare logits", got), ("compare logits, second call", got2)):
+            if out.shape != ref.shape:
+                raise AssertionError(f"logits shape {tuple(out.shape)} != eager {tuple(ref.shape)}")
+            diff = torch.where(out.isnan() & ref.isnan(), 0.0, (out - ref).abs()).nan_to_num(float("inf"))
+            res["max_diff"] = max(res["max_diff"], diff.max().item() if diff.numel() else 0.0)
+            if not torch.allclose(out, ref, rtol=RTOL, atol=ATOL, equal_nan=True):
+                raise AssertionError(f"logits differ: max abs diff {res['max_diff']:.3g}")
+        stage = "sync"
+        torch.tpu.synchronize()
+        res["status"] = "pass"
+    except BaseException as e:  # noqa: BLE001 - the sweep must go on
+        if isinstance(e, KeyboardInterrupt):
+            raise
+        res["reason"] = f"{stage}: {_first_line(e)}"
+        res["traceback"] = traceback.format_exc(limit=-14)
+        try:
+            torch.tpu.synchronize()
+        except Exception:
+            pass
+    finally:
+        torch._dynamo.reset()
+    res["seconds"] = round(time.perf_counter() - t0, 2)
+    return res
+
+
 # --------------------------------------------------------------------------- isolated sweep
 
 _MARK = "@@ARCH_SWEEP@@ "
 
 
-def _worker_main():
-    """Reads architecture names on stdin, answers one marked JSON line each."""
+def _worker_main(compile: bool = False):
+    """Reads architecture names on stdin, answers one marked JSON line each
+    (`run_arch`, or `run_arch_compile` with `compile`)."""
     import warnings
 
     warnings.filterwarnings("ignore")
@@ -582,7 +694,7 @@ def _worker_main():
             continue
         if arch == "__exit__":  # lets the tests check crash recovery
             os._exit(70)
-        res = run_arch(arch)
+        res = run_arch_compile(arch) if compile else run_arch(arch)
         out.write(_MARK + json.dumps(res) + "\n")
 
 
@@ -590,13 +702,14 @@ class Sweeper:
     """Runs architectures in a worker process, one at a time, with a per-architecture
     time limit. A crashed or hung worker is replaced; only that architecture is lost."""
 
-    def __init__(self, timeout: float = 120.0, start_timeout: float = 180.0):
+    def __init__(self, timeout: float = 120.0, start_timeout: float = 180.0, compile: bool = False):
         self.timeout, self.start_timeout = timeout, start_timeout
+        self.compile = compile
         self.proc = None
 
     def _start(self):
         self.proc = subprocess.Popen(
-            [sys.executable, os.path.abspath(__file__), "--worker"],
+            [sys.executable, os.path.abspath(__file__), "--worker"] + (["--compile"] if self.compile else []),
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
             text=True, bufsize=1, cwd=ROOT)
         msg = self._read(self.start_timeout)
@@ -620,6 +733,8 @@ class Sweeper:
                 return json.loads(line[len(_MARK):])
 
     def run(self, arch: str) -> dict:
+        if self.compile and (arch in SKIP or arch in KNOWN_FAILURES):
+            return run_arch_compile(arch)  # a skip, without the worker
         if arch in SKIP:
             return {"arch": arch, "status": "skip", "reason": SKIP[arch], "fallback": {}, "seconds": 0.0}
         if self.proc is None or self.proc.poll() is not None:
@@ -639,6 +754,9 @@ class Sweeper:
             why = f"timeout after {self.timeout:.0f} s" if res is None else f"worker crashed (exit status {rc})"
             res = {"arch": arch, "status": "fail", "reason": why, "fallback": {},
                    "seconds": round(time.perf_counter() - t0, 2)}
+            if self.compile:
+                res.update(fullgraph=None, fullgraph_error="", graphs=0, segments=0, c_nodes=0, eager_nodes=0,
+                           eager_ops={}, max_diff=0.0)
         return res
 
     def close(self):
@@ -659,10 +777,10 @@ class Sweeper:
         self.close()
 
 
-def sweep(archs=None, timeout: float = 120.0, progress=None) -> list[dict]:
+def sweep(archs=None, timeout: float = 120.0, progress=None, compile: bool = False) -> list[dict]:
     archs = all_archs() if archs is None else list(archs)
     results = []
-    with Sweeper(timeout=timeout) as sw:
+    with Sweeper(timeout=timeout, compile=compile) as sw:
         for a in archs:
             r = sw.run(a)
             results.append(r)
@@ -743,12 +861,104 @@ def write_report(results, path: str = DEFAULT_OUT):
         f.write("\n".join(lines) + "\n")
 
 
+def compile_totals(results) -> dict:
+    t = Counter(r["status"] for r in results)
+    out = {"total": len(results), "pass": t["pass"], "fail": t["fail"], "skip": t["skip"],
+           "fullgraph": sum(1 for r in results if r["status"] == "pass" and r.get("fullgraph")),
+           "graph_breaks": sum(1 for r in results if r["status"] == "pass" and r.get("fullgraph") is False)}
+    for k in _STAT_KEYS:
+        out[k] = sum(r.get(k, 0) for r in results if r["status"] == "pass")
+    return out
+
+
+def eager_op_totals(results):
+    """(Counter op -> eager nodes, Counter op -> architectures) over passing architectures."""
+    nodes, archs = Counter(), Counter()
+    for r in results:
+        if r["status"] == "pass":
+            nodes.update(r.get("eager_ops") or {})
+            archs.update(set(r.get("eager_ops") or {}))
+    return nodes, archs
+
+
+def write_compile_report(results, path: str = DEFAULT_COMPILE_OUT, seconds: float | None = None):
+    import torch
+    import transformers
+
+    t = compile_totals(results)
+    nodes, n_archs = eager_op_totals(results)
+    lines = [
+        "# Architecture sweep: torch.compile(backend=\"tpu\")",
+        "",
+        "Generated by `python tools/arch_sweep.py --compile` (do not edit by hand). Every architecture that",
+        "passes the eager sweep (docs/arch_sweep.md), as the same tiny random float32 model on \"tpu\": logits of",
+        f"one forward (input {BATCH}x{SEQ}) through `torch.compile(model, backend=\"tpu\", dynamic=False)` compared",
+        f"to the eager forward on \"tpu\" with rtol = atol = {RTOL:g}, for the compiling call and for a second",
+        "call (cache hit). Compiled with `fullgraph=True` first and, if that fails, with `fullgraph=False`",
+        "(column fullgraph: no). Graphs, C segments, C nodes and eager nodes come from",
+        "`torch_tpu._dynamo_backend.compile_stats()` (ATen graphs of the forward; eager nodes run op by op",
+        "between C segments).",
+        "",
+        f"- date: {datetime.date.today().isoformat()}",
+        f"- transformers {transformers.__version__}, torch {torch.__version__}",
+    ]
+    if seconds is not None:
+        lines.append(f"- sweep time: {seconds:.0f} s (shared 2-core machine, rough)")
+    lines += [
+        f"- **total {t['total']}: pass {t['pass']} (fullgraph {t['fullgraph']}, with graph breaks "
+        f"{t['graph_breaks']}), fail {t['fail']}, skip {t['skip']}**",
+        f"- over the passing architectures: {t['graphs']} ATen graphs, {t['segments']} C segments, "
+        f"{t['c_nodes']} C nodes, {t['eager_nodes']} eager nodes",
+        "",
+        "## Ops run eagerly between C segments (nodes summed; architectures)",
+        "",
+    ]
+    if nodes:
+        lines += ["| ATen op | nodes | architectures |", "|---|---:|---:|"]
+        lines += [f"| `{op}` | {c} | {n_archs[op]} |" for op, c in nodes.most_common()]
+    else:
+        lines.append("none")
+    fails = Counter(r["reason"][:160] for r in results if r["status"] == "fail")
+    if fails:
+        lines += ["", "## Failures by reason", "", "| reason | architectures |", "|---|---:|"]
+        lines += [f"| {_cell(why)} | {n} |" for why, n in fails.most_common()]
+    breaks = Counter(r["fullgraph_error"][:160] for r in results if r.get("fullgraph_error"))
+    if breaks:
+        lines += ["", "## Why fullgraph=True failed", "", "| error | architectures |", "|---|---:|"]
+        lines += [f"| {_cell(why)} | {n} |" for why, n in breaks.most_common()]
+    lines += ["", "## Per architecture", "",
+              "| architecture | status | fullgraph | graphs | C segments | C nodes | eager nodes | max abs diff "
+              "| eager ops / reason | s |",
+              "|---|---|---|---:|---:|---:|---:|---:|---|---:|"]
+    for r in sorted(results, key=lambda r: r["arch"]):
+        fg = {True: "yes", False: "no", None: ""}[r.get("fullgraph")]
+        if r["status"] == "pass":
+            detail = ", ".join(f"`{op}` ({c})" for op, c in sorted((r.get("eager_ops") or {}).items()))
+        else:
+            detail = r.get("reason", "")
+        if r.get("note"):
+            detail = (detail + "; " if detail else "") + r["note"]
+        nums = [str(r.get(k, 0)) for k in _STAT_KEYS] + [f"{r.get('max_diff', 0.0):.1e}"]
+        if r["status"] == "skip":
+            nums = [""] * len(nums)
+        lines.append(f"| {r['arch']} | {r['status']} | {fg} | " + " | ".join(nums)
+                     + f" | {_cell(detail)} | {r.get('seconds', 0):.1f} |")
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with open(path, "w") as f:
+        f.write("\n".join(lines) + "\n")
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--archs", default=None, help="comma-separated model types (default: all)")
-    p.add_argument("--out", default=DEFAULT_OUT, help="markdown report path ('' for none)")
+    p.add_argument("--out", default=None,
+                   help="markdown report path ('' for none; default docs/arch_sweep.md, "
+                        "docs/arch_sweep_compile.md with --compile)")
+    p.add_argument("--compile", action="store_true",
+                   help="compile mode: torch.compile(backend='tpu') vs eager on tpu (see run_arch_compile)")
     p.add_argument("--json", default=None, help="also write the raw results as JSON")
-    p.add_argument("--timeout", type=float, default=120.0, help="seconds per architecture")
+    p.add_argument("--timeout", type=float, default=None,
+                   help="seconds per architecture (default 120, 300 with --compile)")
     p.add_argument("--in-process", action="store_true", help="no worker process (no crash isolation)")
     p.add_argument("--update-expected", action="store_true",
                    help="rewrite KNOWN_FAILURES / EXPECTED_FALLBACK in this file from the results")
@@ -756,9 +966,13 @@ def main(argv=None):
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     a = p.parse_args(argv)
     if a.worker:
-        _worker_main()
+        _worker_main(compile=a.compile)
         return 0
     archs = a.archs.split(",") if a.archs else None
+    if a.out is None:
+        a.out = DEFAULT_COMPILE_OUT if a.compile else DEFAULT_OUT
+    if a.compile:
+        return _compile_main(a, archs)
 
     def progress(r):
         extra = r.get("reason") or ", ".join(sorted(r.get("fallback") or {}))
@@ -776,7 +990,7 @@ def main(argv=None):
             results.append(run_arch(arch))
             progress(results[-1])
     else:
-        results = sweep(archs, timeout=a.timeout, progress=progress)
+        results = sweep(archs, timeout=a.timeout or 120.0, progress=progress)
     t = totals(results)
     print(f"\ntotal {len(results)}: pass {t['pass']}, fallback {t['fallback']}, fail {t['fail']}, "
           f"skip {t['skip']}  ({time.perf_counter() - t0:.0f} s)")
@@ -792,6 +1006,43 @@ def main(argv=None):
     if a.update_expected:
         update_expected(results)
         print(f"updated the expectations in {os.path.abspath(__file__)}")
+    return 0
+
+
+def _compile_main(a, archs):
+    def progress(r):
+        fg = {True: "fullgraph", False: "breaks", None: ""}[r.get("fullgraph")]
+        extra = r.get("reason") or (f"graphs {r['graphs']} segs {r['segments']} c {r['c_nodes']} "
+                                    f"eager {r['eager_nodes']} " + ",".join(sorted(r.get("eager_ops") or {})))
+        print(f"{r['arch']:28s} {r['status']:5s} {fg:9s} {r.get('seconds', 0):6.1f}s  {extra}"[:240], flush=True)
+        if a.verbose and r.get("traceback"):
+            print(r["traceback"], flush=True)
+
+    t0 = time.perf_counter()
+    if a.in_process:
+        import warnings
+
+        warnings.filterwarnings("ignore")
+        results = []
+        for arch in (archs or all_archs()):
+            results.append(run_arch_compile(arch))
+            progress(results[-1])
+    else:
+        results = sweep(archs, timeout=a.timeout or 300.0, progress=progress, compile=True)
+    dt = time.perf_counter() - t0
+    t = compile_totals(results)
+    print(f"\ntotal {t['total']}: pass {t['pass']} (fullgraph {t['fullgraph']}, graph breaks {t['graph_breaks']}), "
+          f"fail {t['fail']}, skip {t['skip']}  ({dt:.0f} s)")
+    print(f"graphs {t['graphs']}, C segments {t['segments']}, C nodes {t['c_nodes']}, eager nodes {t['eager_nodes']}")
+    nodes, n_archs = eager_op_totals(results)
+    if nodes:
+        print("eager ops: " + ", ".join(f"{op} ({c} nodes, {n_archs[op]} archs)" for op, c in nodes.most_common()))
+    if a.out:
+        write_compile_report(results, a.out, seconds=dt)
+        print(f"wrote {a.out}")
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump(results, f, indent=1)
     return 0
 
 
