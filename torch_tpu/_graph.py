@@ -32,7 +32,8 @@ POINTWISE = 1
 REDUCTION = 2
 
 _STATS = {"compiles": 0, "hits": 0, "compile_seconds": 0.0, "segments": 0, "c_nodes": 0,
-          "eager_nodes": 0, "fused_groups": 0, "fused_nodes": 0, "arena_bytes": 0, "reinplaced": 0}
+          "eager_nodes": 0, "fused_groups": 0, "fused_nodes": 0, "arena_bytes": 0, "reinplaced": 0,
+          "gqa_rewrites": 0}
 _LIVE = weakref.WeakSet()
 _EAGER_OPS = {}  # op name -> count of nodes left to eager execution
 
@@ -480,10 +481,57 @@ def reinplace_input_updates(gm):
     return done
 
 
+def _repeat_kv_source(n):
+    """x when n is Transformers' repeat_kv(x) as core ATen writes it:
+    view(clone(expand(unsqueeze(x, 2), [B, H, r, S, D])), [B, H*r, S, D])."""
+    aten = torch.ops.aten
+    if not (isinstance(n, torch.fx.Node) and n.target is aten.view.default and len(n.users) == 1):
+        return None
+    c = n.args[0]
+    if not (isinstance(c, torch.fx.Node) and c.target is aten.clone.default and len(c.users) == 1):
+        return None
+    e = c.args[0]
+    if not (isinstance(e, torch.fx.Node) and e.target is aten.expand.default and len(e.users) == 1):
+        return None
+    u = e.args[0]
+    if not (isinstance(u, torch.fx.Node) and u.target is aten.unsqueeze.default and u.args[1] == 2):
+        return None
+    x = u.args[0]
+    xv, nv = _val(x), _val(n)
+    if not (_is_tpu_tensor(xv) and _is_tpu_tensor(nv) and xv.dim() == 4 and nv.dim() == 4):
+        return None
+    B, H, S, D = xv.shape
+    if list(nv.shape) != [B, nv.shape[1], S, D] or nv.shape[1] % H or list(e.args[1])[3:] != [S, D]:
+        return None
+    return x
+
+
+def use_gqa_in_attention(gm):
+    """The fused SDPA kernel reads grouped key/value heads (query head h uses
+    kv head h // r) itself: feed it the kv cache instead of repeat_kv's
+    expanded copy. Returns the number of rewrites."""
+    done = 0
+    for n in gm.graph.nodes:
+        if n.op != "call_function" or n.target is not torch.ops.aten._scaled_dot_product_fused_attention_overrideable.default:
+            continue
+        args = list(n.args)
+        for i in (1, 2):
+            x = _repeat_kv_source(args[i]) if i < len(args) else None
+            if x is not None:
+                args[i] = x
+                done += 1
+        n.args = tuple(args)
+    if done:
+        gm.graph.eliminate_dead_code()
+        gm.recompile()
+    return done
+
+
 def lower(gm: torch.fx.GraphModule, example_inputs):
     """Returns a boxed callable running `gm` through the C graph compiler."""
     t0 = time.perf_counter()
     _STATS["reinplaced"] += reinplace_input_updates(gm)
+    _STATS["gqa_rewrites"] += use_gqa_in_attention(gm)
     native = _native_ops()
     nodes = list(gm.graph.nodes)
     forced_eager = set()

@@ -81,7 +81,7 @@ void tpu_parallel_for(tpu_threadpool_t* pool, int64_t n, int64_t grain,
  * runtime initialisation; 0 turns spinning off).
  * Returns true when `*word` became >= `target` in time (acquire order). */
 bool tpu_spin_until_at_least(const uint64_t* word, uint64_t target, int64_t max_ns);
-#define TPU_SPIN_DEFAULT_NS 0
+#define TPU_SPIN_DEFAULT_NS 30000
 int64_t tpu_spin_budget_ns(void);
 void tpu_spin_set_budget_ns(int64_t ns);
 
