@@ -13,7 +13,7 @@
 
 /* Elements per fused tile: a handful of float32 tiles of this size stay in
  * the L2 cache while a chain runs over them. */
-#define TILE_ELEMS 16384
+#define TILE_ELEMS 32768
 /* Limits for a node to join a fused group (the tile loop keeps its argument
  * copies on the stack). */
 #define GROUP_MAX_ARGS 16
