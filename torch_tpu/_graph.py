@@ -342,8 +342,75 @@ def _scalars_ok(*idx):
     return ok
 
 
+def _lower_empty(g, n, vid, vals, outs):
+    return [g.empty(*_meta(outs[0]))]
+
+
+def _sub_view(g, base_id, base_fake, sizes, dim_offsets):
+    """A view of value `base_id` (fake tensor `base_fake`) with `sizes`, starting at
+    index dim_offsets[d] in each dim (base strides kept)."""
+    st = list(base_fake.stride())
+    delta = sum(o * st[d] for d, o in enumerate(dim_offsets)) * base_fake.element_size()
+    return g.view(base_id, _DTYPE[base_fake.dtype], list(sizes), st, delta)
+
+
+def _copy_into(g, dst, src, meta):
+    return g.node("aten::copy_", 0, [(K_TENSOR, dst), (K_TENSOR, src), (K_BOOL, 0)], [meta], [0])[0]
+
+
+def _slice_scatter_ok(n):
+    s, vals = _schema_args(n)
+    step = vals[5]
+    return _fresh_ok(n) and isinstance(step, int) and step >= 1 and _is_tpu_tensor(_val(vals[1]))
+
+
+def _lower_slice_scatter(g, n, vid, vals, outs):
+    x, src, dim, start, end, step = vals[:6]
+    out = outs[0]
+    dst = g.empty(*_meta(out))
+    dst = _copy_into(g, dst, vid[x], _meta(out))
+    dim = dim % out.dim()
+    size = out.shape[dim]
+    start = 0 if start is None else (start + size if start < 0 else start)
+    start = min(max(start, 0), size)
+    sv = _val(src)
+    st = list(out.stride())
+    st[dim] *= step
+    offsets = [0] * out.dim()
+    offsets[dim] = start
+    delta = start * out.stride()[dim] * out.element_size()
+    view = g.view(dst, _DTYPE[out.dtype], list(sv.shape), st, delta)
+    _copy_into(g, view, vid[src], (_DTYPE[out.dtype], list(sv.shape), st))
+    return [dst]
+
+
+def _pad_ok(n):
+    s, vals = _schema_args(n)
+    pad, value = vals[1], vals[2]
+    return (_fresh_ok(n) and all(isinstance(p, int) and p >= 0 for p in pad)
+            and isinstance(value, (int, float, bool)) and _val(n).is_contiguous())
+
+
+def _lower_pad(g, n, vid, vals, outs):
+    x, pad, value = vals[:3]
+    out, xv = outs[0], _val(x)
+    dst = _fill(g, outs, value)[0]
+    offsets = [0] * out.dim()
+    for i in range(len(pad) // 2):  # pad lists (before, after) from the last dim backwards
+        offsets[out.dim() - 1 - i] = pad[2 * i]
+    view = _sub_view(g, dst, out, xv.shape, offsets)
+    _copy_into(g, view, vid[x], (_DTYPE[out.dtype], list(xv.shape), list(out.stride())))
+    return [dst]
+
+
 # schema name -> (accepts(node), lower(graph, node, vid, args, fake outputs) -> value ids)
 _LOWERINGS = {
+    "aten::empty.memory_format": (_fresh_ok, _lower_empty),
+    "aten::empty_permuted": (_fresh_ok, _lower_empty),
+    "aten::empty_strided": (_fresh_ok, _lower_empty),
+    "aten::full_like": (_scalars_ok(1), lambda g, n, vid, vals, outs: _fill(g, outs, vals[1])),
+    "aten::slice_scatter": (_slice_scatter_ok, _lower_slice_scatter),
+    "aten::constant_pad_nd": (_pad_ok, _lower_pad),
     "aten::clone": (_fresh_ok, _lower_clone),
     "aten::lift_fresh_copy": (_fresh_ok, _lower_clone),
     "aten::scalar_tensor": (_scalars_ok(0), lambda g, n, vid, vals, outs: _fill(g, outs, vals[0])),
