@@ -981,16 +981,7 @@ def main(argv=None):
             print(r["traceback"], flush=True)
 
     t0 = time.perf_counter()
-    if a.in_process:
-        import warnings
-
-        warnings.filterwarnings("ignore")
-        results = []
-        for arch in (archs or all_archs()):
-            results.append(run_arch(arch))
-            progress(results[-1])
-    else:
-        results = sweep(archs, timeout=a.timeout or 120.0, progress=progress)
+    results = _run_all(a, archs, progress, compile=False)
     t = totals(results)
     print(f"\ntotal {len(results)}: pass {t['pass']}, fallback {t['fallback']}, fail {t['fail']}, "
           f"skip {t['skip']}  ({time.perf_counter() - t0:.0f} s)")
@@ -1009,6 +1000,23 @@ def main(argv=None):
     return 0
 
 
+def _run_all(a, archs, progress, compile):
+    """Runs every architecture (in this process with --in-process, else in
+    worker processes with a per-model timeout), reporting each result."""
+    if not a.in_process:
+        return sweep(archs, timeout=a.timeout or (300.0 if compile else 120.0), progress=progress,
+                     compile=compile)
+    import warnings
+
+    warnings.filterwarnings("ignore")
+    run_one = run_arch_compile if compile else run_arch
+    results = []
+    for arch in (archs or all_archs()):
+        results.append(run_one(arch))
+        progress(results[-1])
+    return results
+
+
 def _compile_main(a, archs):
     def progress(r):
         fg = {True: "fullgraph", False: "breaks", None: ""}[r.get("fullgraph")]
@@ -1019,16 +1027,7 @@ def _compile_main(a, archs):
             print(r["traceback"], flush=True)
 
     t0 = time.perf_counter()
-    if a.in_process:
-        import warnings
-
-        warnings.filterwarnings("ignore")
-        results = []
-        for arch in (archs or all_archs()):
-            results.append(run_arch_compile(arch))
-            progress(results[-1])
-    else:
-        results = sweep(archs, timeout=a.timeout or 300.0, progress=progress, compile=True)
+    results = _run_all(a, archs, progress, compile=True)
     dt = time.perf_counter() - t0
     t = compile_totals(results)
     print(f"\ntotal {t['total']}: pass {t['pass']} (fullgraph {t['fullgraph']}, graph breaks {t['graph_breaks']}), "
