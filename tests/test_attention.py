@@ -192,3 +192,23 @@ def test_sum_backward_expanded_grad_and_expanded_mask():
     assert FWD in log.ops and BWD in log.ops
     for a, b in zip(tpu_in, ref_in):
         torch.testing.assert_close(a.grad.cpu(), b.grad, atol=4e-5, rtol=2e-4)
+
+
+@pytest.mark.parametrize("case", ["transposed", "expanded", "contiguous"])
+def test_output_layout_matches_cpu(case):
+    """The output's strides are those CPU (and the meta function) give: query's
+    dimension order when query is dense, contiguous when it is not (an
+    expanded query, as in block-attention residuals)."""
+    torch.manual_seed(0)
+    if case == "transposed":
+        q = torch.randn(2, 6, 4, 16).transpose(1, 2)
+    elif case == "expanded":
+        q = torch.randn(1, 1, 1, 16).expand(2, 4, 1, 16)
+    else:
+        q = torch.randn(2, 4, 6, 16)
+    k = torch.randn(2, 4, 5, 16)
+    v = torch.randn(2, 4, 5, 16)
+    want = F.scaled_dot_product_attention(q, k, v)
+    got = F.scaled_dot_product_attention(q.to("tpu"), k.to("tpu"), v.to("tpu"))
+    assert got.stride() == want.stride()
+    torch.testing.assert_close(got.cpu(), want)

@@ -132,8 +132,9 @@ at::Tensor empty_contig(c10::IntArrayRef sizes, c10::ScalarType dtype, c10::Devi
 // for these ops allocate it (empty_like / alloc_with_matching_layout): so the
 // strides seen while tracing (torch.compile) are the strides produced here.
 at::Tensor empty_matching(const at::Tensor& like, c10::IntArrayRef sizes, c10::DeviceIndex index) {
-  if (like.sizes() == sizes && like.is_non_overlapping_and_dense()) {
-    return empty_strided_tpu(sizes, like.strides(), like.scalar_type(), index);
+  if (like.sizes() == sizes) {  // empty_like: like's strides when dense, else contiguous
+    return like.is_non_overlapping_and_dense() ? empty_strided_tpu(sizes, like.strides(), like.scalar_type(), index)
+                                               : empty_contig(sizes, like.scalar_type(), index);
   }
   std::vector<int64_t> order(like.dim());
   for (int64_t d = 0; d < like.dim(); ++d) order[d] = d;
