@@ -6,10 +6,12 @@
 #include <ATen/NativeFunctions.h>
 #include <ATen/native/CPUFallback.h>
 #include <c10/core/DeviceGuard.h>
+#include <c10/util/SmallVector.h>
 #include <torch/library.h>
 
 #include <cstdlib>
 #include <cstring>
+#include <list>
 #include <mutex>
 #include <string>
 #include <unordered_map>
@@ -33,14 +35,16 @@ const c10::DispatchKeySet kTpuKeys(c10::DispatchKey::PrivateUse1);
 // ---- kernel submission -------------------------------------------------------
 
 // A call to a C kernel, owned by the device queue until it has run.
+// Inline storage covers the common op (<= 8 arguments, <= 4 tensors), so a
+// call costs one allocation; the Work never moves once made.
 struct Work {
   const tpu_k_entry_t* entry = nullptr;
   tpu_k_call_t call{};
-  std::vector<tpu_k_value_t> values;
-  std::vector<tpu_tensor_t> tensors;  // reserved up front: pointers stay valid
-  std::vector<std::vector<int64_t>> ints;
+  c10::SmallVector<tpu_k_value_t, 8> values;
+  c10::SmallVector<tpu_tensor_t, 4> tensors;  // reserved up front: pointers stay valid
+  std::vector<std::vector<int64_t>> ints;     // inner buffers survive outer growth
   std::vector<std::vector<double>> doubles;
-  std::vector<std::string> strings;
+  std::list<std::string> strings;             // c_str() of a list element never moves
 };
 
 tpu_status_t run_work(void* ctx) {
@@ -349,8 +353,8 @@ c10::IValue meta_ivalue(const c10::IValue& v) {
 // strides, wrapped-number flag and scalar values. Errors are never cached.
 
 struct OutMeta {
-  std::vector<int64_t> sizes;
-  std::vector<int64_t> strides;
+  c10::SmallVector<int64_t, 6> sizes;
+  c10::SmallVector<int64_t, 6> strides;
   c10::ScalarType dtype;
   bool defined = true;  // false: the op returns an undefined tensor here
 };
@@ -448,7 +452,9 @@ std::vector<OutMeta> run_meta(const c10::OperatorHandle& op, c10::ArrayRef<c10::
     if (!m.defined()) {
       out.push_back(OutMeta{{}, {}, at::kFloat, false});
     } else {
-      out.push_back(OutMeta{m.sizes().vec(), m.strides().vec(), m.scalar_type()});
+      out.push_back(OutMeta{c10::SmallVector<int64_t, 6>(m.sizes().begin(), m.sizes().end()),
+                            c10::SmallVector<int64_t, 6>(m.strides().begin(), m.strides().end()),
+                            m.scalar_type()});
     }
   }
   return out;
@@ -614,7 +620,8 @@ std::vector<OutMeta> dynamic_output_meta(Work& w, size_t nouts, c10::DeviceIndex
     std::vector<int64_t> sizes(t.sizes, t.sizes + t.ndim);
     c10::ScalarType dtype = from_tpu_dtype(static_cast<tpu_dtype_t>(t.dtype));
     auto strides = c10::contiguous_strides(sizes);
-    out.push_back(OutMeta{sizes, std::vector<int64_t>(strides.begin(), strides.end()), dtype});
+    out.push_back(OutMeta{c10::SmallVector<int64_t, 6>(sizes.begin(), sizes.end()),
+                          c10::SmallVector<int64_t, 6>(strides.begin(), strides.end()), dtype});
   }
   return out;
 }
@@ -680,9 +687,6 @@ void run_native(const c10::OperatorHandle& op, const OpPlan& plan, torch::jit::S
   w->call.op = plan.name.c_str();
   w->tensors.reserve(ntensors + nouts);
   w->values.resize(nargs);
-  w->ints.reserve(nargs);
-  w->doubles.reserve(nargs);
-  w->strings.reserve(nargs);
   std::vector<at::Tensor> keep;
   for (size_t i = 0; i < nargs; ++i) {
     fill_value(*w, w->values[i], &schema.arguments()[i], args[i], index, keep, plan.name);
@@ -754,9 +758,6 @@ void submit_kernel(const char* name, c10::ArrayRef<c10::IValue> args, const std:
   for (const c10::IValue& v : args) ntensors += count_tensors(v);
   w->tensors.reserve(ntensors);
   w->values.resize(args.size());
-  w->ints.reserve(args.size());
-  w->doubles.reserve(args.size());
-  w->strings.reserve(args.size());
   std::vector<at::Tensor> keep;
   for (size_t i = 0; i < args.size(); ++i) fill_value(*w, w->values[i], nullptr, args[i], index, keep, name);
   const tpu_tensor_t* first_out = w->tensors.data() + w->tensors.size();
