@@ -403,6 +403,32 @@ def _lower_pad(g, n, vid, vals, outs):
     return [dst]
 
 
+def _sdpa_bwd_ok(n):
+    s, vals = _schema_args(n)
+    bias, mask, dropout_p = vals[4], vals[5], vals[12]
+    if dropout_p != 0.0 or not all(mask[:3]) or _val(vals[1]).dim() != 4:
+        return False
+    if bias is not None and (mask[3] or _val(bias).dtype != torch.bool and any(
+            u.target is operator.getitem and u.args[1] == 3 for u in n.users)):
+        return False  # a bias gradient is summed back to the bias's shape in the bridge
+    return all(u.target is operator.getitem and u.args[1] in (0, 1, 2) for u in n.users)
+
+
+def _lower_sdpa_bwd(g, n, vid, vals, outs):
+    grad, q, k, v, bias = vals[:5]
+    out, lse, is_causal = vals[6], vals[7], vals[13]
+    scale = vals[16] if len(vals) > 16 else None
+    if scale is None:
+        e = _val(q).shape[3]
+        scale = 1.0 / math.sqrt(e) if e > 0 else 1.0
+    ids = g.node("tpu::sdpa_bwd", 0,
+                 [(K_TENSOR, vid[grad]), (K_TENSOR, vid[q]), (K_TENSOR, vid[k]), (K_TENSOR, vid[v]),
+                  (K_TENSOR, vid[bias]) if bias is not None else (K_NONE, 0), (K_TENSOR, vid[out]),
+                  (K_TENSOR, vid[lse]), (K_BOOL, int(is_causal)), (K_DOUBLE, float(scale))],
+                 [_meta(outs[0]), _meta(outs[1]), _meta(outs[2]), (0, [], [])], [-1, -1, -1, -1])
+    return ids[:3] + [-1]
+
+
 # schema name -> (accepts(node), lower(graph, node, vid, args, fake outputs) -> value ids)
 _LOWERINGS = {
     "aten::empty.memory_format": (_fresh_ok, _lower_empty),
@@ -420,6 +446,7 @@ _LOWERINGS = {
     "aten::_to_copy": (_to_copy_ok, _lower_to_copy),
     "aten::embedding": (_embedding_ok, _lower_embedding),
     "aten::_scaled_dot_product_fused_attention_overrideable": (_sdpa_ok, _lower_sdpa),
+    "aten::_scaled_dot_product_fused_attention_overrideable_backward": (_sdpa_bwd_ok, _lower_sdpa_bwd),
 }
 
 

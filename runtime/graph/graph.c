@@ -375,9 +375,17 @@ static tpu_status_t fill_node(tpu_graph_t* g, node_t* n, int32_t num_args, const
   }
   n->nargtens = k;
   for (int32_t j = 0; j < num_outputs; ++j) {
-    TPU_RETURN_IF_ERROR(check_meta(&out_metas[j]));
     int32_t alias = out_alias ? out_alias[j] : -1;
     n->out_alias[j] = alias;
+    if (out_metas[j].dtype == TPU_DTYPE_INVALID && alias < 0) {
+      /* an output the caller does not want: the kernel sees dtype INVALID */
+      memset(&n->tens[k], 0, sizeof(n->tens[k]));
+      n->tens_vid[k++] = -1;
+      n->out_vid[j] = -1;
+      out_values[j] = -1;
+      continue;
+    }
+    TPU_RETURN_IF_ERROR(check_meta(&out_metas[j]));
     int32_t vid;
     if (alias >= 0) {
       if (alias >= num_args || args[alias].kind != TPU_K_TENSOR) {
@@ -578,6 +586,7 @@ static void plan_groups(tpu_graph_t* g) {
   for (int32_t i = 0; i < g->nnodes; ++i) {
     const node_t* n = &g->nodes[i];
     for (int32_t j = 0; j < n->nout; ++j) {
+      if (n->out_vid[j] < 0) continue;
       val_t* v = &g->vals[n->out_vid[j]];
       v->scratch = n->group >= 0 && n->out_alias[j] < 0 && v->views == 0 &&
                    g->bufs[v->buf].kind == TPU_GRAPH_BUF_INTERNAL;

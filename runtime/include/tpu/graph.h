@@ -96,7 +96,7 @@ tpu_status_t tpu_graph_view(tpu_graph_t* graph, int32_t base, const tpu_tensor_t
  * variant or to copy_). */
 tpu_status_t tpu_graph_empty(tpu_graph_t* graph, const tpu_tensor_t* meta, int32_t* out_value);
 /* Adds a call of kernel `op`. `out_metas[j]` describes output j (data
- * ignored); `out_alias[j]` >= 0 makes output j the tensor value passed as
+ * ignored; dtype TPU_DTYPE_INVALID: an output not wanted, value id -1); `out_alias[j]` >= 0 makes output j the tensor value passed as
  * argument out_alias[j] (in-place / out= ops), -1 a new buffer. UNIMPLEMENTED
  * when the kernel table has no `op` or the op has data-dependent shapes. */
 tpu_status_t tpu_graph_node(tpu_graph_t* graph, const char* op, uint32_t flags, int32_t num_args,
