@@ -486,6 +486,20 @@ def _gen_kwargs(model):
                 pad_token_id=0, eos_token_id=None, use_cache=True)
 
 
+def _build(arch, cls, cfg, res):
+    """The seeded tiny float32 model in eval mode, with the architecture's patch
+    applied (noted in `res`)."""
+    import torch
+
+    torch.manual_seed(SEED)
+    model = cls(cfg).float().eval()
+    if arch in PATCHES:
+        fn, note = PATCHES[arch]
+        fn(model)
+        res["note"] = note
+    return model
+
+
 def run_arch(arch: str, device: str = "tpu") -> dict:
     """Runs one architecture; never raises. Returns a dict with keys
     arch, status (pass|fallback|fail|skip), reason, fallback {op: count}, seconds."""
@@ -502,12 +516,7 @@ def run_arch(arch: str, device: str = "tpu") -> dict:
         cfg = tiny_config(arch)
         cls = model_class(arch)
         stage = "cpu: build"
-        torch.manual_seed(SEED)
-        cpu = cls(cfg).float().eval()
-        if arch in PATCHES:
-            fn, note = PATCHES[arch]
-            fn(cpu)
-            res["note"] = note
+        cpu = _build(arch, cls, cfg, res)
         ids, mask = _inputs(_vocab_of(cfg))
         stage = "cpu: forward"
         with torch.no_grad():
@@ -615,13 +624,7 @@ def run_arch_compile(arch: str, device: str = "tpu") -> dict:
         cfg = tiny_config(arch)
         cls = model_class(arch)
         stage = "build"
-        torch.manual_seed(SEED)
-        model = cls(cfg).float().eval()
-        if arch in PATCHES:
-            fn, note = PATCHES[arch]
-            fn(model)
-            res["note"] = note
-        model = model.to(device)
+        model = _build(arch, cls, cfg, res).to(device)
         ids, mask = _inputs(_vocab_of(cfg))
         ids, mask = ids.to(device), mask.to(device)
         stage = "eager forward"

@@ -248,12 +248,6 @@ def _to_copy_ok(n):
     return _is_tpu_tensor(_val(n)) and n.kwargs.get("layout") in (None, torch.strided)
 
 
-def _lower_to_copy(g, n, vid, vals, outs):
-    dst = g.empty(*_meta(outs[0]))
-    return g.node("aten::copy_", 0, [(K_TENSOR, dst), (K_TENSOR, vid[n.args[0]]), (K_BOOL, 0)],
-                  [_meta(outs[0])], [0])
-
-
 def _embedding_ok(n):
     w, idx = n.args[0], n.args[1]
     iv = _val(idx)
@@ -305,10 +299,9 @@ def _fresh_ok(n):
     return _is_tpu_tensor(_val(n))
 
 
-def _lower_clone(g, n, vid, vals, outs):
-    dst = g.empty(*_meta(outs[0]))
-    return g.node("aten::copy_", 0, [(K_TENSOR, dst), (K_TENSOR, vid[n.args[0]]), (K_BOOL, 0)],
-                  [_meta(outs[0])], [0])
+def _lower_copy(g, n, vid, vals, outs):
+    """clone / lift_fresh_copy / _to_copy: a fresh buffer in the traced layout, then copy_."""
+    return [_copy_into(g, g.empty(*_meta(outs[0])), vid[n.args[0]], _meta(outs[0]))]
 
 
 def _fill(g, outs, value):
@@ -346,12 +339,12 @@ def _lower_empty(g, n, vid, vals, outs):
     return [g.empty(*_meta(outs[0]))]
 
 
-def _sub_view(g, base_id, base_fake, sizes, dim_offsets):
+def _sub_view(g, base_id, base_fake, sizes, dim_offsets, strides=None):
     """A view of value `base_id` (fake tensor `base_fake`) with `sizes`, starting at
-    index dim_offsets[d] in each dim (base strides kept)."""
+    index dim_offsets[d] in each dim, with `strides` (default: the base's)."""
     st = list(base_fake.stride())
     delta = sum(o * st[d] for d, o in enumerate(dim_offsets)) * base_fake.element_size()
-    return g.view(base_id, _DTYPE[base_fake.dtype], list(sizes), st, delta)
+    return g.view(base_id, _DTYPE[base_fake.dtype], list(sizes), list(strides or st), delta)
 
 
 def _copy_into(g, dst, src, meta):
@@ -378,8 +371,7 @@ def _lower_slice_scatter(g, n, vid, vals, outs):
     st[dim] *= step
     offsets = [0] * out.dim()
     offsets[dim] = start
-    delta = start * out.stride()[dim] * out.element_size()
-    view = g.view(dst, _DTYPE[out.dtype], list(sv.shape), st, delta)
+    view = _sub_view(g, dst, out, sv.shape, offsets, st)
     _copy_into(g, view, vid[src], (_DTYPE[out.dtype], list(sv.shape), st))
     return [dst]
 
@@ -437,13 +429,13 @@ _LOWERINGS = {
     "aten::full_like": (_scalars_ok(1), lambda g, n, vid, vals, outs: _fill(g, outs, vals[1])),
     "aten::slice_scatter": (_slice_scatter_ok, _lower_slice_scatter),
     "aten::constant_pad_nd": (_pad_ok, _lower_pad),
-    "aten::clone": (_fresh_ok, _lower_clone),
-    "aten::lift_fresh_copy": (_fresh_ok, _lower_clone),
+    "aten::clone": (_fresh_ok, _lower_copy),
+    "aten::lift_fresh_copy": (_fresh_ok, _lower_copy),
     "aten::scalar_tensor": (_scalars_ok(0), lambda g, n, vid, vals, outs: _fill(g, outs, vals[0])),
     "aten::full": (_scalars_ok(1), lambda g, n, vid, vals, outs: _fill(g, outs, vals[1])),
     "aten::arange.start_step": (_scalars_ok(0, 1, 2), _lower_arange),
     "aten::arange": (_scalars_ok(0), _lower_arange),
-    "aten::_to_copy": (_to_copy_ok, _lower_to_copy),
+    "aten::_to_copy": (_to_copy_ok, _lower_copy),
     "aten::embedding": (_embedding_ok, _lower_embedding),
     "aten::_scaled_dot_product_fused_attention_overrideable": (_sdpa_ok, _lower_sdpa),
     "aten::_scaled_dot_product_fused_attention_overrideable_backward": (_sdpa_bwd_ok, _lower_sdpa_bwd),
