@@ -7,6 +7,14 @@ os.environ.setdefault("TORCH_TPU_HOST_DEVICES", "2")
 os.environ.setdefault("TORCH_TPU_HOST_MEMORY", "2G")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+# generated graph code goes to a cache of this session's own, removed at exit
+if "TORCH_TPU_CACHE_DIR" not in os.environ:
+    import atexit
+    import shutil
+    import tempfile
+
+    os.environ["TORCH_TPU_CACHE_DIR"] = tempfile.mkdtemp(prefix="torch_tpu_test_cache_")
+    atexit.register(shutil.rmtree, os.environ["TORCH_TPU_CACHE_DIR"], True)
 
 import pytest  # noqa: E402
 import torch  # noqa: E402

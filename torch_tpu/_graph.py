@@ -33,7 +33,12 @@ REDUCTION = 2
 
 _STATS = {"compiles": 0, "hits": 0, "compile_seconds": 0.0, "segments": 0, "c_nodes": 0,
           "eager_nodes": 0, "fused_groups": 0, "fused_nodes": 0, "arena_bytes": 0, "reinplaced": 0,
-          "gqa_rewrites": 0}
+          "gqa_rewrites": 0, "codegen_groups": 0, "codegen_functions": 0, "codegen_cache_hits": 0,
+          "codegen_compiles": 0, "codegen_compile_seconds": 0.0, "codegen_unavailable": 0}
+# per-segment figures summed into _STATS
+_SEGMENT_STATS = ("segments", "c_nodes", "eager_nodes", "fused_groups", "fused_nodes", "arena_bytes",
+                  "codegen_groups", "codegen_functions", "codegen_cache_hits", "codegen_compiles",
+                  "codegen_compile_seconds", "codegen_unavailable")
 _LIVE = weakref.WeakSet()
 _EAGER_OPS = {}  # op name -> count of nodes left to eager execution
 
@@ -630,7 +635,7 @@ def lower(gm: torch.fx.GraphModule, example_inputs):
     dt = time.perf_counter() - t0
     _STATS["compiles"] += 1
     _STATS["compile_seconds"] += dt
-    for k in ("segments", "c_nodes", "eager_nodes", "fused_groups", "fused_nodes", "arena_bytes"):
+    for k in _SEGMENT_STATS:
         _STATS[k] += stats[k]
     _LIVE.add(runner)
     return runner
@@ -685,7 +690,7 @@ def _lower_once(gm, nodes, native, forced_eager):
         if isinstance(s, _Segment):
             for n in s.nodes:
                 seg_of[n] = s
-    stats = {"segments": 0, "c_nodes": 0, "eager_nodes": 0, "fused_groups": 0, "fused_nodes": 0, "arena_bytes": 0}
+    stats = dict.fromkeys(_SEGMENT_STATS, 0)
     for s in steps:
         if not isinstance(s, _Segment):
             stats["eager_nodes"] += 1
@@ -700,9 +705,11 @@ def _lower_once(gm, nodes, native, forced_eager):
         st = _build_segment(s, device, outside)
         stats["segments"] += 1
         stats["c_nodes"] += st["nodes"]
-        stats["fused_groups"] += st["fused_groups"]
-        stats["fused_nodes"] += st["fused_nodes"]
-        stats["arena_bytes"] += st["arena_bytes"]
+        for k in ("fused_groups", "fused_nodes", "arena_bytes", "codegen_groups", "codegen_functions",
+                  "codegen_cache_hits", "codegen_compile_seconds", "codegen_unavailable"):
+            stats[k] += st[k]
+        # a segment with generated code either found it on disk or compiled it
+        stats["codegen_compiles"] += 1 if st["codegen_functions"] and not st["codegen_cache_hits"] else 0
     return _make_runner(gm, nodes, steps), stats
 
 

@@ -11,6 +11,8 @@
 #include "tpu/hal.h"
 #include "tpu/runtime.h"
 
+#include "codegen.h"
+
 /* Elements per fused tile: a handful of float32 tiles of this size stay in
  * the L2 cache while a chain runs over them. */
 #define TILE_ELEMS 32768
@@ -74,6 +76,13 @@ typedef struct group_t {
   int64_t rows_per_tile;
   int64_t ntiles;
   int64_t scratch_bytes;
+  /* generated code (codegen.h): function id, -1 interpreted */
+  int32_t cg;
+  tpu_cg_fn_t fn;
+  int64_t total;
+  int32_t next; /* external operands: node and tensor slot holding the pointer */
+  int32_t ext_node[TPU_CG_MAX_EXT];
+  int32_t ext_slot[TPU_CG_MAX_EXT];
 } group_t;
 
 typedef struct step_t {
@@ -108,6 +117,8 @@ struct tpu_graph_t {
   int32_t* slot_busy;
   tpu_graph_stats_t stats;
   int32_t profiling; /* atomic */
+  int32_t cg_mode;   /* tpu_cg_mode_t */
+  tpu_cg_module_t* cg_module;
 };
 
 /* ---- small helpers ---------------------------------------------------------- */
@@ -218,6 +229,7 @@ static void graph_destroy(tpu_object_t* object) {
   free(g->groups);
   free(g->steps);
   free(g->slot_busy);
+  tpu_cg_unload(g->cg_module);
   free(g);
 }
 
@@ -233,11 +245,16 @@ tpu_status_t tpu_graph_create(int32_t device_index, tpu_graph_t** out_graph) {
   tpu_object_init(&g->object, &kGraphVtable);
   g->device_index = device_index;
   g->device = device;
+  g->cg_mode = (int32_t)tpu_cg_mode_from_env();
   *out_graph = g;
   return TPU_OK;
 }
 
 void tpu_graph_release(tpu_graph_t* graph) { tpu_object_release(graph ? &graph->object : NULL); }
+
+void tpu_graph_set_codegen(tpu_graph_t* g, int32_t mode) {
+  if (g) g->cg_mode = mode;
+}
 
 /* ---- building ---------------------------------------------------------------- */
 
@@ -557,6 +574,7 @@ static tpu_status_t form_groups(tpu_graph_t* g) {
       memset(open, 0, sizeof(*open));
       open->first = i;
       open->count = 1;
+      open->cg = -1;
       const tpu_tensor_t* it = iter_shape(g, n);
       open->ndim = it->ndim;
       memcpy(open->sizes, it->sizes, sizeof(open->sizes));
@@ -666,6 +684,145 @@ static void plan_groups(tpu_graph_t* g) {
   }
 }
 
+/* ---- compile: code generation ------------------------------------------------ */
+
+/* Elements per parallel chunk of a generated group. */
+#define CG_GRAIN 16384
+
+static int32_t ext_of(tpu_graph_t* g, group_t* gr, tpu_cg_ext_t* ext, int32_t* ext_vid, int32_t vid, int32_t node,
+                      int32_t slot) {
+  for (int32_t e = 0; e < gr->next; ++e) {
+    if (ext_vid[e] == vid) return e;
+  }
+  if (gr->next == TPU_CG_MAX_EXT) return -1;
+  int32_t e = gr->next++;
+  const tpu_tensor_t* m = &g->vals[vid].meta;
+  ext[e].dtype = m->dtype;
+  for (int32_t d = 0; d < gr->ndim; ++d) {
+    int32_t ad = d - (gr->ndim - m->ndim); /* broadcasting aligns trailing dims */
+    bool spans = ad >= 0 && m->sizes[ad] != 1 && gr->sizes[d] != 1;
+    ext[e].strides[d] = spans ? m->strides[ad] : 0;
+  }
+  ext_vid[e] = vid;
+  gr->ext_node[e] = node;
+  gr->ext_slot[e] = slot;
+  return e;
+}
+
+/* Describes group gi for codegen.c; false when it is not one loop over the
+ * group's shape (a reduction, or a member iterating a smaller shape). */
+static bool describe(tpu_graph_t* g, int32_t gi, tpu_cg_ext_t* ext, tpu_cg_node_t* cn, int32_t* refs) {
+  group_t* gr = &g->groups[gi];
+  int32_t ext_vid[TPU_CG_MAX_EXT];
+  gr->next = 0;
+  gr->total = 1;
+  for (int32_t d = 0; d < gr->ndim; ++d) gr->total *= gr->sizes[d];
+  for (int32_t i = 0; i < gr->count; ++i) {
+    int32_t m = gr->first + i;
+    const node_t* n = &g->nodes[m];
+    const val_t* ov = &g->vals[n->out_vid[0]];
+    if (n->flags & TPU_GRAPH_NODE_REDUCTION) return false;
+    if (ov->meta.ndim != gr->ndim || memcmp(ov->meta.sizes, gr->sizes, sizeof(int64_t) * (size_t)gr->ndim) != 0) {
+      return false;
+    }
+    int32_t* r = refs + (size_t)i * GROUP_MAX_ARGS;
+    for (int32_t a = 0; a < n->nargs; ++a) {
+      r[a] = 0;
+      if (n->vals[a].kind != TPU_K_TENSOR) continue;
+      int32_t slot = (int32_t)(n->vals[a].v.tensor - n->tens);
+      int32_t vid = n->tens_vid[slot];
+      int32_t p = g->vals[vid].producer;
+      if (p >= gr->first && p < m && g->nodes[p].out_vid[0] == vid) {
+        r[a] = -1 - (p - gr->first);
+      } else {
+        r[a] = ext_of(g, gr, ext, ext_vid, vid, m, slot);
+        if (r[a] < 0) return false;
+      }
+    }
+    int32_t store = -1;
+    if (!ov->scratch) {
+      store = ext_of(g, gr, ext, ext_vid, n->out_vid[0], m, n->nargtens);
+      if (store < 0) return false;
+    }
+    cn[i] = (tpu_cg_node_t){n->entry->name, n->nargs, n->vals, r, ov->meta.dtype, store};
+  }
+  return true;
+}
+
+/* Generates, compiles (or finds cached) and binds code for every group it
+ * covers; the others stay on the tile interpreter. */
+static tpu_status_t generate(tpu_graph_t* g) {
+  if (g->cg_mode == TPU_CG_OFF || g->ngroups == 0) return TPU_OK;
+  tpu_status_t st = TPU_OK;
+  tpu_cg_text_t src = {0};
+  tpu_cg_text_t* uniq = calloc((size_t)g->ngroups, sizeof(tpu_cg_text_t));
+  tpu_cg_ext_t* ext = malloc(sizeof(tpu_cg_ext_t) * TPU_CG_MAX_EXT);
+  int32_t maxc = 0;
+  for (int32_t gi = 0; gi < g->ngroups; ++gi) {
+    if (g->groups[gi].count > maxc) maxc = g->groups[gi].count;
+  }
+  tpu_cg_node_t* cn = malloc(sizeof(tpu_cg_node_t) * (size_t)(maxc ? maxc : 1));
+  int32_t* refs = malloc(sizeof(int32_t) * GROUP_MAX_ARGS * (size_t)(maxc ? maxc : 1));
+  int32_t nuniq = 0;
+  if (!uniq || !ext || !cn || !refs) {
+    st = TPU_ERROR(TPU_STATUS_OUT_OF_MEMORY, "graph: out of host memory");
+    goto done;
+  }
+  tpu_cg_prelude(&src);
+  for (int32_t gi = 0; gi < g->ngroups; ++gi) {
+    group_t* gr = &g->groups[gi];
+    if (gr->count < 2 || !describe(g, gi, ext, cn, refs)) continue;
+    tpu_cg_group_t desc = {gr->ndim, gr->sizes, gr->next, ext, gr->count, cn};
+    tpu_cg_text_t one = {0};
+    const char* why = NULL;
+    if (!tpu_cg_emit_group(&one, 0, &desc, &why)) continue;
+    /* identical groups (every layer of a model) share one function */
+    int32_t u = 0;
+    while (u < nuniq && !(uniq[u].len == one.len && memcmp(uniq[u].s, one.s, one.len) == 0)) ++u;
+    if (u == nuniq) {
+      uniq[nuniq++] = one;
+      if (!tpu_cg_emit_group(&src, u, &desc, &why)) u = -1; /* cannot happen: same input */
+    } else {
+      tpu_cg_text_free(&one);
+    }
+    gr->cg = u;
+  }
+  if (nuniq == 0) goto done;
+  bool hit = false;
+  int64_t ns = 0;
+  st = tpu_cg_load(&src, &g->cg_module, &hit, &ns);
+  if (st != TPU_OK) {
+    g->stats.codegen_unavailable = 1;
+    if (g->cg_mode != TPU_CG_ON) {
+      tpu_status_free(st);
+      st = TPU_OK;
+    }
+    for (int32_t gi = 0; gi < g->ngroups; ++gi) g->groups[gi].cg = -1;
+    goto done;
+  }
+  g->stats.codegen_cache_hits = hit ? 1 : 0;
+  g->stats.codegen_compile_ns = ns;
+  g->stats.codegen_functions = nuniq;
+  for (int32_t gi = 0; gi < g->ngroups; ++gi) {
+    group_t* gr = &g->groups[gi];
+    if (gr->cg < 0) continue;
+    gr->fn = tpu_cg_symbol(g->cg_module, gr->cg);
+    if (!gr->fn) {
+      st = TPU_ERROR(TPU_STATUS_INTERNAL, "graph codegen: function tpu_cg_%d missing from its module", gr->cg);
+      goto done;
+    }
+    g->stats.codegen_groups++;
+  }
+done:
+  for (int32_t u = 0; u < nuniq; ++u) tpu_cg_text_free(&uniq[u]);
+  free(uniq);
+  free(ext);
+  free(cn);
+  free(refs);
+  tpu_cg_text_free(&src);
+  return st;
+}
+
 /* ---- compile: memory planning ------------------------------------------------ */
 
 typedef struct placed_t {
@@ -747,6 +904,13 @@ tpu_status_t tpu_graph_compile(tpu_graph_t* g) {
   TPU_RETURN_IF_ERROR(form_groups(g));
   plan_groups(g);
   TPU_RETURN_IF_ERROR(plan_memory(g));
+  TPU_RETURN_IF_ERROR(generate(g));
+  /* tile scratch: only groups left to the interpreter use it */
+  g->slot_bytes = 0;
+  for (int32_t gi = 0; gi < g->ngroups; ++gi) {
+    const group_t* gr = &g->groups[gi];
+    if (gr->count >= 2 && !gr->fn && gr->scratch_bytes > g->slot_bytes) g->slot_bytes = gr->scratch_bytes;
+  }
   const tpu_hal_device_vtable_t* vt = tpu_hal_device_vt(g->device);
   if (g->arena_bytes > 0) TPU_RETURN_IF_ERROR(vt->allocate(g->device, (size_t)g->arena_bytes, &g->arena));
   if (g->slot_bytes > 0) {
@@ -920,12 +1084,29 @@ static int64_t now_ns(void) {
   return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
+typedef struct cg_ctx_t {
+  tpu_cg_fn_t fn;
+  char* const* ptrs;
+} cg_ctx_t;
+
+static void cg_range(void* ctx, int64_t begin, int64_t end) {
+  const cg_ctx_t* c = ctx;
+  c->fn(c->ptrs, begin, end);
+}
+
 static tpu_status_t run_step(tpu_graph_t* g, const step_t* st, tpu_threadpool_t* pool) {
   if (st->node >= 0) {
     node_t* n = &g->nodes[st->node];
     return run_node(n, pool, n->vals, n->tens);
   }
   const group_t* gr = &g->groups[st->group];
+  if (gr->fn) {
+    char* ptrs[TPU_CG_MAX_EXT];
+    for (int32_t e = 0; e < gr->next; ++e) ptrs[e] = g->nodes[gr->ext_node[e]].tens[gr->ext_slot[e]].data;
+    cg_ctx_t c = {gr->fn, ptrs};
+    tpu_parallel_for(pool, gr->total, CG_GRAIN, cg_range, &c);
+    return TPU_OK;
+  }
   tpu_status_t first_error = TPU_OK;
   tile_ctx_t c = {g, gr, &first_error};
   if (gr->ntiles > 1) {

@@ -1,7 +1,9 @@
 /* Tests of the graph compiler (tpu/graph.h): building, fusion of pointwise
  * chains into tiles, liveness planning, one-submission runs, outputs that
  * are views, and errors that leave the graph usable. */
+#define _POSIX_C_SOURCE 200809L
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -9,6 +11,10 @@
 #include "tpu/graph.h"
 #include "tpu/hal.h"
 #include "tpu/runtime.h"
+
+/* Code generation mode of the graphs the fusion tests build (codegen.h:
+ * 0 tile interpreter, 2 generated C). */
+static int32_t g_codegen;
 
 static tpu_hal_device_t* dev0(void) {
   tpu_hal_device_t* d = NULL;
@@ -56,6 +62,7 @@ static void test_fused_chain(int64_t R, int64_t C) {
 
   tpu_graph_t* g = NULL;
   CHECK_OK(tpu_graph_create(0, &g));
+  tpu_graph_set_codegen(g, g_codegen);
   tpu_tensor_t m_rc = T_(NULL, TPU_DTYPE_F32, 2, rc, NULL), m_c = T_(NULL, TPU_DTYPE_F32, 1, c1, NULL);
   tpu_tensor_t m_ck = T_(NULL, TPU_DTYPE_F32, 2, ck, NULL), m_rk = T_(NULL, TPU_DTYPE_F32, 2, rk, NULL);
   tpu_tensor_t m_r = T_(NULL, TPU_DTYPE_F32, 1, r1, NULL);
@@ -100,6 +107,9 @@ static void test_fused_chain(int64_t R, int64_t C) {
          (long long)st.fused_nodes);
   CHECKF(st.scratch_values == 4, "scratch %lld", (long long)st.scratch_values); /* t1 t2 t3 hr */
   CHECKF(st.steps == 4, "steps %lld", (long long)st.steps);
+  /* both groups are pointwise over their whole shape: both generated */
+  CHECKF(st.codegen_groups == (g_codegen ? 2 : 0), "codegen groups %lld", (long long)st.codegen_groups);
+  CHECK(st.codegen_unavailable == 0);
   CHECK(tpu_graph_num_inputs(g) == 3);
   CHECK(tpu_graph_num_output_buffers(g) == 3);
 
@@ -161,6 +171,7 @@ static void test_fused_reduction(int64_t R, int64_t C) {
   for (int64_t i = 0; i < C; ++i) w[i] = (float)tku_urand(&seed);
   tpu_graph_t* g = NULL;
   CHECK_OK(tpu_graph_create(0, &g));
+  tpu_graph_set_codegen(g, g_codegen);
   tpu_tensor_t m_rc = T_(NULL, TPU_DTYPE_F32, 2, rc, NULL), m_r1 = T_(NULL, TPU_DTYPE_F32, 2, r1, NULL);
   tpu_tensor_t m_c = T_(NULL, TPU_DTYPE_F32, 1, c1, NULL);
   int32_t vx, vw;
@@ -277,13 +288,22 @@ static void test_errors(void) {
 
 int main(void) {
   CHECK_OK(tpu_runtime_initialize());
-  test_fused_chain(3, 5);      /* one tile */
-  test_fused_chain(300, 257);  /* many tiles over two threads */
-  test_fused_chain(1, 20000);  /* tiled along the inner dim */
-  test_fused_reduction(1, 576);    /* decode: one tile */
-  test_fused_reduction(513, 576);  /* prefill: rows over tiles and threads */
+  /* generated code goes to a fresh cache directory */
+  char cache[] = "/tmp/tpu_test_graph_XXXXXX";
+  CHECK(mkdtemp(cache) != NULL);
+  setenv("TORCH_TPU_CACHE_DIR", cache, 1);
+  for (g_codegen = 0; g_codegen <= 2; g_codegen += 2) {
+    test_fused_chain(3, 5);      /* one tile */
+    test_fused_chain(300, 257);  /* many tiles over two threads */
+    test_fused_chain(1, 20000);  /* tiled along the inner dim */
+    test_fused_reduction(1, 576);    /* decode: one tile */
+    test_fused_reduction(513, 576);  /* prefill: rows over tiles and threads */
+  }
   test_planning();
   test_errors();
   tpu_runtime_shutdown();
+  char rm[64];
+  snprintf(rm, sizeof(rm), "rm -rf %s", cache);
+  CHECK(system(rm) == 0);
   return TEST_REPORT();
 }

@@ -23,6 +23,12 @@
  * TPU_GRAPH_NODE_REDUCTION) over one iteration shape, tiled along the first
  * dim no member reduces.
  *
+ * Code generation: a fused group of pointwise nodes that all iterate the
+ * group's shape, over float32/bfloat16/float16 values, becomes one generated
+ * C loop (runtime/graph/codegen.c), compiled by the system C compiler and
+ * cached on disk (TORCH_TPU_CACHE_DIR); other groups, and every group when
+ * TORCH_TPU_CODEGEN=0 or no compiler works, run on the tile interpreter.
+ *
  * Running (tpu_graph_run) queues one work item on the device; kernel errors
  * surface at the next synchronisation, named by op, like eager kernels.
  * Runs of one graph execute in submission order (one in-order queue per
@@ -75,6 +81,11 @@ typedef struct tpu_graph_stats_t {
   int64_t steps;          /* kernel launches per run (a fused group is one) */
   int64_t arena_bytes;    /* planned arena */
   int64_t unplanned_bytes;/* sum of INTERNAL buffer sizes before planning */
+  int64_t codegen_groups;    /* fused groups run by generated C code */
+  int64_t codegen_functions; /* distinct generated functions (identical groups share one) */
+  int64_t codegen_cache_hits;/* 1 when the compiled code came from the disk cache */
+  int64_t codegen_compile_ns;/* time spent in the C compiler (0 on a cache hit) */
+  int64_t codegen_unavailable;/* 1 when code generation was wanted but no compiler worked */
 } tpu_graph_stats_t;
 
 /* New empty graph for device `device_index` (must exist). */
@@ -82,6 +93,11 @@ tpu_status_t tpu_graph_create(int32_t device_index, tpu_graph_t** out_graph);
 /* Drops the caller's reference; queued runs keep the graph (and its arena)
  * alive until they have executed. NULL-safe. */
 void tpu_graph_release(tpu_graph_t* graph);
+
+/* Code generation for this graph's fused groups (tpu_cg_mode_t in
+ * runtime/graph/codegen.h: 0 off, 1 auto, 2 required); default from
+ * TORCH_TPU_CODEGEN. Call before tpu_graph_compile. */
+void tpu_graph_set_codegen(tpu_graph_t* graph, int32_t mode);
 
 /* Adds input number `tpu_graph_num_inputs()` (before the call). `meta`
  * gives dtype, ndim, sizes, strides (data ignored); at run time the input

@@ -238,6 +238,11 @@ class Graph {
     d["steps"] = s.steps;
     d["arena_bytes"] = s.arena_bytes;
     d["unplanned_bytes"] = s.unplanned_bytes;
+    d["codegen_groups"] = s.codegen_groups;
+    d["codegen_functions"] = s.codegen_functions;
+    d["codegen_cache_hits"] = s.codegen_cache_hits;
+    d["codegen_compile_seconds"] = static_cast<double>(s.codegen_compile_ns) * 1e-9;
+    d["codegen_unavailable"] = s.codegen_unavailable;
     d["inputs"] = tpu_graph_num_inputs(g_);
     d["output_buffers"] = tpu_graph_num_output_buffers(g_);
     d["input_restrides"] = restrides_;
