@@ -147,3 +147,49 @@ def test_missing_compiler(tmp_path):
                        env={**os.environ, **env, "TORCH_TPU_CODEGEN": "1"})
     assert r.returncode != 0
     assert "no working C compiler" in r.stderr and "no-such-cc" in r.stderr and "TORCH_TPU_CODEGEN=0" in r.stderr
+
+
+def _rms_residual(h, r, w):
+    h = h + r
+    var = h.float().pow(2).mean(-1, keepdim=True)
+    return h, w * (h.float() * torch.rsqrt(var + 1e-6)).to(h.dtype)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("rows", [1, 37])
+def test_rmsnorm_with_residual_is_generated(dtype, rows, no_fallback):
+    """Llama's residual add + RMSNorm: the mean over the last dim and the
+    pointwise nodes around it are one generated function (a pass for the
+    mean, a pass for the outputs), both outputs stored."""
+    g = torch.Generator().manual_seed(5)
+    h, r = (torch.randn(2, rows, 320, generator=g).to(dtype) for _ in range(2))
+    w = torch.randn(320, generator=g).to(dtype)
+    (hs, y), d = _compiled(_rms_residual, h.to("tpu"), r.to("tpu"), w.to("tpu"))
+    assert d["codegen_groups"] >= 1 and d["codegen_groups"] == d["fused_groups"], d
+    he, ye = _rms_residual(h, r, w)
+    torch.testing.assert_close(hs.cpu(), he)
+    torch.testing.assert_close(y.cpu(), ye)
+
+
+def test_reductions_over_trailing_dims_and_others(no_fallback):
+    """sum and mean over the last two dims (stored row results broadcast back);
+    a reduction over a leading dim is left to the tile interpreter."""
+    def f(x, b):
+        s = (x * b).sum((-2, -1), keepdim=True)
+        m = (x - s).mean((-2, -1), keepdim=True)
+        return s, torch.tanh(x - m) * 0.5
+
+    def lead(x):
+        return torch.tanh(x).sum(0, keepdim=True) * 2 + 1
+
+    g = torch.Generator().manual_seed(6)
+    x = torch.randn(5, 6, 7, generator=g)
+    b = torch.randn(7, generator=g)
+    (s, y), d = _compiled(f, x.to("tpu"), b.to("tpu"))
+    assert d["codegen_groups"] == d["fused_groups"] >= 1, d
+    se, ye = f(x, b)
+    torch.testing.assert_close(s.cpu(), se)
+    torch.testing.assert_close(y.cpu(), ye)
+    out, d = _compiled(lead, x.to("tpu"))
+    assert d["fused_groups"] == 1 and d["codegen_groups"] == 0, d
+    torch.testing.assert_close(out.cpu(), lead(x))

@@ -305,7 +305,12 @@ def _fresh_ok(n):
 
 
 def _lower_copy(g, n, vid, vals, outs):
-    """clone / lift_fresh_copy / _to_copy: a fresh buffer in the traced layout, then copy_."""
+    """clone / lift_fresh_copy / _to_copy: a fresh buffer in the traced layout, then copy_;
+    to a contiguous result of the same shape, a pointwise tpu::convert that fuses with
+    its neighbours (the .float() / .to(dtype) around a bf16 RMSNorm)."""
+    src, out = _val(n.args[0]), outs[0]
+    if src.shape == out.shape and out.is_contiguous() and src.dtype in _DTYPE and out.dtype in _DTYPE:
+        return g.node("tpu::convert", POINTWISE, [(K_TENSOR, vid[n.args[0]])], [_meta(out)], [-1])
     return [_copy_into(g, g.empty(*_meta(outs[0])), vid[n.args[0]], _meta(outs[0]))]
 
 

@@ -28,6 +28,8 @@ extern char** environ;
  * non-temporal stores: they would not fit the caches anyway, and streaming
  * skips reading each destination line before writing it. */
 #define CG_STREAM_BYTES (4 << 20)
+/* Elements per thread's share below which a group runs on one thread. */
+#define CG_GRAIN_ELEMS 16384
 /* The compiler's flags. No -ffast-math: IEEE results (NaN, inf, signed
  * zeros) as in the table kernels; -ffp-contract=off keeps a*b+c two
  * roundings, like the kernels; -fopenmp-simd lets `#pragma omp simd` loops
@@ -198,6 +200,7 @@ static const struct {
   const char* op;
   const char* fmt;
 } UNARY[] = {
+    {"tpu::convert", "%s"}, /* the store converts */
     {"aten::neg", "(-%s)"},
     {"aten::abs", "__builtin_fabsf(%s)"},
     {"aten::exp", "expf(%s)"},
@@ -340,8 +343,8 @@ static bool emit_node(tpu_cg_text_t* t, const tpu_cg_node_t* n, int32_t m) {
   return false;
 }
 
-/* The iteration space with size-1 dims dropped and dims merged wherever
- * every operand steps through them as one. */
+/* Part of the iteration space with size-1 dims dropped and dims merged
+ * wherever every operand steps through them as one. */
 typedef struct space_t {
   int32_t ndim;
   int64_t sizes[TPU_MAX_DIMS];
@@ -349,10 +352,10 @@ typedef struct space_t {
   int64_t total;
 } space_t;
 
-static void collapse(const tpu_cg_group_t* g, space_t* s) {
+static void collapse(const tpu_cg_group_t* g, int32_t from, int32_t to, space_t* s) {
   s->ndim = 0;
   s->total = 1;
-  for (int32_t d = 0; d < g->ndim; ++d) {
+  for (int32_t d = from; d < to; ++d) {
     s->total *= g->sizes[d];
     if (g->sizes[d] == 1) continue;
     int32_t k = s->ndim;
@@ -369,25 +372,26 @@ static void collapse(const tpu_cg_group_t* g, space_t* s) {
     for (int32_t e = 0; e < g->next; ++e) s->strides[e][k] = g->ext[e].strides[d];
     s->ndim++;
   }
-  if (s->ndim == 0) {
-    s->ndim = 1;
-    s->sizes[0] = 1;
-    for (int32_t e = 0; e < g->next; ++e) s->strides[e][0] = 0;
-  }
+}
+
+static bool is_reduction(const char* op) {
+  return strcmp(op, "aten::sum.dim_IntList") == 0 || strcmp(op, "aten::mean.dim") == 0;
 }
 
 static const char* check_group(const tpu_cg_group_t* g) {
   if (g->next > TPU_CG_MAX_EXT) return "too many operands";
-  if (g->ndim > TPU_MAX_DIMS) return "too many dims";
+  if (g->ndim > TPU_MAX_DIMS || g->reduce_from < 0 || g->reduce_from > g->ndim) return "dims";
   for (int32_t e = 0; e < g->next; ++e) {
     if (!ctype(g->ext[e].dtype)) return "operand dtype";
   }
   for (int32_t m = 0; m < g->nnodes; ++m) {
     const tpu_cg_node_t* n = &g->nodes[m];
     if (!is_float(n->dtype)) return "result dtype";
+    if (is_reduction(n->op) && !n->row) return "reduction shape";
     if (n->store >= 0) {
       if (n->store >= g->next || g->ext[n->store].dtype != n->dtype) return "stored dtype";
-      for (int32_t d = 0; d < g->ndim; ++d) {
+      int32_t spanned = n->row ? g->reduce_from : g->ndim;
+      for (int32_t d = 0; d < spanned; ++d) {
         if (g->sizes[d] > 1 && g->ext[n->store].strides[d] == 0) return "broadcast store";
       }
     }
@@ -395,125 +399,270 @@ static const char* check_group(const tpu_cg_group_t* g) {
       if (n->args[i].kind != TPU_K_TENSOR) continue;
       int32_t r = n->tensor_ref[i];
       if (r >= g->next || (r < 0 && -1 - r >= m)) return "operand reference";
+      /* a row node reads only row values */
+      if (n->row && !is_reduction(n->op) && r < 0 && !g->nodes[-1 - r].row) return "row operand";
     }
   }
   return NULL;
 }
 
-bool tpu_cg_emit_group(tpu_cg_text_t* out, int32_t id, const tpu_cg_group_t* g, const char** why) {
+typedef struct emit_t {
+  tpu_cg_text_t t;
+  const tpu_cg_group_t* g;
+  bool read[TPU_CG_MAX_EXT], stored[TPU_CG_MAX_EXT], stream[TPU_CG_MAX_EXT];
+  /* in a row pass: each operand's element expression */
+  char idx[TPU_CG_MAX_EXT][TPU_MAX_DIMS * 32 + 64];
+} emit_t;
+
+/* "const float x<e> = <element idx of operand e>;" */
+static void emit_load(emit_t* em, int32_t e, const char* idx) {
+  switch (em->g->ext[e].dtype) {
+    case TPU_DTYPE_BF16:
+      put(&em->t, "      const float x%d = cg_bf16(e%d[%s]);\n", e, e, idx);
+      break;
+    case TPU_DTYPE_BOOL:
+      put(&em->t, "      const float x%d = e%d[%s] != 0 ? 1.0f : 0.0f;\n", e, e, idx);
+      break;
+    default:
+      put(&em->t, "      const float x%d = (float)e%d[%s];\n", e, e, idx);
+  }
+}
+
+static void emit_store(emit_t* em, int32_t m, const char* idx) {
+  const tpu_cg_node_t* n = &em->g->nodes[m];
+  int32_t e = n->store;
+  if (n->dtype == TPU_DTYPE_BF16) put(&em->t, "      e%d[%s] = cg_to_bf16(v%d);\n", e, idx, m);
+  else put(&em->t, "      e%d[%s] = (%s)v%d;\n", e, idx, ctype(n->dtype), m);
+}
+
+/* The node's value, rounded to its dtype as the kernels round each result. */
+static bool emit_value(emit_t* em, int32_t m, const char** why) {
+  const tpu_cg_node_t* n = &em->g->nodes[m];
+  if (!emit_node(&em->t, n, m)) {
+    *why = n->op;
+    return false;
+  }
+  if (n->dtype == TPU_DTYPE_BF16) put(&em->t, "      v%d = cg_rbf16(v%d);\n", m, m);
+  if (n->dtype == TPU_DTYPE_F16) put(&em->t, "      v%d = (float)(_Float16)v%d;\n", m, m);
+  return true;
+}
+
+static void emit_decls(emit_t* em) {
+  const tpu_cg_group_t* g = em->g;
+  for (int32_t e = 0; e < g->next; ++e) {
+    const char* c = em->stored[e] ? "" : "const ";
+    put(&em->t, "  %s%s* restrict e%d = (%s%s*)p[%d];\n", c, ctype(g->ext[e].dtype), e, c, ctype(g->ext[e].dtype), e);
+    if (em->stream[e]) put(&em->t, "  float b%d[CG_CHUNK] __attribute__((aligned(64)));\n", e);
+  }
+}
+
+/* Offsets f<e> of every operand at outer index `var`, over the dims of `s`
+ * but its last `skip`. */
+static void emit_offsets(emit_t* em, const space_t* s, int32_t nd, const char* var) {
+  put(&em->t, "    int64_t r = %s;\n", var);
+  for (int32_t d = nd - 1; d >= 0; --d) {
+    if (d > 0) put(&em->t, "    const int64_t c%d = r %% %" PRId64 ";\n    r /= %" PRId64 ";\n", d, s->sizes[d], s->sizes[d]);
+    else put(&em->t, "    const int64_t c0 = r;\n");
+  }
+  put(&em->t, "    (void)r;\n");
+  for (int32_t e = 0; e < em->g->next; ++e) {
+    put(&em->t, "    const int64_t f%d = 0", e);
+    for (int32_t d = 0; d < nd; ++d) {
+      if (s->strides[e][d]) put(&em->t, " + c%d * %" PRId64, d, s->strides[e][d]);
+    }
+    put(&em->t, ";\n");
+  }
+}
+
+static void index_of(char* idx, size_t n, int32_t e, int64_t inner_stride, const char* q) {
+  if (inner_stride == 0) snprintf(idx, n, "f%d", e);
+  else snprintf(idx, n, "f%d + %s * %" PRId64, e, q, inner_stride);
+}
+
+/* Pointwise group: elements [begin, end) of the flattened shape, in rows of
+ * the last collapsed dim and chunks of CG_CHUNK. */
+static bool emit_flat(emit_t* em, int32_t id, int64_t* units, const char** why) {
+  const tpu_cg_group_t* g = em->g;
+  space_t s;
+  collapse(g, 0, g->ndim, &s);
+  if (s.ndim == 0) {
+    s.ndim = 1;
+    s.sizes[0] = 1;
+    for (int32_t e = 0; e < g->next; ++e) s.strides[e][0] = 0;
+  }
+  int32_t nd = s.ndim;
+  int64_t inner = s.sizes[nd - 1], bytes = 0;
+  for (int32_t e = 0; e < g->next; ++e) bytes += s.total * (int64_t)tpu_dtype_size((tpu_dtype_t)g->ext[e].dtype);
+  for (int32_t e = 0; e < g->next; ++e) {
+    em->stream[e] = em->stored[e] && g->ext[e].dtype == TPU_DTYPE_F32 && s.strides[e][nd - 1] == 1 &&
+                    bytes >= CG_STREAM_BYTES;
+  }
+  *units = s.total;
+  put(&em->t, "void tpu_cg_%d(char* const* restrict p, int64_t begin, int64_t end) {\n", id);
+  emit_decls(em);
+  put(&em->t, "  int64_t i = begin;\n  while (i < end) {\n");
+  put(&em->t, "    const int64_t o = i / %" PRId64 ";\n    int64_t j = i - o * %" PRId64 ";\n", inner, inner);
+  put(&em->t, "    const int64_t jend = end - o * %" PRId64 " < %" PRId64 " ? end - o * %" PRId64 " : %" PRId64 ";\n",
+      inner, inner, inner, inner);
+  emit_offsets(em, &s, nd - 1, "o");
+  put(&em->t, "    while (j < jend) {\n      const int64_t n = jend - j < CG_CHUNK ? jend - j : CG_CHUNK;\n");
+  put(&em->t, "#pragma omp simd\n      for (int64_t q = 0; q < n; ++q) {\n");
+  char idx[96];
+  for (int32_t e = 0; e < g->next; ++e) {
+    index_of(idx, sizeof(idx), e, s.strides[e][nd - 1], "(j + q)");
+    if (em->read[e]) emit_load(em, e, idx);
+  }
+  for (int32_t m = 0; m < g->nnodes; ++m) {
+    if (!emit_value(em, m, why)) return false;
+    int32_t e = g->nodes[m].store;
+    if (e < 0) continue;
+    if (em->stream[e]) {
+      put(&em->t, "      b%d[q] = v%d;\n", e, m);
+    } else {
+      index_of(idx, sizeof(idx), e, s.strides[e][nd - 1], "(j + q)");
+      emit_store(em, m, idx);
+    }
+  }
+  put(&em->t, "      }\n");
+  bool any_stream = false;
+  for (int32_t e = 0; e < g->next; ++e) {
+    if (!em->stream[e]) continue;
+    put(&em->t, "      cg_stream(e%d + f%d + j, b%d, n);\n", e, e, e);
+    any_stream = true;
+  }
+  put(&em->t, "      j += n;\n    }\n    i = o * %" PRId64 " + jend;\n  }\n", inner);
+  if (any_stream) put(&em->t, "  cg_fence();\n");
+  put(&em->t, "}\n");
+  return true;
+}
+
+/* One pass over the row: loops over the reduced dims (the innermost one
+ * under `pragma`), loads, every full-size node before `upto` (all of them
+ * when upto < 0) with their stores when `stores`, then `tail`. */
+static bool emit_row_pass(emit_t* em, const space_t* si, int32_t upto, const char* pragma, bool stores,
+                          const char* tail, const char** why) {
+  const tpu_cg_group_t* g = em->g;
+  int32_t nd = si->ndim;
+  for (int32_t d = 0; d < nd - 1; ++d) {
+    put(&em->t, "    for (int64_t k%d = 0; k%d < %" PRId64 "; ++k%d) {\n", d, d, si->sizes[d], d);
+  }
+  put(&em->t, "%s\n    for (int64_t q = 0; q < %" PRId64 "; ++q) {\n", pragma, si->sizes[nd - 1]);
+  char idx[TPU_MAX_DIMS * 32 + 64];
+  for (int32_t e = 0; e < g->next; ++e) {
+    int32_t n = snprintf(idx, sizeof(idx), "f%d", e);
+    bool spans = false;
+    for (int32_t d = 0; d < nd; ++d) {
+      if (!si->strides[e][d]) continue;
+      spans = true;
+      if (d < nd - 1) n += snprintf(idx + n, sizeof(idx) - (size_t)n, " + k%d * %" PRId64, d, si->strides[e][d]);
+      else n += snprintf(idx + n, sizeof(idx) - (size_t)n, " + q * %" PRId64, si->strides[e][d]);
+    }
+    snprintf(em->idx[e], sizeof(em->idx[e]), "%s", idx);
+    if (em->read[e] && spans) emit_load(em, e, idx);
+  }
+  int32_t end = upto < 0 ? g->nnodes : upto;
+  for (int32_t m = 0; m < end; ++m) {
+    if (g->nodes[m].row) continue;
+    if (!emit_value(em, m, why)) return false;
+    if (stores && g->nodes[m].store >= 0) emit_store(em, m, em->idx[g->nodes[m].store]);
+  }
+  put(&em->t, "%s", tail);
+  for (int32_t d = 0; d < nd; ++d) put(&em->t, "    }\n");
+  return true;
+}
+
+/* Reduction group: rows [begin, end); per row one pass per reduction and a
+ * last pass storing the full-size results. */
+static bool emit_rows(emit_t* em, int32_t id, int64_t* units, int64_t* grain, const char** why) {
+  const tpu_cg_group_t* g = em->g;
+  space_t so, si;
+  collapse(g, 0, g->reduce_from, &so);
+  collapse(g, g->reduce_from, g->ndim, &si);
+  *units = so.total;
+  *grain = CG_GRAIN_ELEMS / si.total > 1 ? CG_GRAIN_ELEMS / si.total : 1;
+  put(&em->t, "void tpu_cg_%d(char* const* restrict p, int64_t begin, int64_t end) {\n", id);
+  emit_decls(em);
+  put(&em->t, "  for (int64_t o = begin; o < end; ++o) {\n");
+  emit_offsets(em, &so, so.ndim, "o");
+  char idx[96];
+  bool row_ext[TPU_CG_MAX_EXT];
+  for (int32_t e = 0; e < g->next; ++e) {
+    bool spans = false;
+    for (int32_t d = 0; d < si.ndim; ++d) spans |= si.strides[e][d] != 0;
+    row_ext[e] = !spans;
+    if (em->read[e] && !spans) emit_load(em, e, (snprintf(idx, sizeof(idx), "f%d", e), idx));
+  }
+  bool full_stores = false;
+  for (int32_t m = 0; m < g->nnodes; ++m) {
+    const tpu_cg_node_t* n = &g->nodes[m];
+    if (!n->row) {
+      full_stores |= n->store >= 0;
+      continue;
+    }
+    if (is_reduction(n->op)) {
+      operand_t a;
+      if (!operand(n, 0, &a) || n->args[0].kind != TPU_K_TENSOR) {
+        *why = n->op;
+        return false;
+      }
+      char pragma[128], tail[96];
+      put(&em->t, "    double acc%d = 0.0;\n", m);
+      snprintf(pragma, sizeof(pragma), "#pragma omp simd reduction(+:acc%d)", m);
+      snprintf(tail, sizeof(tail), "      acc%d += (double)%s;\n", m, a.s);
+      if (!emit_row_pass(em, &si, m, pragma, false, tail, why)) return false;
+      if (strcmp(n->op, "aten::mean.dim") == 0) {
+        put(&em->t, "      float v%d = (float)(acc%d / %" PRId64 ".0);\n", m, m, si.total);
+      } else {
+        put(&em->t, "      float v%d = (float)acc%d;\n", m, m);
+      }
+      if (n->dtype == TPU_DTYPE_BF16) put(&em->t, "      v%d = cg_rbf16(v%d);\n", m, m);
+      if (n->dtype == TPU_DTYPE_F16) put(&em->t, "      v%d = (float)(_Float16)v%d;\n", m, m);
+    } else {
+      for (int32_t i = 0; i < n->nargs; ++i) {
+        int32_t r = n->args[i].kind == TPU_K_TENSOR ? n->tensor_ref[i] : -1;
+        if (r >= 0 && !row_ext[r]) {
+          *why = "row operand";
+          return false;
+        }
+      }
+      if (!emit_value(em, m, why)) return false;
+    }
+    if (n->store >= 0) emit_store(em, m, (snprintf(idx, sizeof(idx), "f%d", n->store), idx));
+  }
+  if (full_stores && !emit_row_pass(em, &si, -1, "#pragma omp simd", true, "", why)) return false;
+  put(&em->t, "  }\n}\n");
+  return true;
+}
+
+bool tpu_cg_emit_group(tpu_cg_text_t* out, int32_t id, const tpu_cg_group_t* g, const char** why, int64_t* units,
+                       int64_t* grain) {
   *why = check_group(g);
   if (*why) return false;
-  space_t s;
-  collapse(g, &s);
-  int32_t nd = s.ndim;
-  int64_t inner = s.sizes[nd - 1];
-  bool read[TPU_CG_MAX_EXT] = {false};
-  bool stored[TPU_CG_MAX_EXT] = {false};
-  bool stream[TPU_CG_MAX_EXT] = {false};
-  int64_t bytes = 0;
+  emit_t em;
+  memset(&em, 0, sizeof(em));
+  em.g = g;
   for (int32_t m = 0; m < g->nnodes; ++m) {
     const tpu_cg_node_t* n = &g->nodes[m];
     for (int32_t i = 0; i < n->nargs; ++i) {
-      if (n->args[i].kind == TPU_K_TENSOR && n->tensor_ref[i] >= 0) read[n->tensor_ref[i]] = true;
+      if (n->args[i].kind == TPU_K_TENSOR && n->tensor_ref[i] >= 0) em.read[n->tensor_ref[i]] = true;
     }
-    if (n->store >= 0) stored[n->store] = true;
+    if (n->store >= 0) em.stored[n->store] = true;
   }
   for (int32_t e = 0; e < g->next; ++e) {
-    if (read[e] && stored[e]) {
+    if (em.read[e] && em.stored[e]) {
       *why = "operand both read and written";
       return false;
     }
-    bytes += s.total * (int64_t)tpu_dtype_size((tpu_dtype_t)g->ext[e].dtype);
   }
-  for (int32_t e = 0; e < g->next; ++e) {
-    stream[e] = stored[e] && g->ext[e].dtype == TPU_DTYPE_F32 && s.strides[e][nd - 1] == 1 && bytes >= CG_STREAM_BYTES;
-  }
-
-  tpu_cg_text_t t = {0};
-  put(&t, "void tpu_cg_%d(char* const* restrict p, int64_t begin, int64_t end) {\n", id);
-  for (int32_t e = 0; e < g->next; ++e) {
-    put(&t, "  %s%s* restrict e%d = (%s%s*)p[%d];\n", stored[e] ? "" : "const ", ctype(g->ext[e].dtype), e,
-        stored[e] ? "" : "const ", ctype(g->ext[e].dtype), e);
-    if (stream[e]) put(&t, "  float b%d[CG_CHUNK] __attribute__((aligned(64)));\n", e);
-  }
-  put(&t, "  int64_t i = begin;\n  while (i < end) {\n");
-  put(&t, "    const int64_t o = i / %" PRId64 ";\n", inner);
-  put(&t, "    int64_t j = i - o * %" PRId64 ";\n", inner);
-  put(&t, "    const int64_t jend = end - o * %" PRId64 " < %" PRId64 " ? end - o * %" PRId64 " : %" PRId64 ";\n",
-      inner, inner, inner, inner);
-  put(&t, "    int64_t r = o;\n");
-  for (int32_t d = nd - 2; d >= 0; --d) {
-    if (d > 0) {
-      put(&t, "    const int64_t c%d = r %% %" PRId64 ";\n    r /= %" PRId64 ";\n", d, s.sizes[d], s.sizes[d]);
-    } else {
-      put(&t, "    const int64_t c0 = r;\n");
-    }
-  }
-  put(&t, "    (void)r;\n");
-  for (int32_t e = 0; e < g->next; ++e) {
-    put(&t, "    const int64_t f%d = 0", e);
-    for (int32_t d = 0; d < nd - 1; ++d) {
-      if (s.strides[e][d]) put(&t, " + c%d * %" PRId64, d, s.strides[e][d]);
-    }
-    put(&t, ";\n");
-  }
-  put(&t, "    while (j < jend) {\n      const int64_t n = jend - j < CG_CHUNK ? jend - j : CG_CHUNK;\n");
-  put(&t, "#pragma omp simd\n      for (int64_t q = 0; q < n; ++q) {\n");
-  for (int32_t e = 0; e < g->next; ++e) {
-    char idx[96];
-    int64_t is = s.strides[e][nd - 1];
-    if (is == 0) snprintf(idx, sizeof(idx), "f%d", e);
-    else snprintf(idx, sizeof(idx), "f%d + (j + q) * %" PRId64, e, is);
-    if (read[e]) {
-      switch (g->ext[e].dtype) {
-        case TPU_DTYPE_BF16:
-          put(&t, "      const float x%d = cg_bf16(e%d[%s]);\n", e, e, idx);
-          break;
-        case TPU_DTYPE_BOOL:
-          put(&t, "      const float x%d = e%d[%s] != 0 ? 1.0f : 0.0f;\n", e, e, idx);
-          break;
-        default:
-          put(&t, "      const float x%d = (float)e%d[%s];\n", e, e, idx);
-      }
-    }
-  }
-  for (int32_t m = 0; m < g->nnodes; ++m) {
-    const tpu_cg_node_t* n = &g->nodes[m];
-    if (!emit_node(&t, n, m)) {
-      tpu_cg_text_free(&t);
-      *why = n->op;
-      return false;
-    }
-    if (n->dtype == TPU_DTYPE_BF16) put(&t, "      v%d = cg_rbf16(v%d);\n", m, m);
-    if (n->dtype == TPU_DTYPE_F16) put(&t, "      v%d = (float)(_Float16)v%d;\n", m, m);
-    if (n->store < 0) continue;
-    int32_t e = n->store;
-    if (stream[e]) {
-      put(&t, "      b%d[q] = v%d;\n", e, m);
-    } else if (n->dtype == TPU_DTYPE_BF16) {
-      put(&t, "      e%d[f%d + (j + q) * %" PRId64 "] = cg_to_bf16(v%d);\n", e, e, s.strides[e][nd - 1], m);
-    } else {
-      put(&t, "      e%d[f%d + (j + q) * %" PRId64 "] = (%s)v%d;\n", e, e, s.strides[e][nd - 1], ctype(n->dtype), m);
-    }
-  }
-  put(&t, "      }\n");
-  bool any_stream = false;
-  for (int32_t e = 0; e < g->next; ++e) {
-    if (!stream[e]) continue;
-    put(&t, "      cg_stream(e%d + f%d + j, b%d, n);\n", e, e, e);
-    any_stream = true;
-  }
-  put(&t, "      j += n;\n    }\n    i = o * %" PRId64 " + jend;\n  }\n", inner);
-  if (any_stream) put(&t, "  cg_fence();\n");
-  put(&t, "}\n");
-  if (t.oom) {
-    tpu_cg_text_free(&t);
+  *grain = CG_GRAIN_ELEMS;
+  bool ok = g->reduce_from < g->ndim ? emit_rows(&em, id, units, grain, why) : emit_flat(&em, id, units, why);
+  if (ok && em.t.oom) {
     *why = "out of memory";
-    return false;
+    ok = false;
   }
-  put(out, "%s", t.s);
-  tpu_cg_text_free(&t);
-  return true;
+  if (ok) put(out, "%s", em.t.s);
+  tpu_cg_text_free(&em.t);
+  return ok;
 }
 
 /* ---- compiling and caching --------------------------------------------------- */

@@ -10,7 +10,9 @@
  *
  * over elements [begin, end) of the flattened iteration space (p[k]: the
  * data pointer of external operand k), so a chain is one loop whose
- * intermediates stay in registers. One translation unit holds every function
+ * intermediates stay in registers. Groups with keepdim sums/means over their
+ * trailing dims (RMSNorm) run by rows: one pass over the row per reduction,
+ * then a last pass for the full-size results. One translation unit holds every function
  * of a graph; it is compiled by the system C compiler into a shared object
  * that is cached on disk (TORCH_TPU_CACHE_DIR) under a key of the source,
  * the compiler's identity and the CPU's features, and loaded with dlopen.
@@ -47,11 +49,16 @@ typedef struct tpu_cg_node_t {
   const int32_t* tensor_ref;
   int32_t dtype; /* result dtype */
   int32_t store; /* external operand the result is written to; -1 none */
+  bool row;      /* result has the group's reduced dims as 1 (see reduce_from) */
 } tpu_cg_node_t;
 
+/* A group is pointwise over its shape, or (reduce_from < ndim) its
+ * reductions (sum/mean keeping dims) all reduce dims [reduce_from, ndim):
+ * "row" nodes iterate the shape with those dims 1, the others all of it. */
 typedef struct tpu_cg_group_t {
   int32_t ndim;
   const int64_t* sizes;
+  int32_t reduce_from;
   int32_t next;
   const tpu_cg_ext_t* ext;
   int32_t nnodes;
@@ -70,8 +77,11 @@ void tpu_cg_text_free(tpu_cg_text_t* t);
 void tpu_cg_prelude(tpu_cg_text_t* t);
 /* Appends the function for `group` named tpu_cg_<id>. Returns false, with
  * `why` set and nothing appended, when a node, dtype or layout is not one
- * code generation covers. */
-bool tpu_cg_emit_group(tpu_cg_text_t* t, int32_t id, const tpu_cg_group_t* group, const char** why);
+ * code generation covers. The function runs units [begin, end) of
+ * `*out_units` (elements of a pointwise group, rows of a reduction group);
+ * `*out_grain` is the fewest units worth a thread. */
+bool tpu_cg_emit_group(tpu_cg_text_t* t, int32_t id, const tpu_cg_group_t* group, const char** why,
+                       int64_t* out_units, int64_t* out_grain);
 
 typedef void (*tpu_cg_fn_t)(char* const* p, int64_t begin, int64_t end);
 

@@ -79,7 +79,7 @@ typedef struct group_t {
   /* generated code (codegen.h): function id, -1 interpreted */
   int32_t cg;
   tpu_cg_fn_t fn;
-  int64_t total;
+  int64_t cg_units, cg_grain;
   int32_t next; /* external operands: node and tensor slot holding the pointer */
   int32_t ext_node[TPU_CG_MAX_EXT];
   int32_t ext_slot[TPU_CG_MAX_EXT];
@@ -686,9 +686,6 @@ static void plan_groups(tpu_graph_t* g) {
 
 /* ---- compile: code generation ------------------------------------------------ */
 
-/* Elements per parallel chunk of a generated group. */
-#define CG_GRAIN 16384
-
 static int32_t ext_of(tpu_graph_t* g, group_t* gr, tpu_cg_ext_t* ext, int32_t* ext_vid, int32_t vid, int32_t node,
                       int32_t slot) {
   for (int32_t e = 0; e < gr->next; ++e) {
@@ -709,22 +706,43 @@ static int32_t ext_of(tpu_graph_t* g, group_t* gr, tpu_cg_ext_t* ext, int32_t* e
   return e;
 }
 
+static bool same_sizes(const tpu_tensor_t* t, int32_t ndim, const int64_t* sizes) {
+  return t->ndim == ndim && memcmp(t->sizes, sizes, sizeof(int64_t) * (size_t)ndim) == 0;
+}
+
 /* Describes group gi for codegen.c; false when it is not one loop over the
- * group's shape (a reduction, or a member iterating a smaller shape). */
-static bool describe(tpu_graph_t* g, int32_t gi, tpu_cg_ext_t* ext, tpu_cg_node_t* cn, int32_t* refs) {
+ * group's shape, or rows with reductions over its trailing dims. */
+static bool describe(tpu_graph_t* g, int32_t gi, tpu_cg_ext_t* ext, tpu_cg_node_t* cn, int32_t* refs,
+                     int32_t* reduce_from) {
   group_t* gr = &g->groups[gi];
   int32_t ext_vid[TPU_CG_MAX_EXT];
+  /* the reduced dims: those a reduction's output has as 1; they must be the
+   * same for every reduction and come after every kept dim */
+  int64_t row[TPU_MAX_DIMS];
+  *reduce_from = gr->ndim;
+  for (int32_t m = gr->first; m < gr->first + gr->count; ++m) {
+    const node_t* n = &g->nodes[m];
+    if (!(n->flags & TPU_GRAPH_NODE_REDUCTION)) continue;
+    const tpu_tensor_t* o = &g->vals[n->out_vid[0]].meta;
+    if (!same_sizes(&g->vals[n->tens_vid[0]].meta, gr->ndim, gr->sizes)) return false;
+    int32_t rf = gr->ndim;
+    for (int32_t d = gr->ndim - 1; d >= 0 && (gr->sizes[d] == 1 || o->sizes[d] == 1); --d) {
+      if (gr->sizes[d] > 1) rf = d;
+    }
+    for (int32_t d = 0; d < rf; ++d) {
+      if (o->sizes[d] != gr->sizes[d]) return false;
+    }
+    if (*reduce_from < gr->ndim && rf != *reduce_from) return false;
+    *reduce_from = rf;
+  }
+  for (int32_t d = 0; d < gr->ndim; ++d) row[d] = d < *reduce_from ? gr->sizes[d] : 1;
   gr->next = 0;
-  gr->total = 1;
-  for (int32_t d = 0; d < gr->ndim; ++d) gr->total *= gr->sizes[d];
   for (int32_t i = 0; i < gr->count; ++i) {
     int32_t m = gr->first + i;
     const node_t* n = &g->nodes[m];
     const val_t* ov = &g->vals[n->out_vid[0]];
-    if (n->flags & TPU_GRAPH_NODE_REDUCTION) return false;
-    if (ov->meta.ndim != gr->ndim || memcmp(ov->meta.sizes, gr->sizes, sizeof(int64_t) * (size_t)gr->ndim) != 0) {
-      return false;
-    }
+    bool is_row = *reduce_from < gr->ndim && same_sizes(&ov->meta, gr->ndim, row);
+    if (!is_row && !same_sizes(&ov->meta, gr->ndim, gr->sizes)) return false;
     int32_t* r = refs + (size_t)i * GROUP_MAX_ARGS;
     for (int32_t a = 0; a < n->nargs; ++a) {
       r[a] = 0;
@@ -744,7 +762,7 @@ static bool describe(tpu_graph_t* g, int32_t gi, tpu_cg_ext_t* ext, tpu_cg_node_
       store = ext_of(g, gr, ext, ext_vid, n->out_vid[0], m, n->nargtens);
       if (store < 0) return false;
     }
-    cn[i] = (tpu_cg_node_t){n->entry->name, n->nargs, n->vals, r, ov->meta.dtype, store};
+    cn[i] = (tpu_cg_node_t){n->entry->name, n->nargs, n->vals, r, ov->meta.dtype, store, is_row};
   }
   return true;
 }
@@ -771,17 +789,21 @@ static tpu_status_t generate(tpu_graph_t* g) {
   tpu_cg_prelude(&src);
   for (int32_t gi = 0; gi < g->ngroups; ++gi) {
     group_t* gr = &g->groups[gi];
-    if (gr->count < 2 || !describe(g, gi, ext, cn, refs)) continue;
-    tpu_cg_group_t desc = {gr->ndim, gr->sizes, gr->next, ext, gr->count, cn};
+    int32_t reduce_from = 0;
+    if (gr->count < 2 || !describe(g, gi, ext, cn, refs, &reduce_from)) continue;
+    tpu_cg_group_t desc = {gr->ndim, gr->sizes, reduce_from, gr->next, ext, gr->count, cn};
     tpu_cg_text_t one = {0};
     const char* why = NULL;
-    if (!tpu_cg_emit_group(&one, 0, &desc, &why)) continue;
+    if (!tpu_cg_emit_group(&one, 0, &desc, &why, &gr->cg_units, &gr->cg_grain)) {
+      tpu_cg_text_free(&one);
+      continue;
+    }
     /* identical groups (every layer of a model) share one function */
     int32_t u = 0;
     while (u < nuniq && !(uniq[u].len == one.len && memcmp(uniq[u].s, one.s, one.len) == 0)) ++u;
     if (u == nuniq) {
       uniq[nuniq++] = one;
-      if (!tpu_cg_emit_group(&src, u, &desc, &why)) u = -1; /* cannot happen: same input */
+      if (!tpu_cg_emit_group(&src, u, &desc, &why, &gr->cg_units, &gr->cg_grain)) u = -1; /* same input: no */
     } else {
       tpu_cg_text_free(&one);
     }
@@ -1104,7 +1126,7 @@ static tpu_status_t run_step(tpu_graph_t* g, const step_t* st, tpu_threadpool_t*
     char* ptrs[TPU_CG_MAX_EXT];
     for (int32_t e = 0; e < gr->next; ++e) ptrs[e] = g->nodes[gr->ext_node[e]].tens[gr->ext_slot[e]].data;
     cg_ctx_t c = {gr->fn, ptrs};
-    tpu_parallel_for(pool, gr->total, CG_GRAIN, cg_range, &c);
+    tpu_parallel_for(pool, gr->cg_units, gr->cg_grain, cg_range, &c);
     return TPU_OK;
   }
   tpu_status_t first_error = TPU_OK;

@@ -181,12 +181,14 @@ static void cp_inner(void* vctx, char** ptrs, const int64_t* strides, int64_t n)
 
 /* ---- copy_ ------------------------------------------------------------------- */
 
-static tpu_status_t cp_setup(const tpu_k_call_t* call, tpu_ku_iter_t* it, cp_ctx_t* ctx) {
+/* src_arg: the argument holding the source (copy_(self, src): 1;
+ * tpu::convert(src): 0). */
+static tpu_status_t cp_setup(const tpu_k_call_t* call, int src_arg, tpu_ku_iter_t* it, cp_ctx_t* ctx) {
   if (call->num_outputs < 1 || !call->outputs)
     return TPU_KU_INVALID(call, "expected an output tensor");
   const tpu_tensor_t* out = &call->outputs[0];
-  const tpu_tensor_t* src = tpu_ku_tensor(call, 1);
-  if (!src) return TPU_KU_INVALID(call, "argument 1 (src) must be a tensor");
+  const tpu_tensor_t* src = tpu_ku_tensor(call, src_arg);
+  if (!src) return TPU_KU_INVALID(call, "argument %d (src) must be a tensor", src_arg);
   if (!cp_dtype_ok(out->dtype)) return tpu_ku_unsupported_dtype(call, out->dtype);
   if (!cp_dtype_ok(src->dtype)) return tpu_ku_unsupported_dtype(call, src->dtype);
   ctx->dst_dtype = out->dtype;
@@ -195,20 +197,21 @@ static tpu_status_t cp_setup(const tpu_k_call_t* call, tpu_ku_iter_t* it, cp_ctx
   return tpu_ku_iter_init(it, 2, ops, call->op);
 }
 
-static tpu_status_t cp_copy_check(const tpu_k_call_t* call) {
+static tpu_status_t cp_copy_common(const tpu_k_call_t* call, int src_arg, bool run) {
   tpu_ku_iter_t it;
   cp_ctx_t ctx;
-  return cp_setup(call, &it, &ctx);
-}
-
-static tpu_status_t cp_copy_run(const tpu_k_call_t* call) {
-  tpu_ku_iter_t it;
-  cp_ctx_t ctx;
-  TPU_RETURN_IF_ERROR(cp_setup(call, &it, &ctx));
-  if (it.numel == 0) return TPU_OK;
+  TPU_RETURN_IF_ERROR(cp_setup(call, src_arg, &it, &ctx));
+  if (!run || it.numel == 0) return TPU_OK;
   tpu_ku_iter_parallel(&it, call->pool, CP_GRAIN, cp_inner, &ctx);
   return TPU_OK;
 }
+
+static tpu_status_t cp_copy_check(const tpu_k_call_t* call) { return cp_copy_common(call, 1, false); }
+static tpu_status_t cp_copy_run(const tpu_k_call_t* call) { return cp_copy_common(call, 1, true); }
+/* tpu::convert(Tensor src) -> Tensor: src converted to the output's dtype
+ * (the graph compiler's pointwise form of _to_copy / clone). */
+static tpu_status_t cp_convert_check(const tpu_k_call_t* call) { return cp_copy_common(call, 0, false); }
+static tpu_status_t cp_convert_run(const tpu_k_call_t* call) { return cp_copy_common(call, 0, true); }
 
 /* ---- fill_ / zero_ ------------------------------------------------------------ */
 
@@ -297,6 +300,7 @@ const tpu_k_entry_t tpu_k_copy_entries[] = {
     {"aten::copy_", cp_copy_run, cp_copy_check, 0},
     {"aten::copy", cp_copy_run, cp_copy_check, 0},
     {"aten::copy.out", cp_copy_run, cp_copy_check, 0},
+    {"tpu::convert", cp_convert_run, cp_convert_check, 0},
     {"aten::fill_.Scalar", cp_fill_scalar_run, cp_fill_scalar_check, 0},
     {"aten::fill.Scalar", cp_fill_scalar_run, cp_fill_scalar_check, 0},
     {"aten::fill.Scalar_out", cp_fill_scalar_run, cp_fill_scalar_check, 0},

@@ -199,6 +199,8 @@ static void test_fused_reduction(int64_t R, int64_t C) {
          (long long)st.fused_groups, (long long)st.fused_nodes, (long long)st.steps);
   CHECKF(st.scratch_values == 5 && st.arena_bytes == 0, "scratch %lld arena %lld", (long long)st.scratch_values,
          (long long)st.arena_bytes);
+  /* generated: one pass over each row for the mean, one for the output */
+  CHECKF(st.codegen_groups == (g_codegen ? 1 : 0), "codegen groups %lld", (long long)st.codegen_groups);
   void* ins[2] = {x, w};
   void* outs[1] = {y};
   CHECK_OK(tpu_graph_run(g, ins, outs));
