@@ -30,10 +30,13 @@ _MEMORY_FORMAT = {torch.contiguous_format: 0, torch.preserve_format: 1, torch.ch
                   torch.channels_last_3d: 3}
 POINTWISE = 1
 REDUCTION = 2
+GEMM = 4  # may head a fused group whose pointwise epilogue runs on its tiles
+# TORCH_TPU_GEMM_EPILOGUE=0 leaves matrix multiplies out of fused groups (for comparisons)
+_GEMMS = ("aten::mm", "aten::addmm") if os.environ.get("TORCH_TPU_GEMM_EPILOGUE", "1") != "0" else ()
 
 _STATS = {"compiles": 0, "hits": 0, "compile_seconds": 0.0, "segments": 0, "c_nodes": 0,
-          "eager_nodes": 0, "fused_groups": 0, "fused_nodes": 0, "arena_bytes": 0, "reinplaced": 0,
-          "gqa_rewrites": 0}
+          "eager_nodes": 0, "fused_groups": 0, "fused_nodes": 0, "gemm_epilogues": 0, "arena_bytes": 0,
+          "reinplaced": 0, "gqa_rewrites": 0}
 _LIVE = weakref.WeakSet()
 _EAGER_OPS = {}  # op name -> count of nodes left to eager execution
 
@@ -454,7 +457,8 @@ class _Segment:
 
 def _flags(op):
     tags = op.tags
-    return (POINTWISE if torch.Tag.pointwise in tags else 0) | (REDUCTION if torch.Tag.reduction in tags else 0)
+    return ((POINTWISE if torch.Tag.pointwise in tags else 0) | (REDUCTION if torch.Tag.reduction in tags else 0)
+            | (GEMM if _schema_name(op) in _GEMMS else 0))
 
 
 def _storage_delta(out, base):
@@ -630,7 +634,7 @@ def lower(gm: torch.fx.GraphModule, example_inputs):
     dt = time.perf_counter() - t0
     _STATS["compiles"] += 1
     _STATS["compile_seconds"] += dt
-    for k in ("segments", "c_nodes", "eager_nodes", "fused_groups", "fused_nodes", "arena_bytes"):
+    for k in ("segments", "c_nodes", "eager_nodes", "fused_groups", "fused_nodes", "gemm_epilogues", "arena_bytes"):
         _STATS[k] += stats[k]
     _LIVE.add(runner)
     return runner
@@ -685,7 +689,8 @@ def _lower_once(gm, nodes, native, forced_eager):
         if isinstance(s, _Segment):
             for n in s.nodes:
                 seg_of[n] = s
-    stats = {"segments": 0, "c_nodes": 0, "eager_nodes": 0, "fused_groups": 0, "fused_nodes": 0, "arena_bytes": 0}
+    stats = {"segments": 0, "c_nodes": 0, "eager_nodes": 0, "fused_groups": 0, "fused_nodes": 0, "gemm_epilogues": 0,
+             "arena_bytes": 0}
     for s in steps:
         if not isinstance(s, _Segment):
             stats["eager_nodes"] += 1
@@ -702,6 +707,7 @@ def _lower_once(gm, nodes, native, forced_eager):
         stats["c_nodes"] += st["nodes"]
         stats["fused_groups"] += st["fused_groups"]
         stats["fused_nodes"] += st["fused_nodes"]
+        stats["gemm_epilogues"] += st["gemm_groups"]
         stats["arena_bytes"] += st["arena_bytes"]
     return _make_runner(gm, nodes, steps), stats
 
