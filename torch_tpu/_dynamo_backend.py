@@ -50,7 +50,8 @@ def compile_stats():
     'compiles'/'misses'), runs of an already compiled graph ('hits'),
     'compile_seconds', live compiled graphs ('graphs_held'), and what the
     lowering did (C segments, C nodes, eager nodes and their ops, fused
-    groups, arena bytes)."""
+    groups, 'gemm_epilogues': fused groups headed by a matrix multiply,
+    arena bytes)."""
     out = _graph.graph_stats()
     out["graphs"] = _STATS["graphs"]
     return out

@@ -30,14 +30,17 @@ _MEMORY_FORMAT = {torch.contiguous_format: 0, torch.preserve_format: 1, torch.ch
                   torch.channels_last_3d: 3}
 POINTWISE = 1
 REDUCTION = 2
+GEMM = 4  # may head a fused group whose pointwise epilogue runs on its tiles
+# TORCH_TPU_GEMM_EPILOGUE=0 leaves matrix multiplies out of fused groups (for comparisons)
+_GEMMS = ("aten::mm", "aten::addmm") if os.environ.get("TORCH_TPU_GEMM_EPILOGUE", "1") != "0" else ()
 
 _STATS = {"compiles": 0, "hits": 0, "compile_seconds": 0.0, "segments": 0, "c_nodes": 0,
-          "eager_nodes": 0, "fused_groups": 0, "fused_nodes": 0, "arena_bytes": 0, "reinplaced": 0,
-          "gqa_rewrites": 0, "codegen_groups": 0, "codegen_functions": 0, "codegen_cache_hits": 0,
+          "eager_nodes": 0, "fused_groups": 0, "fused_nodes": 0, "gemm_epilogues": 0, "arena_bytes": 0,
+          "reinplaced": 0, "gqa_rewrites": 0, "codegen_groups": 0, "codegen_functions": 0, "codegen_cache_hits": 0,
           "codegen_compiles": 0, "codegen_compile_seconds": 0.0, "codegen_unavailable": 0}
 # per-segment figures summed into _STATS
-_SEGMENT_STATS = ("segments", "c_nodes", "eager_nodes", "fused_groups", "fused_nodes", "arena_bytes",
-                  "codegen_groups", "codegen_functions", "codegen_cache_hits", "codegen_compiles",
+_SEGMENT_STATS = ("segments", "c_nodes", "eager_nodes", "fused_groups", "fused_nodes", "gemm_epilogues",
+                  "arena_bytes", "codegen_groups", "codegen_functions", "codegen_cache_hits", "codegen_compiles",
                   "codegen_compile_seconds", "codegen_unavailable")
 _LIVE = weakref.WeakSet()
 _EAGER_OPS = {}  # op name -> count of nodes left to eager execution
@@ -464,7 +467,8 @@ class _Segment:
 
 def _flags(op):
     tags = op.tags
-    return (POINTWISE if torch.Tag.pointwise in tags else 0) | (REDUCTION if torch.Tag.reduction in tags else 0)
+    return ((POINTWISE if torch.Tag.pointwise in tags else 0) | (REDUCTION if torch.Tag.reduction in tags else 0)
+            | (GEMM if _schema_name(op) in _GEMMS else 0))
 
 
 def _storage_delta(out, base):
@@ -713,6 +717,7 @@ def _lower_once(gm, nodes, native, forced_eager):
         for k in ("fused_groups", "fused_nodes", "arena_bytes", "codegen_groups", "codegen_functions",
                   "codegen_cache_hits", "codegen_compile_seconds", "codegen_unavailable"):
             stats[k] += st[k]
+        stats["gemm_epilogues"] += st["gemm_groups"]
         # a segment with generated code either found it on disk or compiled it
         stats["codegen_compiles"] += 1 if st["codegen_functions"] and not st["codegen_cache_hits"] else 0
     return _make_runner(gm, nodes, steps), stats

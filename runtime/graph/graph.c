@@ -21,6 +21,15 @@
 #define GROUP_MAX_ARGS 16
 #define GROUP_MAX_TENSORS 8
 #define ALIGN 64
+/* GEMM-headed groups: rows of the product per tile when tiling rows (each
+ * tile's GEMM packs and streams all of B, so fewer rows would spend their
+ * time on B; at most what linalg.c's bf16 path gives one task), and columns
+ * per tile when tiling columns (multiples of its 32-column micro-panels;
+ * linalg.c itself splits columns, so this costs it nothing). */
+#define GEMM_MIN_ROWS 128
+#define GEMM_MAX_ROWS 256
+#define GEMM_COL_ALIGN 32
+#define GEMM_MAX_COLS 1024
 
 typedef struct buf_t {
   int32_t kind;  /* TPU_GRAPH_BUF_* */
@@ -83,6 +92,11 @@ typedef struct group_t {
   int32_t next; /* external operands: node and tensor slot holding the pointer */
   int32_t ext_node[TPU_CG_MAX_EXT];
   int32_t ext_slot[TPU_CG_MAX_EXT];
+  /* GEMM head (node `first`): the tiled dim of its [M, N] output (0 rows,
+   * 1 columns, -1 not a GEMM group) and how many of its rows or columns one
+   * index along `axis` covers (its output may be viewed with rows split). */
+  int32_t gemm_dim;
+  int64_t gemm_mul;
 } group_t;
 
 typedef struct step_t {
@@ -531,6 +545,37 @@ static bool within(const tpu_tensor_t* t, int32_t ndim, const int64_t* sizes) {
   return true;
 }
 
+/* Tensor slots of a 2-D GEMM that can head a group (A, B, and the added
+ * input or -1); false for any other node. */
+static bool gemm_slots(const tpu_graph_t* g, const node_t* n, int32_t* a, int32_t* b, int32_t* c) {
+  if (!(n->flags & TPU_GRAPH_NODE_GEMM)) return false;
+  if (strcmp(n->entry->name, "aten::mm") == 0 && n->nargtens == 2) {
+    *a = 0, *b = 1, *c = -1;
+  } else if (strcmp(n->entry->name, "aten::addmm") == 0 && n->nargtens == 3) {
+    *a = 1, *b = 2, *c = 0;
+  } else {
+    return false;
+  }
+  if (n->nout != 1 || n->out_alias[0] >= 0 || n->nargs > GROUP_MAX_ARGS || n->ntens > GROUP_MAX_TENSORS) return false;
+  for (int32_t k = 0; k < n->nargtens; ++k) {
+    if (n->tens_vid[k] < 0) return false;
+  }
+  const tpu_tensor_t* out = &g->vals[n->out_vid[0]].meta;
+  return out->ndim == 2 && tpu_tensor_is_contiguous(out) && tpu_tensor_numel(out) > 0 &&
+         g->vals[n->tens_vid[*a]].meta.ndim == 2 && g->vals[n->tens_vid[*b]].meta.ndim == 2;
+}
+
+/* `v` is the GEMM product of group `gr` seen in the group's shape: a
+ * contiguous view of the same bytes with its rows split over leading dims. */
+static bool gemm_row_view(const tpu_graph_t* g, const group_t* gr, const val_t* v) {
+  const val_t* pv = &g->vals[g->nodes[gr->first].out_vid[0]];
+  if (gr->gemm_dim < 0 || v->buf != pv->buf || v->off != pv->off || v->meta.ndim != gr->ndim) return false;
+  for (int32_t d = 0; d < gr->ndim; ++d) {
+    if (v->meta.sizes[d] != gr->sizes[d]) return false;
+  }
+  return tpu_tensor_is_contiguous(&v->meta);
+}
+
 /* Can fusable node `n` join group `gr` (nodes so far: first..first+count)?
  * Its iteration shape and output must fit the group's shape, where a size
  * of 1 on either side stands for a reduced or broadcast dim. */
@@ -543,7 +588,7 @@ static bool joins(const tpu_graph_t* g, const group_t* gr, const node_t* n) {
      * the group produced (the same tile of it), never another view of it. */
     for (int32_t m = gr->first; m < gr->first + gr->count; ++m) {
       const val_t* pv = &g->vals[g->nodes[m].out_vid[0]];
-      if (pv->buf == v->buf && v != pv) return false;
+      if (pv->buf == v->buf && v != pv && !(m == gr->first && gemm_row_view(g, gr, v))) return false;
     }
   }
   return true;
@@ -555,6 +600,67 @@ static void widen(group_t* gr, const tpu_tensor_t* t) {
   }
 }
 
+/* Can fusable node `n` join the group headed by a GEMM? The first consumer
+ * fixes the group's shape (the product's [M, N], or a view of it with the
+ * rows split, as linear() on 3-D input gives) and the tiling: rows of the
+ * product when there are at least GEMM_MIN_ROWS per pool thread, else
+ * columns. Later nodes keep the tiled dim whole and do not widen the shape. */
+static bool gemm_joins(const tpu_graph_t* g, group_t* gr, const node_t* n) {
+  const val_t* pv = &g->vals[g->nodes[gr->first].out_vid[0]];
+  group_t c = *gr;
+  if (c.count == 1) {
+    const tpu_tensor_t* s = iter_shape(g, n);
+    int64_t M = pv->meta.sizes[0], N = pv->meta.sizes[1], rows = 1;
+    if (s->ndim < 2 || s->sizes[s->ndim - 1] != N) return false;
+    for (int32_t d = 0; d < s->ndim - 1; ++d) rows *= s->sizes[d];
+    if (rows != M) return false;
+    c.ndim = s->ndim;
+    memcpy(c.sizes, s->sizes, sizeof(c.sizes));
+    bool reads = false;
+    for (int32_t k = 0; k < n->nargtens; ++k) reads = reads || g->vals[n->tens_vid[k]].buf == pv->buf;
+    if (!reads) return false;
+    c.axis = c.ndim - 1;
+    c.gemm_dim = 1;
+    c.gemm_mul = 1;
+    if (M >= (int64_t)tpu_threadpool_size(tpu_runtime_threadpool()) * GEMM_MIN_ROWS) {
+      for (c.axis = 0; c.sizes[c.axis] == 1; ++c.axis) {
+      }
+      c.gemm_dim = 0;
+      for (int32_t d = c.axis + 1; d < c.ndim - 1; ++d) c.gemm_mul *= c.sizes[d];
+    }
+  }
+  for (int32_t k = 0; k < n->nargtens; ++k) { /* the product only in the group's shape */
+    const val_t* v = &g->vals[n->tens_vid[k]];
+    if (v->buf == pv->buf && !gemm_row_view(g, &c, v)) return false;
+  }
+  const tpu_tensor_t* shapes[2] = {iter_shape(g, n), &g->vals[n->out_vid[0]].meta};
+  for (int32_t i = 0; i < 2; ++i) {
+    if (shapes[i]->ndim != c.ndim || shapes[i]->sizes[c.axis] != c.sizes[c.axis]) return false;
+    for (int32_t d = 0; d < c.ndim; ++d) {
+      if (shapes[i]->sizes[d] > c.sizes[d]) return false;
+    }
+  }
+  if (!joins(g, &c, n)) return false;
+  *gr = c;
+  return true;
+}
+
+static group_t* open_group(tpu_graph_t* g, int32_t i, const tpu_tensor_t* shape) {
+  group_t* gr = &g->groups[g->ngroups];
+  memset(gr, 0, sizeof(*gr));
+  gr->first = i;
+  gr->count = 1;
+  gr->ndim = shape->ndim;
+  memcpy(gr->sizes, shape->sizes, sizeof(gr->sizes));
+  gr->gemm_dim = -1;
+  gr->cg = -1;
+  node_t* n = &g->nodes[i];
+  n->group = g->ngroups++;
+  n->step = g->nsteps;
+  g->steps[g->nsteps++] = (step_t){-1, n->group};
+  return gr;
+}
+
 static tpu_status_t form_groups(tpu_graph_t* g) {
   g->groups = calloc((size_t)(g->nnodes ? g->nnodes : 1), sizeof(group_t));
   g->steps = calloc((size_t)(g->nnodes ? g->nnodes : 1), sizeof(step_t));
@@ -562,25 +668,20 @@ static tpu_status_t form_groups(tpu_graph_t* g) {
   group_t* open = NULL;
   for (int32_t i = 0; i < g->nnodes; ++i) {
     node_t* n = &g->nodes[i];
-    if (fusable(g, n)) {
-      if (open && open->first + open->count == i && joins(g, open, n)) {
+    int32_t ga, gb, gc;
+    if (gemm_slots(g, n, &ga, &gb, &gc)) { /* heads a group; its consumers may follow */
+      open = open_group(g, i, &g->vals[n->out_vid[0]].meta);
+      open->gemm_dim = 0;
+    } else if (fusable(g, n)) {
+      if (open && open->first + open->count == i &&
+          (open->gemm_dim >= 0 ? gemm_joins(g, open, n) : joins(g, open, n))) {
         open->count++;
         widen(open, iter_shape(g, n));
         n->group = (int32_t)(open - g->groups);
         n->step = g->nsteps - 1;
         continue;
       }
-      open = &g->groups[g->ngroups];
-      memset(open, 0, sizeof(*open));
-      open->first = i;
-      open->count = 1;
-      open->cg = -1;
-      const tpu_tensor_t* it = iter_shape(g, n);
-      open->ndim = it->ndim;
-      memcpy(open->sizes, it->sizes, sizeof(open->sizes));
-      n->group = g->ngroups++;
-      n->step = g->nsteps;
-      g->steps[g->nsteps++] = (step_t){-1, n->group};
+      open = open_group(g, i, iter_shape(g, n));
     } else {
       open = NULL;
       n->step = g->nsteps;
@@ -598,6 +699,40 @@ static tpu_status_t form_groups(tpu_graph_t* g) {
   return TPU_OK;
 }
 
+/* Every other value aliasing the product of GEMM node `n` (group `gr`) is
+ * its row view in the group's shape, so it can live in tiles. */
+static bool gemm_views_in_tiles(const tpu_graph_t* g, const node_t* n, const val_t* pv) {
+  if (n->group < 0 || g->groups[n->group].gemm_dim < 0 || g->groups[n->group].first != (int32_t)(n - g->nodes)) {
+    return false;
+  }
+  for (int32_t i = 0; i < g->nvals; ++i) {
+    const val_t* v = &g->vals[i];
+    if (v != pv && v->buf == pv->buf && !gemm_row_view(g, &g->groups[n->group], v)) return false;
+  }
+  return true;
+}
+
+/* Rows per tile of a GEMM-headed group along its tiled dim (`rows` long):
+ * a tile computes the product's rows (B whole) or columns (A whole) the
+ * tile covers; at least two tiles per pool thread where the sizes allow. */
+static int64_t gemm_rows_per_tile(const tpu_graph_t* g, const group_t* gr, int64_t rows) {
+  const tpu_tensor_t* out = &g->vals[g->nodes[gr->first].out_vid[0]].meta;
+  int64_t threads = tpu_threadpool_size(tpu_runtime_threadpool());
+  int64_t per;
+  if (gr->gemm_dim == 0) {
+    per = (out->sizes[0] + 2 * threads - 1) / (2 * threads);
+    per = (per + 7) / 8 * 8;
+    per = per < GEMM_MIN_ROWS ? GEMM_MIN_ROWS : per > GEMM_MAX_ROWS ? GEMM_MAX_ROWS : per;
+    per /= gr->gemm_mul;
+  } else {
+    per = (out->sizes[1] + 2 * threads - 1) / (2 * threads);
+    per = (per + GEMM_COL_ALIGN - 1) / GEMM_COL_ALIGN * GEMM_COL_ALIGN;
+    if (per > GEMM_MAX_COLS) per = GEMM_MAX_COLS;
+    while (per > GEMM_COL_ALIGN && per * out->sizes[0] > 4 * TILE_ELEMS) per -= GEMM_COL_ALIGN;
+  }
+  return per < 1 ? 1 : per > rows ? rows : per;
+}
+
 /* Intermediates that only their group reads live in tile scratch. */
 static void plan_groups(tpu_graph_t* g) {
   /* consumers outside the producing group */
@@ -606,7 +741,7 @@ static void plan_groups(tpu_graph_t* g) {
     for (int32_t j = 0; j < n->nout; ++j) {
       if (n->out_vid[j] < 0) continue;
       val_t* v = &g->vals[n->out_vid[j]];
-      v->scratch = n->group >= 0 && n->out_alias[j] < 0 && v->views == 0 &&
+      v->scratch = n->group >= 0 && n->out_alias[j] < 0 && (v->views == 0 || gemm_views_in_tiles(g, n, v)) &&
                    g->bufs[v->buf].kind == TPU_GRAPH_BUF_INTERNAL;
     }
   }
@@ -616,6 +751,7 @@ static void plan_groups(tpu_graph_t* g) {
       int32_t vid = n->tens_vid[k];
       if (vid < 0) continue;
       val_t* v = &g->vals[vid];
+      if (v->producer < 0 && g->bufs[v->buf].prod_val >= 0) v = &g->vals[g->bufs[v->buf].prod_val]; /* a view */
       if (v->scratch && (v->producer < 0 || g->nodes[v->producer].group != n->group)) v->scratch = false;
     }
   }
@@ -624,8 +760,8 @@ static void plan_groups(tpu_graph_t* g) {
     if (gr->count < 2) continue;
     /* Tiled dim: the first one every member output spans fully (a reduced
      * dim cannot be split); none -> one tile. */
-    gr->axis = -1;
-    for (int32_t d = 0; d < gr->ndim && gr->axis < 0; ++d) {
+    if (gr->gemm_dim < 0) gr->axis = -1; /* a GEMM head chose it */
+    for (int32_t d = 0; d < gr->ndim && gr->gemm_dim < 0 && gr->axis < 0; ++d) {
       if (gr->sizes[d] <= 1) continue;
       bool full = true;
       for (int32_t m = gr->first; m < gr->first + gr->count && full; ++m) {
@@ -644,32 +780,53 @@ static void plan_groups(tpu_graph_t* g) {
     gr->rows_per_tile = TILE_ELEMS / gr->inner;
     if (gr->rows_per_tile < 1) gr->rows_per_tile = 1;
     if (gr->rows_per_tile > rows) gr->rows_per_tile = rows;
+    if (gr->gemm_dim >= 0) gr->rows_per_tile = gemm_rows_per_tile(g, gr, rows);
     gr->ntiles = (rows + gr->rows_per_tile - 1) / gr->rows_per_tile;
     int64_t scratch = 0;
     for (int32_t m = gr->first; m < gr->first + gr->count; ++m) {
       node_t* n = &g->nodes[m];
       val_t* ov = &g->vals[n->out_vid[0]];
+      bool head = m == gr->first && gr->gemm_dim >= 0;
       if (ov->scratch) {
         int64_t elems = 1;
         for (int32_t d = 0; d < ov->meta.ndim; ++d) {
-          elems *= d == gr->axis ? gr->rows_per_tile : ov->meta.sizes[d];
+          elems *= d == (head ? gr->gemm_dim : gr->axis) ? gr->rows_per_tile * (head ? gr->gemm_mul : 1)
+                                                         : ov->meta.sizes[d];
         }
         n->slot_scratch[n->nargtens] = scratch;
         scratch += align_up(elems * (int64_t)tpu_dtype_size((tpu_dtype_t)ov->meta.dtype));
         g->bufs[ov->buf].scratch = true;
         g->stats.scratch_values++;
       }
+      int32_t ga = -1, gb = -1, gc = -1;
+      if (head) gemm_slots(g, n, &ga, &gb, &gc);
       for (int32_t k = 0; k < n->ntens; ++k) {
         const val_t* v = &g->vals[n->tens_vid[k]];
         n->slot_mode[k] = SLOT_WHOLE;
+        if (!v->scratch && v->producer < 0 && g->bufs[v->buf].scratch) {
+          v = &g->vals[g->bufs[v->buf].prod_val]; /* a GEMM product seen through its row view */
+        }
         if (v->scratch) {
           n->slot_mode[k] = SLOT_SCRATCH;
+          n->slot_dim[k] = head ? gr->gemm_dim : gr->axis; /* resized per tile */
           /* its producer is this node or an earlier one of the group */
           const node_t* p = &g->nodes[v->producer];
           n->slot_scratch[k] = p->slot_scratch[p->nargtens];
           continue;
         }
         if (gr->axis < 0) continue;
+        if (head) { /* A's rows or B's columns as the tile's; the added input and the output like pointwise */
+          int32_t d = k == ga ? 0 : k == gb ? 1 : -1;
+          if (d >= 0 || k == gc || k == n->nargtens) {
+            int32_t ad = gr->gemm_dim - (2 - v->meta.ndim);
+            int64_t full = g->vals[n->out_vid[0]].meta.sizes[gr->gemm_dim];
+            if (d >= 0 ? d == gr->gemm_dim : ad >= 0 && v->meta.sizes[ad] == full && full > 1) {
+              n->slot_mode[k] = SLOT_SLICE;
+              n->slot_dim[k] = d >= 0 ? d : ad;
+            }
+          }
+          continue;
+        }
         int32_t ad = gr->axis - (gr->ndim - v->meta.ndim);
         if (ad >= 0 && v->meta.sizes[ad] == gr->sizes[gr->axis]) {
           n->slot_mode[k] = SLOT_SLICE;
@@ -681,6 +838,7 @@ static void plan_groups(tpu_graph_t* g) {
     if (scratch > g->slot_bytes) g->slot_bytes = scratch;
     g->stats.fused_groups++;
     g->stats.fused_nodes += gr->count;
+    if (gr->gemm_dim >= 0) g->stats.gemm_groups++;
   }
 }
 
@@ -716,6 +874,7 @@ static bool describe(tpu_graph_t* g, int32_t gi, tpu_cg_ext_t* ext, tpu_cg_node_
                      int32_t* reduce_from) {
   group_t* gr = &g->groups[gi];
   int32_t ext_vid[TPU_CG_MAX_EXT];
+  if (gr->gemm_dim >= 0) return false; /* a GEMM head: the tile interpreter */
   /* the reduced dims: those a reduction's output has as 1; they must be the
    * same for every reduction and come after every kept dim */
   int64_t row[TPU_MAX_DIMS];
@@ -1065,6 +1224,8 @@ static void run_tiles(void* ctx, int64_t begin, int64_t end) {
     int64_t nr = rows - r0 < gr->rows_per_tile ? rows - r0 : gr->rows_per_tile;
     for (int32_t m = gr->first; m < gr->first + gr->count; ++m) {
       const node_t* n = &g->nodes[m];
+      /* a GEMM head covers gemm_mul of its rows per index along the tiled dim */
+      int64_t mul = m == gr->first && gr->gemm_dim >= 0 ? gr->gemm_mul : 1, t0 = r0 * mul, tn = nr * mul;
       memcpy(tens, n->tens, (size_t)n->ntens * sizeof(tpu_tensor_t));
       memcpy(vals, n->vals, (size_t)n->nargs * sizeof(tpu_k_value_t));
       for (int32_t i = 0; i < n->nargs; ++i) {
@@ -1074,11 +1235,11 @@ static void run_tiles(void* ctx, int64_t begin, int64_t end) {
         tpu_tensor_t* t = &tens[k];
         if (n->slot_mode[k] == SLOT_SLICE) {
           int32_t d = n->slot_dim[k];
-          t->data = (char*)t->data + r0 * t->strides[d] * (int64_t)tpu_dtype_size((tpu_dtype_t)t->dtype);
-          t->sizes[d] = nr;
+          t->data = (char*)t->data + t0 * t->strides[d] * (int64_t)tpu_dtype_size((tpu_dtype_t)t->dtype);
+          t->sizes[d] = tn;
         } else if (n->slot_mode[k] == SLOT_SCRATCH) {
           t->data = scratch + n->slot_scratch[k];
-          if (gr->axis >= 0) t->sizes[gr->axis] = nr;
+          if (gr->axis >= 0) t->sizes[n->slot_dim[k]] = tn;
           int64_t s = 1;
           for (int32_t d = t->ndim - 1; d >= 0; --d) {
             t->strides[d] = s;

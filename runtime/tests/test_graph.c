@@ -288,6 +288,123 @@ static void test_errors(void) {
   tpu_graph_release(g);
 }
 
+/* GEMM epilogue: z = y * mean(y*y, -1, keepdim) with y = silu(h) + r and
+ * h = x @ w (+ bias) (w a transposed weight, as linear() passes it), h seen
+ * as [B, S, N] when B > 0 (linear() on 3-D input). Fused, the GEMM heads the
+ * group: row tiles (B whole) when M >= 128 rows per pool thread, and then the
+ * keepdim reduction joins too; else column tiles, where the reduction over
+ * the tiled dim cannot join. Results equal the same graph run node by node. */
+static int32_t build_epilogue(tpu_graph_t* g, bool fused, bool keep_h, int64_t B, int64_t M, int64_t K, int64_t N,
+                              bool bias, int32_t* out_h) {
+  int64_t mk[2] = {M, K}, kn[2] = {K, N}, knst[2] = {1, K}, mn[2] = {M, N}, n1[1] = {N};
+  int64_t bsn[3] = {B, B ? M / B : 0, N}, bs1[3] = {B, B ? M / B : 0, 1}, m1[2] = {M, 1};
+  tpu_tensor_t m_mk = T_(NULL, TPU_DTYPE_F32, 2, mk, NULL), m_kn = T_(NULL, TPU_DTYPE_F32, 2, kn, knst);
+  tpu_tensor_t m_mn = T_(NULL, TPU_DTYPE_F32, 2, mn, NULL), m_n = T_(NULL, TPU_DTYPE_F32, 1, n1, NULL);
+  tpu_tensor_t m_y = B ? T_(NULL, TPU_DTYPE_F32, 3, bsn, NULL) : m_mn;
+  tpu_tensor_t m_r = B ? T_(NULL, TPU_DTYPE_F32, 3, bs1, NULL) : T_(NULL, TPU_DTYPE_F32, 2, m1, NULL);
+  int32_t vx, vw, vb, vr;
+  CHECK_OK(tpu_graph_input(g, &m_mk, &vx));
+  CHECK_OK(tpu_graph_input(g, &m_kn, &vw));
+  CHECK_OK(tpu_graph_input(g, &m_n, &vb));
+  CHECK_OK(tpu_graph_input(g, &m_y, &vr));
+  const uint32_t PW = fused ? TPU_GRAPH_NODE_POINTWISE : 0, RD = fused ? TPU_GRAPH_NODE_REDUCTION : 0;
+  const uint32_t GM = fused ? TPU_GRAPH_NODE_GEMM : 0;
+  int32_t h;
+  if (bias) {
+    tpu_graph_arg_t args[5] = {A_T(vb), A_T(vx), A_T(vw), A_D(1.0), A_D(1.0)};
+    h = node1(g, "aten::addmm", GM, 5, args, m_mn);
+  } else {
+    tpu_graph_arg_t args[2] = {A_T(vx), A_T(vw)};
+    h = node1(g, "aten::mm", GM, 2, args, m_mn);
+  }
+  int32_t hv = h;
+  if (B) CHECK_OK(tpu_graph_view(g, h, &m_y, 0, &hv));
+  tpu_graph_arg_t sg_args[1] = {A_T(hv)};
+  int32_t sg = node1(g, "aten::sigmoid", PW, 1, sg_args, m_y);
+  tpu_graph_arg_t si_args[2] = {A_T(hv), A_T(sg)};
+  int32_t si = node1(g, "aten::mul.Tensor", PW, 2, si_args, m_y);
+  tpu_graph_arg_t y_args[3] = {A_T(si), A_T(vr), A_D(1.0)};
+  int32_t y = node1(g, "aten::add.Tensor", PW, 3, y_args, m_y);
+  tpu_graph_arg_t q_args[2] = {A_T(y), A_T(y)};
+  int32_t q = node1(g, "aten::mul.Tensor", PW, 2, q_args, m_y);
+  int64_t last[1] = {-1};
+  tpu_graph_arg_t ms_args[4] = {A_T(q), A_I(last, 1), A_B(true), A_N()};
+  int32_t ms = node1(g, "aten::mean.dim", RD, 4, ms_args, m_r);
+  tpu_graph_arg_t z_args[2] = {A_T(y), A_T(ms)};
+  int32_t z = node1(g, "aten::mul.Tensor", PW, 2, z_args, m_y);
+  CHECK_OK(tpu_graph_mark_output(g, z));
+  *out_h = -1;
+  if (keep_h) {
+    CHECK_OK(tpu_graph_mark_output(g, hv));
+    *out_h = hv;
+  }
+  CHECK_OK(tpu_graph_compile(g));
+  return z;
+}
+
+#define GEMM_MIN_ROWS 128 /* graph.c: row tiles when every pool thread gets this many rows */
+static void test_gemm_epilogue(int64_t B, int64_t M, int64_t K, int64_t N, bool bias, bool keep_h) {
+  float* x = dalloc((size_t)(M * K));
+  float* w = dalloc((size_t)(N * K));
+  float* b = dalloc((size_t)N);
+  float* r = dalloc((size_t)(M * N));
+  uint64_t seed = 11;
+  for (int64_t i = 0; i < M * K; ++i) x[i] = (float)tku_urand(&seed);
+  for (int64_t i = 0; i < N * K; ++i) w[i] = (float)tku_urand(&seed) * 0.3f;
+  for (int64_t i = 0; i < N; ++i) b[i] = (float)tku_urand(&seed);
+  for (int64_t i = 0; i < M * N; ++i) r[i] = (float)tku_urand(&seed);
+  float* res[2][2];
+  tpu_graph_stats_t st[2];
+  for (int fused = 0; fused < 2; ++fused) {
+    tpu_graph_t* g = NULL;
+    CHECK_OK(tpu_graph_create(0, &g));
+    int32_t h, z = build_epilogue(g, fused, keep_h, B, M, K, N, bias, &h);
+    tpu_graph_get_stats(g, &st[fused]);
+    res[fused][0] = dalloc((size_t)(M * N));
+    res[fused][1] = dalloc((size_t)(M * N));
+    void* outs[2];
+    int32_t kind, idx;
+    int64_t off;
+    CHECK_OK(tpu_graph_locate(g, z, &kind, &idx, &off));
+    outs[idx] = res[fused][0];
+    if (keep_h) {
+      CHECK_OK(tpu_graph_locate(g, h, &kind, &idx, &off));
+      outs[idx] = res[fused][1];
+    }
+    void* ins[4] = {x, w, b, r};
+    CHECK_OK(tpu_graph_run(g, ins, outs));
+    sync0();
+    tpu_graph_release(g);
+  }
+  bool rows = M >= GEMM_MIN_ROWS * tpu_threadpool_size(tpu_runtime_threadpool());
+  CHECKF(st[0].fused_groups == 0 && st[0].steps == 7, "unfused: groups %lld", (long long)st[0].fused_groups);
+  /* rows: one group of 7 (h sg si y q ms in tiles); columns: gemm..q, then mean+mul */
+  int64_t want_groups = rows ? 1 : 2, want_scratch = (rows ? 6 : 4) - (keep_h ? 1 : 0);
+  CHECKF(st[1].fused_groups == want_groups && st[1].gemm_groups == 1 && st[1].steps == want_groups &&
+             st[1].fused_nodes == 7 && st[1].scratch_values == want_scratch,
+         "B=%lld M=%lld N=%lld: groups %lld gemm %lld steps %lld nodes %lld scratch %lld", (long long)B,
+         (long long)M, (long long)N, (long long)st[1].fused_groups, (long long)st[1].gemm_groups,
+         (long long)st[1].steps, (long long)st[1].fused_nodes, (long long)st[1].scratch_values);
+  if (rows && !keep_h) CHECKF(st[1].arena_bytes == 0, "arena %lld", (long long)st[1].arena_bytes);
+  double max_err = 0;
+  for (int j = 0; j < (keep_h ? 2 : 1); ++j) {
+    for (int64_t i = 0; i < M * N; ++i) {
+      double e = res[0][j][i];
+      max_err = fmax(max_err, fabs(e - res[1][j][i]) / (1 + fabs(e)));
+    }
+  }
+  CHECKF(max_err < 1e-5, "B=%lld M=%lld K=%lld N=%lld max rel err %g", (long long)B, (long long)M, (long long)K,
+         (long long)N, max_err);
+  for (int f = 0; f < 2; ++f) {
+    dfree(res[f][0]);
+    dfree(res[f][1]);
+  }
+  dfree(x);
+  dfree(w);
+  dfree(b);
+  dfree(r);
+}
+
 int main(void) {
   CHECK_OK(tpu_runtime_initialize());
   /* generated code goes to a fresh cache directory */
@@ -301,6 +418,13 @@ int main(void) {
     test_fused_reduction(1, 576);    /* decode: one tile */
     test_fused_reduction(513, 576);  /* prefill: rows over tiles and threads */
   }
+  test_gemm_epilogue(0, 300, 70, 96, true, false);  /* rows, 2-D, addmm */
+  test_gemm_epilogue(3, 300, 70, 96, false, false); /* rows along the batch of a [3, 100, N] view */
+  test_gemm_epilogue(1, 260, 64, 80, true, true);   /* rows; the raw product is an output too */
+  test_gemm_epilogue(1, 200, 64, 80, true, true);   /* columns; the raw product is an output too */
+  test_gemm_epilogue(1, 40, 64, 200, false, false); /* columns: too few rows for the threads */
+  test_gemm_epilogue(1, 1, 300, 1000, true, false); /* decode: one row, columns */
+  test_gemm_epilogue(0, 3, 5, 8, false, true);      /* one tile */
   test_planning();
   test_errors();
   tpu_runtime_shutdown();

@@ -21,7 +21,13 @@
  * one arena, and turns marked outputs' buffers into OUTPUT buffers.
  * Fusion covers runs of pointwise nodes and keepdim reductions (flag
  * TPU_GRAPH_NODE_REDUCTION) over one iteration shape, tiled along the first
- * dim no member reduces.
+ * dim no member reduces. A 2-D GEMM (flag TPU_GRAPH_NODE_GEMM) may head such
+ * a group when the next nodes consume its output (directly or through a view
+ * that splits its rows, as linear() on 3-D inputs does): each tile computes
+ * a block of the product, rows (B whole) when there are enough rows for every
+ * pool thread, else columns (A whole), and runs the epilogue on it while it
+ * is in cache; the raw product lives in tile scratch when only the group
+ * reads it.
  *
  * Code generation: a fused group of pointwise nodes that all iterate the
  * group's shape, over float32/bfloat16/float16 values, becomes one generated
@@ -68,6 +74,8 @@ enum {
   TPU_GRAPH_NODE_POINTWISE = 1u << 0, /* elementwise with broadcasting: fusable */
   TPU_GRAPH_NODE_REDUCTION = 1u << 1, /* reduction of argument 0 keeping reduced dims as 1:
                                          fusable when the tiled dim is not reduced */
+  TPU_GRAPH_NODE_GEMM = 1u << 2,      /* aten::mm / aten::addmm (2-D): may head a fused group
+                                         whose pointwise epilogue consumes its output */
 };
 
 /* Buffer kinds reported for outputs. */
@@ -86,6 +94,7 @@ typedef struct tpu_graph_stats_t {
   int64_t codegen_cache_hits;/* 1 when the compiled code came from the disk cache */
   int64_t codegen_compile_ns;/* time spent in the C compiler (0 on a cache hit) */
   int64_t codegen_unavailable;/* 1 when code generation was wanted but no compiler worked */
+  int64_t gemm_groups;    /* fused groups headed by a GEMM (its epilogue runs on its tiles) */
 } tpu_graph_stats_t;
 
 /* New empty graph for device `device_index` (must exist). */

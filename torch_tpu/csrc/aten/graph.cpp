@@ -234,6 +234,7 @@ class Graph {
     d["nodes"] = s.nodes;
     d["fused_groups"] = s.fused_groups;
     d["fused_nodes"] = s.fused_nodes;
+    d["gemm_groups"] = s.gemm_groups;
     d["scratch_values"] = s.scratch_values;
     d["steps"] = s.steps;
     d["arena_bytes"] = s.arena_bytes;
