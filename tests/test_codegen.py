@@ -97,6 +97,13 @@ def test_special_values_and_layouts(no_fallback):
     torch.testing.assert_close(out.cpu(), torch.abs(torch.sigmoid(2 * big + 1) * big - 0.5))
 
 
+def test_bad_codegen_setting_is_named(monkeypatch):
+    monkeypatch.setenv("TORCH_TPU_CODEGEN", "yes")
+    torch._dynamo.reset()
+    with pytest.raises(Exception, match="TORCH_TPU_CODEGEN must be 'auto', '0' or '1'"):
+        torch.compile(lambda a: a * 2 + 1, backend="tpu", fullgraph=True)(torch.ones(3, device="tpu"))
+
+
 def test_interpreter_when_codegen_is_off(monkeypatch, no_fallback):
     monkeypatch.setenv("TORCH_TPU_CODEGEN", "0")
     x = torch.randn(50, 70)
@@ -140,8 +147,9 @@ def test_disk_cache_serves_a_second_process(tmp_path):
 def test_missing_compiler(tmp_path):
     env = {"TORCH_TPU_CACHE_DIR": str(tmp_path), "TORCH_TPU_CC": str(tmp_path / "no-such-cc")}
     # auto: the tile interpreter runs the group, results are right
-    auto, _ = _child({**env, "TORCH_TPU_CODEGEN": "auto"})
+    auto, err = _child({**env, "TORCH_TPU_CODEGEN": "auto"})
     assert auto == {"codegen_groups": 0, "codegen_cache_hits": 0, "codegen_compiles": 0, "codegen_unavailable": 1}
+    assert "RuntimeWarning" in err and "no working C compiler" in err
     # required: a clear error naming the compiler and the way out
     r = subprocess.run([sys.executable, "-c", _CHILD], capture_output=True, text=True, timeout=300,
                        env={**os.environ, **env, "TORCH_TPU_CODEGEN": "1"})

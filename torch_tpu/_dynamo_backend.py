@@ -13,6 +13,7 @@ Registered through the `torch_dynamo_backends` entry point, so importing
 torch_tpu does not import torch._dynamo.
 """
 import os
+import warnings
 
 import torch
 from torch._dynamo.backends.common import aot_autograd
@@ -30,7 +31,16 @@ def _compile_graph(gm: torch.fx.GraphModule, example_inputs):
         return make_boxed_func(gm.forward)
     if mode != "c":
         raise ValueError(f"TORCH_TPU_GRAPH must be 'c' or 'eager', got {mode!r}")
-    return _graph.lower(gm, example_inputs)
+    codegen = os.environ.get("TORCH_TPU_CODEGEN", "auto")
+    if codegen not in ("auto", "0", "1"):
+        raise ValueError(f"TORCH_TPU_CODEGEN must be 'auto', '0' or '1', got {codegen!r}")
+    before = _graph.graph_stats()["codegen_unavailable"]
+    runner = _graph.lower(gm, example_inputs)
+    if before == 0 and _graph.graph_stats()["codegen_unavailable"]:
+        warnings.warn("torch.compile(backend='tpu'): no working C compiler, fused groups run on the tile "
+                      "interpreter (slower); TORCH_TPU_CODEGEN=1 shows the compiler's error, TORCH_TPU_CC "
+                      "names another compiler", RuntimeWarning, stacklevel=2)
+    return runner
 
 
 def _decompositions():

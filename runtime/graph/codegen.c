@@ -41,9 +41,9 @@ static const char* const CG_FLAGS[] = {"-std=gnu11", "-O3", "-march=native", "-f
 
 tpu_cg_mode_t tpu_cg_mode_from_env(void) {
   const char* s = getenv("TORCH_TPU_CODEGEN");
-  if (!s || !*s || strcmp(s, "auto") == 0) return TPU_CG_AUTO;
-  if (strcmp(s, "0") == 0 || strcmp(s, "off") == 0) return TPU_CG_OFF;
-  return TPU_CG_ON;
+  if (s && strcmp(s, "0") == 0) return TPU_CG_OFF;
+  if (s && strcmp(s, "1") == 0) return TPU_CG_ON;
+  return TPU_CG_AUTO; /* unset, "auto" (Python rejects other values) */
 }
 
 /* ---- text -------------------------------------------------------------------- */
