@@ -58,21 +58,25 @@ def graph_stats():
 def graph_profile():
     """{step label: seconds} summed over live compiled graphs, when they were
     compiled with TORCH_TPU_GRAPH_PROFILE=1 (each step timed on the device
-    queue; a fused group is labelled by its ops). Drains the queue."""
+    queue; a fused group is labelled by its ops: generated[...] when it runs
+    generated code, fused[...] on the tile interpreter). Drains the queue."""
     totals = {}
     for runner in list(_LIVE):
         for s in runner.tpu_steps:
             if not isinstance(s, _Segment):
                 continue
-            groups = {}
+            groups, generated = {}, set()
             rows = s.graph.profile()
-            for op, sec, group in rows:
+            for op, sec, group, gen in rows:
                 if group >= 0:
                     groups.setdefault(group, []).append((op, sec))
+                    if gen:
+                        generated.add(group)
                 else:
                     totals[op] = totals.get(op, 0.0) + sec
-            for members in groups.values():
-                label = "fused[" + "+".join(op.split("::")[-1] for op, _ in members) + "]"
+            for group, members in groups.items():
+                kind = "generated" if group in generated else "fused"
+                label = kind + "[" + "+".join(op.split("::")[-1] for op, _ in members) + "]"
                 totals[label] = totals.get(label, 0.0) + sum(sec for _, sec in members)
     return dict(sorted(totals.items(), key=lambda kv: -kv[1]))
 

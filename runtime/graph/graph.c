@@ -1322,6 +1322,10 @@ void tpu_graph_set_profiling(tpu_graph_t* g, bool on) {
   if (g) __atomic_store_n(&g->profiling, on ? 1 : 0, __ATOMIC_RELAXED);
 }
 
+bool tpu_graph_group_generated(const tpu_graph_t* g, int32_t group) {
+  return g && group >= 0 && group < g->ngroups && g->groups[group].fn != NULL;
+}
+
 tpu_status_t tpu_graph_node_profile(const tpu_graph_t* g, int32_t i, const char** out_op, int64_t* out_ns,
                                     int32_t* out_group) {
   if (!g || i < 0 || i >= g->nnodes) {

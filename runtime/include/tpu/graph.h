@@ -152,6 +152,9 @@ void tpu_graph_set_profiling(tpu_graph_t* graph, bool on);
  * none); after compile. INVALID_ARGUMENT when `i` is out of range. */
 tpu_status_t tpu_graph_node_profile(const tpu_graph_t* graph, int32_t i, const char** out_op, int64_t* out_ns,
                                     int32_t* out_group);
+/* Whether fused group `group` (as tpu_graph_node_profile reports it) runs
+ * generated code (else the tile interpreter). */
+bool tpu_graph_group_generated(const tpu_graph_t* graph, int32_t group);
 
 /* Queues one run. `inputs[k]` is input k's pointer, `outputs[k]` output
  * buffer k (allocated by the caller on the graph's device, at least

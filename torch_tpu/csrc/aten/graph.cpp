@@ -222,7 +222,8 @@ class Graph {
       int64_t ns;
       int32_t group;
       check(tpu_graph_node_profile(g_, i, &op, &ns, &group));
-      out.append(py::make_tuple(std::string(op), static_cast<double>(ns) * 1e-9, group));
+      out.append(py::make_tuple(std::string(op), static_cast<double>(ns) * 1e-9, group,
+                                tpu_graph_group_generated(g_, group)));
     }
     return out;
   }
