@@ -493,13 +493,23 @@ static void la_gemm_run(la_gemm_t* g, tpu_threadpool_t* pool) {
   g->direct = g->c.dt == TPU_DTYPE_F32 && g->c.cs == 1;
   int64_t target = nthreads > 1 ? 2 * (int64_t)nthreads : 1;
   if (g->direct) {
-    g->nchunk = LA_NC;
+    /* Every task packs its own B columns (K x nchunk) and A rows (mchunk x
+     * K): split the longer side first, so that a task's packing stays
+     * small next to its mchunk x nchunk x K multiply-adds. */
+    g->nchunk = la_min(g->N, LA_NC);
     g->ntiles = la_cdiv(g->N, g->nchunk);
     g->mchunk = g->M;
     g->mtiles = 1;
-    while (g->batch * g->ntiles * g->mtiles < target && g->mchunk > 4 * LA_MR) {
-      g->mchunk = la_cdiv(la_cdiv(g->mchunk, 2), LA_MR) * LA_MR;
-      g->mtiles = la_cdiv(g->M, g->mchunk);
+    while (g->batch * g->ntiles * g->mtiles < target) {
+      bool m_ok = g->mchunk > 4 * LA_MR, n_ok = g->nchunk > 4 * LA_NR;
+      if (!m_ok && !n_ok) break;
+      if (m_ok && (!n_ok || g->mchunk >= g->nchunk)) {
+        g->mchunk = la_cdiv(la_cdiv(g->mchunk, 2), LA_MR) * LA_MR;
+        g->mtiles = la_cdiv(g->M, g->mchunk);
+      } else {
+        g->nchunk = la_cdiv(la_cdiv(g->nchunk, 2), LA_NR) * LA_NR;
+        g->ntiles = la_cdiv(g->N, g->nchunk);
+      }
     }
   } else {
     g->nchunk = LA_NCB;

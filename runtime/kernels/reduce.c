@@ -21,8 +21,9 @@
 
 #if defined(__x86_64__)
 #include <stdlib.h>
-/* arch/x86_64/gemm_avx2.c: x[i] = exp(x[i] - sub), returns the sum */
-float tpu_k_avx2_exp_sub_sum(float* x, int64_t n, float sub);
+/* arch/x86_64/gemm_avx2.c: dst[i] = exp(src[i] - sub) (dst may be src, or
+ * NULL: not stored), returns the sum */
+float tpu_k_avx2_exp_sub_sum(const float* src, float* dst, int64_t n, float sub);
 /* max (mx) or min of x[0..n), n >= 1; *nan = 1 when x holds a NaN */
 float tpu_k_avx2_extreme(const float* x, int64_t n, int mx, int* nan);
 #endif
@@ -338,13 +339,34 @@ static void rd_store_run_f(char* p, int64_t sb, int dt, int64_t n, const float* 
   }
 }
 
+/* Eight independent 4-lane accumulators (GCC/Clang vector extensions, any
+ * ISA), so the loop runs at the adder's throughput rather than its latency;
+ * lanes are folded pairwise. */
+typedef float rd_v4f __attribute__((vector_size(16)));
+
+static inline rd_v4f rd_ld4(const float* p) {
+  rd_v4f v;
+  memcpy(&v, p, sizeof(v));
+  return v;
+}
+
 static float rd_sum_f(const float* x, int64_t n) {
-  float a[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  rd_v4f a0 = {0, 0, 0, 0}, a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0, a7 = a0;
   int64_t i = 0;
-  for (; i + 8 <= n; i += 8)
-    for (int j = 0; j < 8; ++j) a[j] += x[i + j];
-  for (; i < n; ++i) a[i & 7] += x[i];
-  return ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]));
+  for (; i + 32 <= n; i += 32) {
+    a0 += rd_ld4(x + i);
+    a1 += rd_ld4(x + i + 4);
+    a2 += rd_ld4(x + i + 8);
+    a3 += rd_ld4(x + i + 12);
+    a4 += rd_ld4(x + i + 16);
+    a5 += rd_ld4(x + i + 20);
+    a6 += rd_ld4(x + i + 24);
+    a7 += rd_ld4(x + i + 28);
+  }
+  rd_v4f v = ((a0 + a4) + (a2 + a6)) + ((a1 + a5) + (a3 + a7));
+  float t = 0.0f;
+  for (; i < n; ++i) t += x[i];
+  return ((v[0] + v[2]) + (v[1] + v[3])) + t;
 }
 
 static double rd_sum_d(const double* x, int64_t n) {
@@ -1392,17 +1414,22 @@ static void rd_sm_fwd_run(void* ctx, char* const* p, const int64_t* sb, int64_t 
       }
       continue;
     }
-    rd_load_f(q, sb[0], sm->dt[0], m, fb);
+    /* f32 rows with unit stride are read in place where the pass does not
+     * overwrite its buffer (max, the AVX2 exp sum, log_softmax's output) */
+    bool direct = sm->dt[0] == TPU_DTYPE_F32 && sb[0] == 4 &&
+                  (c->pass == 0 || (c->pass == 1 && sm->avx2) || (c->pass == 2 && sm->mode == SM_LOGFWD));
+    if (!direct) rd_load_f(q, sb[0], sm->dt[0], m, fb);
+    const float* src = direct ? (const float*)q : fb;
     float mx = (float)c->a;
     if (c->pass == 0) {
       bool nan;
-      float t = rd_extreme_f(fb, m, true, &nan, sm->avx2);
+      float t = rd_extreme_f(src, m, true, &nan, sm->avx2);
       if (nan || c->a != c->a) c->a = NAN;
       else if (t > c->a) c->a = t;
     } else if (c->pass == 1) {
 #if defined(__x86_64__)
       if (sm->avx2) {
-        c->b += tpu_k_avx2_exp_sub_sum(fb, m, mx);
+        c->b += tpu_k_avx2_exp_sub_sum(src, NULL, m, mx);
         continue;
       }
 #endif
@@ -1414,7 +1441,7 @@ static void rd_sm_fwd_run(void* ctx, char* const* p, const int64_t* sb, int64_t 
         float inv = (float)(1.0 / c->b);
 #if defined(__x86_64__)
         if (sm->avx2) {
-          tpu_k_avx2_exp_sub_sum(fb, m, mx);
+          tpu_k_avx2_exp_sub_sum(fb, fb, m, mx);
         } else
 #endif
         {
@@ -1424,7 +1451,12 @@ static void rd_sm_fwd_run(void* ctx, char* const* p, const int64_t* sb, int64_t 
         for (int64_t i = 0; i < m; ++i) fb[i] *= inv;
       } else {
         float ls = (float)log(c->b);
-        for (int64_t i = 0; i < m; ++i) fb[i] = fb[i] - mx - ls;
+        if (sm->dt[1] == TPU_DTYPE_F32 && sb[1] == 4) {
+          float* yf = (float*)y;
+          for (int64_t i = 0; i < m; ++i) yf[i] = src[i] - mx - ls;
+          continue;
+        }
+        for (int64_t i = 0; i < m; ++i) fb[i] = src[i] - mx - ls;
       }
       rd_store_run_f(y, sb[1], sm->dt[1], m, fb);
     }

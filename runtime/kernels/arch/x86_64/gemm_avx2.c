@@ -341,15 +341,18 @@ static inline __m256 exp8(__m256 x) {
   return _mm256_blendv_ps(y, x, nan);
 }
 
-/* x[i] = exp(x[i] - sub); returns the sum of the results. */
-float tpu_k_avx2_exp_sub_sum(float* x, int64_t n, float sub) {
+/* dst[i] = exp(src[i] - sub) (dst == src allowed; dst NULL: nothing
+ * stored); returns the sum of the results. */
+float tpu_k_avx2_exp_sub_sum(const float* src, float* dst, int64_t n, float sub) {
   __m256 s = _mm256_set1_ps(sub), acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
   int64_t i = 0;
   for (; i + 16 <= n; i += 16) {
-    __m256 a = exp8(_mm256_sub_ps(_mm256_loadu_ps(x + i), s));
-    __m256 b = exp8(_mm256_sub_ps(_mm256_loadu_ps(x + i + 8), s));
-    _mm256_storeu_ps(x + i, a);
-    _mm256_storeu_ps(x + i + 8, b);
+    __m256 a = exp8(_mm256_sub_ps(_mm256_loadu_ps(src + i), s));
+    __m256 b = exp8(_mm256_sub_ps(_mm256_loadu_ps(src + i + 8), s));
+    if (dst) {
+      _mm256_storeu_ps(dst + i, a);
+      _mm256_storeu_ps(dst + i + 8, b);
+    }
     acc0 = _mm256_add_ps(acc0, a);
     acc1 = _mm256_add_ps(acc1, b);
   }
@@ -357,13 +360,13 @@ float tpu_k_avx2_exp_sub_sum(float* x, int64_t n, float sub) {
   if (i < n) {
     _Alignas(32) float tmp[16];
     int64_t m = n - i;
-    for (int64_t j = 0; j < 16; ++j) tmp[j] = j < m ? x[i + j] : -__builtin_inff();
+    for (int64_t j = 0; j < 16; ++j) tmp[j] = j < m ? src[i + j] : -__builtin_inff();
     __m256 a = exp8(_mm256_sub_ps(_mm256_load_ps(tmp), s));
     __m256 b = exp8(_mm256_sub_ps(_mm256_load_ps(tmp + 8), s));
     _mm256_store_ps(tmp, a);
     _mm256_store_ps(tmp + 8, b);
     for (int64_t j = 0; j < m; ++j) {
-      x[i + j] = tmp[j];
+      if (dst) dst[i + j] = tmp[j];
       t += tmp[j];
     }
   }
