@@ -114,3 +114,15 @@ def test_log_softmax_softmax_and_row_sums(shape, dim):
     y = torch.randn(*shape, generator=_gen(6))
     torch.testing.assert_close(y.to("tpu").sum(dim).cpu(), y.sum(dim), rtol=1e-5, atol=1e-4)
     torch.testing.assert_close(y.to("tpu").mean(-1, keepdim=True).cpu(), y.mean(-1, keepdim=True))
+
+
+@pytest.mark.parametrize("shape,dims", [((8, 64, 256), (0, 1)), ((7, 300), (0,)), ((3, 5, 70), (0,)),
+                                        ((513, 9), (0,)), ((4, 6, 300), (0, 1))])
+def test_column_sums(shape, dims):
+    y = torch.randn(*shape, generator=_gen(7))
+    torch.testing.assert_close(y.to("tpu").sum(dims).cpu(), y.sum(dims), rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(y.to("tpu").mean(dims).cpu(), y.mean(dims))
+    yt = y.transpose(0, -1)  # lanes not contiguous: the generic path
+    torch.testing.assert_close(yt.to("tpu").sum(-1).cpu(), yt.sum(-1), rtol=1e-5, atol=1e-5)
+    big = (y * 1e4 + 1e6).to("tpu")  # double accumulators between the float partials
+    torch.testing.assert_close(big.sum(dims).cpu(), (y * 1e4 + 1e6).double().sum(dims).float())
