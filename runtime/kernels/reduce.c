@@ -160,8 +160,17 @@ static void rd_plan_init(rd_plan_t* pl, const tpu_tensor_t* in, uint32_t mask, i
   rd_coalesce(&pl->red, nops);
 }
 
+/* Index walkers stay scalar: vectorised, their pointer sums reload offsets
+ * just stored as 8-byte words with 16-byte loads (a failed store forward per
+ * row or run, as in tpu_ku_iter_run). */
+#if defined(__GNUC__) && !defined(__clang__)
+#define RD_SCALAR __attribute__((optimize("no-tree-vectorize")))
+#else
+#define RD_SCALAR
+#endif
+
 /* Byte offsets of flat position `flat` of a space; fills idx. */
-static void rd_unravel(const rd_space_t* s, int nops, int64_t flat, int64_t* idx, int64_t* off) {
+RD_SCALAR static void rd_unravel(const rd_space_t* s, int nops, int64_t flat, int64_t* idx, int64_t* off) {
   for (int k = 0; k < nops; ++k) off[k] = 0;
   for (int32_t d = s->nd - 1; d >= 0; --d) {
     idx[d] = flat % s->sz[d];
@@ -170,7 +179,7 @@ static void rd_unravel(const rd_space_t* s, int nops, int64_t flat, int64_t* idx
   }
 }
 
-static void rd_step(const rd_space_t* s, int nops, int64_t* idx, int64_t* off) {
+RD_SCALAR static void rd_step(const rd_space_t* s, int nops, int64_t* idx, int64_t* off) {
   for (int32_t d = s->nd - 1; d >= 0; --d) {
     idx[d]++;
     for (int k = 0; k < nops; ++k) off[k] += s->st[k][d];
@@ -184,8 +193,8 @@ static void rd_step(const rd_space_t* s, int nops, int64_t* idx, int64_t* off) {
 typedef void (*rd_run_fn)(void* ctx, char* const* p, const int64_t* sb, int64_t n, int64_t flat0);
 
 /* Walks flat range [e0, e1) of the reduced space, relative to `base`. */
-static void rd_runs(const rd_plan_t* pl, char* const* base, int64_t e0, int64_t e1, rd_run_fn fn,
-                    void* ctx) {
+RD_SCALAR static void rd_runs(const rd_plan_t* pl, char* const* base, int64_t e0, int64_t e1, rd_run_fn fn,
+                              void* ctx) {
   const rd_space_t* s = &pl->red;
   int nops = pl->nops;
   char* p[RD_MAXOPS];
@@ -226,7 +235,7 @@ typedef struct {
   void* ctx;
 } rd_rows_ctx_t;
 
-static void rd_rows_body(void* c_, int64_t o0, int64_t o1) {
+RD_SCALAR static void rd_rows_body(void* c_, int64_t o0, int64_t o1) {
   const rd_rows_ctx_t* c = (const rd_rows_ctx_t*)c_;
   const rd_plan_t* pl = c->pl;
   int64_t idx[TPU_MAX_DIMS], off[RD_MAXOPS];

@@ -185,7 +185,7 @@ void tpu_k_avx2_pack_a_rows(int64_t kc, int mr, const void* a, int dt, int64_t r
       __m256 v = alpha == 1.0f ? r[j] : _mm256_mul_ps(r[j], va);
       float* d = dst + (k + j) * MR;
       _mm_storeu_ps(d, _mm256_castps256_ps128(v));
-      _mm_storel_pi((__m64*)(d + 4), _mm256_extractf128_ps(v, 1));
+      _mm_storel_epi64((__m128i_u*)(d + 4), _mm_castps_si128(_mm256_extractf128_ps(v, 1)));
     }
   }
   for (; k < kc; ++k) {
@@ -206,13 +206,13 @@ void tpu_k_avx2_pack_a_cols(int64_t kc, int mr, const void* a, int dt, int64_t c
     if (mr == MR && dt == TPU_DTYPE_F32) {
       const float* sf = (const float*)s;
       __m128 lo = _mm_loadu_ps(sf);
-      __m128 hi = _mm_castpd_ps(_mm_load_sd((const double*)(sf + 4)));
+      __m128 hi = _mm_castsi128_ps(_mm_loadl_epi64((const __m128i_u*)(sf + 4)));
       if (alpha != 1.0f) {
         lo = _mm_mul_ps(lo, _mm_set1_ps(alpha));
         hi = _mm_mul_ps(hi, _mm_set1_ps(alpha));
       }
       _mm_storeu_ps(d, lo);
-      _mm_storel_pi((__m64*)(d + 4), hi);
+      _mm_storel_epi64((__m128i_u*)(d + 4), _mm_castps_si128(hi));
       continue;
     }
     for (int i = 0; i < MR; ++i) d[i] = i < mr ? alpha * ld1(s + (size_t)i * es, dt) : 0.0f;
