@@ -640,10 +640,103 @@ static void at_bwd_kv_tasks(void* vctx, int64_t t0, int64_t t1) {
   }
 }
 
+/* One pass for short key ranges (S <= AT_BC, head dims <= AT_FDMAX, no bias
+ * gradient): one task per (b, kv head) holds the whole key block, so each
+ * query block's probabilities and dS are computed once and feed dq, dk and
+ * dv (five block products instead of the two passes' seven). */
+#define AT_FDMAX 128
+
+static bool at_bwd_fused_ok(const at_ctx_t* c, int nthreads) {
+  return c->nkb == 1 && !c->want_db && c->E <= AT_FDMAX && c->Ev <= AT_FDMAX &&
+         c->B * c->Hkv >= 2 * (int64_t)nthreads;
+}
+
+static void at_bwd_fused_tasks(void* vctx, int64_t t0, int64_t t1) {
+  const at_ctx_t* c = (const at_ctx_t*)vctx;
+  const at_ops_t* ops = c->ops;
+  const int64_t E = c->E, Ev = c->Ev, nc = c->S;
+  float kT[AT_FDMAX * AT_BC];
+  float vT[AT_FDMAX * AT_BC];
+  float kbuf[AT_BC * AT_FDMAX];
+  float qbuf[AT_BR * AT_FDMAX];
+  float dobuf[AT_BR * AT_FDMAX];
+  float s[AT_BR * AT_BC];
+  float dp[AT_BR * AT_BC];
+  float dk[AT_BC * AT_FDMAX];
+  float dv[AT_BC * AT_FDMAX];
+  float dq[AT_BR * AT_FDMAX];
+  float tmp[AT_FDMAX];
+  float D[AT_BR], msub[AT_BR];
+  int64_t hh[AT_BR], ii[AT_BR];
+  for (int64_t t = t0; t < t1; ++t) {
+    const int64_t kvh = t % c->Hkv, b = t / c->Hkv;
+    for (int64_t j = 0; j < nc; ++j) {
+      at_load(ops, tmp, at_row(&c->k, b, kvh, j), c->k.dt, c->k.s[3], E);
+      for (int64_t e = 0; e < E; ++e) kT[e * AT_BC + j] = tmp[e] * c->scale;
+      at_load(ops, tmp, at_row(&c->v, b, kvh, j), c->v.dt, c->v.s[3], Ev);
+      for (int64_t e = 0; e < Ev; ++e) vT[e * AT_BC + j] = tmp[e];
+    }
+    int64_t ldk;
+    const float* kb = at_kv_block(c, &c->k, b, kvh, 0, nc, E, kbuf, &ldk);
+    memset(dk, 0, sizeof(float) * (size_t)(nc * E));
+    memset(dv, 0, sizeof(float) * (size_t)(nc * Ev));
+    for (int64_t g = 0; g < c->G; ++g) {
+      const int64_t h = kvh * c->G + g;
+      for (int64_t i0 = 0; i0 < c->L; i0 += AT_BR) {
+        const int64_t nr = c->L - i0 < AT_BR ? c->L - i0 : AT_BR;
+        for (int64_t x = 0; x < nr; ++x) {
+          hh[x] = h;
+          ii[x] = i0 + x;
+        }
+        int64_t ldq, ldo;
+        const float* qb = at_kv_block(c, &c->q, b, h, i0, nr, E, qbuf, &ldq);
+        const float* gb = at_kv_block(c, &c->go, b, h, i0, nr, Ev, dobuf, &ldo);
+        at_rows_d_lse(c, b, hh, ii, nr, D, msub);
+        ops->gemm(nr, nc, E, qb, ldq, 1, kT, AT_BC, s, AT_BC, 0);
+        if (c->has_bias) {
+          const int64_t s3 = c->bias.s[3];
+          for (int64_t x = 0; x < nr; ++x) {
+            const char* bp = at_row(&c->bias, b, h, i0 + x);
+            float* sr = s + x * AT_BC;
+            for (int64_t j = 0; j < nc; ++j) sr[j] += at_bias_val(bp + j * s3, c->bias.dt);
+          }
+        }
+        if (c->causal && nc - 1 > i0) {
+          for (int64_t x = 0; x < nr; ++x)
+            for (int64_t j = i0 + x + 1; j < nc; ++j) s[x * AT_BC + j] = -INFINITY;
+        }
+        ops->exp_sub(nr, nc, s, AT_BC, msub, 0, NULL);
+        if (c->want_dv) ops->gemm(nc, Ev, nr, s, 1, AT_BC, gb, ldo, dv, Ev, 1);
+        if (!c->want_dk && !c->want_dq) continue;
+        ops->gemm(nr, nc, Ev, gb, ldo, 1, vT, AT_BC, dp, AT_BC, 0);
+        for (int64_t x = 0; x < nr; ++x) {
+          float* dr = dp + x * AT_BC;
+          const float* pr = s + x * AT_BC;
+          for (int64_t j = 0; j < nc; ++j) dr[j] = pr[j] * (dr[j] - D[x]);
+        }
+        if (c->want_dk) ops->gemm(nc, E, nr, dp, 1, AT_BC, qb, ldq, dk, E, 1);
+        if (c->want_dq) {
+          ops->gemm(nr, E, nc, dp, AT_BC, 1, kb, ldk, dq, E, 0);
+          for (int64_t x = 0; x < nr; ++x)
+            at_store(at_row(&c->dq, b, h, i0 + x), c->dq.dt, c->dq.s[3], dq + x * E, c->scale, E);
+        }
+      }
+    }
+    for (int64_t j = 0; j < nc; ++j) {
+      if (c->want_dk) at_store(at_row(&c->dk, b, kvh, j), c->dk.dt, c->dk.s[3], dk + j * E, c->scale, E);
+      if (c->want_dv) at_store(at_row(&c->dv, b, kvh, j), c->dv.dt, c->dv.s[3], dv + j * Ev, 1.0f, Ev);
+    }
+  }
+}
+
 static tpu_status_t at_bwd_run(const tpu_k_call_t* call) {
   at_ctx_t c;
   TPU_RETURN_IF_ERROR(at_parse(call, true, &c));
   if (c.B == 0 || c.Hq == 0) return TPU_OK;
+  if (c.L > 0 && c.S > 0 && at_bwd_fused_ok(&c, tpu_threadpool_size(call->pool))) {
+    tpu_parallel_for(call->pool, c.B * c.Hkv, 1, at_bwd_fused_tasks, &c);
+    return TPU_OK;
+  }
   if ((c.want_dq || c.want_db) && c.L > 0) tpu_parallel_for(call->pool, c.B * c.Hkv * c.nrb, 1, at_bwd_q_tasks, &c);
   if ((c.want_dk || c.want_dv) && c.S > 0) tpu_parallel_for(call->pool, c.B * c.Hkv * c.nkb, 1, at_bwd_kv_tasks, &c);
   return TPU_OK;

@@ -239,6 +239,12 @@ static bool ew_vm_try(const ew_ctx_t* c, float* restrict o, const float* restric
   bool binary = false;
   switch (c->op) {
     case OP_EXP: which = EW_VM_EXP; break;
+    case OP_SQRT: which = EW_VM_SQRT; break;
+    case OP_RSQRT: which = EW_VM_RSQRT; break;
+    case OP_POW_SCALAR:
+      if (c->pd[0] != 0.5 && c->pd[0] != -0.5) return false;
+      which = c->pd[0] == 0.5 ? EW_VM_SQRT : EW_VM_RSQRT;
+      break;
     case OP_SIGMOID: which = EW_VM_SIGMOID; break;
     case OP_SILU: which = EW_VM_SILU; break;
     case OP_TANH: which = EW_VM_TANH; break;
@@ -785,8 +791,14 @@ static tpu_status_t ew_setup(const tpu_k_call_t* call, int op, ew_plan_t* p) {
         const tpu_k_value_t* v = &call->args[1];
         if (ct_int && v->kind == TPU_K_INT && v->v.i < 0 && present[0] && tier[0] != 2)
           return TPU_KU_INVALID(call, "Integers to negative integer powers are not allowed.");
-        if (!ct_int && out->dtype != TPU_DTYPE_F16) { /* PyTorch: plain pow for f16 */
-          double e = tpu_ku_double(call, 1, 0.0);
+        double e = ct_int ? 0.0 : tpu_ku_double(call, 1, 0.0);
+        /* PyTorch: exponent 0 fills ones and 1 copies (any dtype, NaN too);
+         * the others as its pow_tensor_scalar_optimized_kernel, not for f16
+         * (plain pow there). */
+        if (!ct_int && (e == 0.0 || e == 1.0)) {
+          c->op = OP_POW_SCALAR;
+          c->pd[0] = e;
+        } else if (!ct_int && out->dtype != TPU_DTYPE_F16) {
           if (e == 2.0 || e == 3.0 || e == 0.5 || e == -0.5 || e == -1.0 || e == -2.0) {
             c->op = OP_POW_SCALAR;
             c->pd[0] = e;
@@ -1307,7 +1319,9 @@ static void EW_FN(ew_compute)(const ew_ctx_t* c, T* restrict o, const T* restric
       break;
     case OP_POW: for (i = 0; i < n; ++i) o[i] = pow(a[i], b[i]); break;
     case OP_POW_SCALAR:
-      if (p0 == (T)2) for (i = 0; i < n; ++i) o[i] = a[i] * a[i];
+      if (p0 == (T)1) for (i = 0; i < n; ++i) o[i] = a[i];
+      else if (p0 == (T)0) for (i = 0; i < n; ++i) o[i] = one;
+      else if (p0 == (T)2) for (i = 0; i < n; ++i) o[i] = a[i] * a[i];
       else if (p0 == (T)3) for (i = 0; i < n; ++i) o[i] = a[i] * a[i] * a[i];
       else if (p0 == (T)0.5) for (i = 0; i < n; ++i) o[i] = sqrt(a[i]);
       else if (p0 == (T)-0.5) for (i = 0; i < n; ++i) o[i] = one / sqrt(a[i]);

@@ -22,6 +22,9 @@
 
 #include <stdbool.h>
 #include <stdint.h>
+#if defined(__SSE2__)
+#include <immintrin.h>
+#endif
 
 typedef union {
   float f;
@@ -283,6 +286,33 @@ static inline void ew_vm_gelu_bwd_loop(float* restrict o, const float* restrict 
   }
 }
 
+/* sqrt(x) and 1 / sqrt(x), correctly rounded (NaN for x < 0, -0 kept). With
+ * errno semantics GCC keeps a scalar sqrtss plus a libm call per element, and
+ * the optimize pragma cannot lift them, so the vector instruction is
+ * spelled out. */
+static inline void ew_vm_sqrt_loop(float* restrict o, const float* restrict a, int64_t n,
+                                   bool recip) {
+  int64_t i = 0;
+#if defined(__AVX__)
+  const __m256 one8 = _mm256_set1_ps(1.0f);
+  for (; i + 8 <= n; i += 8) {
+    __m256 v = _mm256_sqrt_ps(_mm256_loadu_ps(a + i));
+    _mm256_storeu_ps(o + i, recip ? _mm256_div_ps(one8, v) : v);
+  }
+#endif
+#if defined(__SSE2__)
+  const __m128 one4 = _mm_set1_ps(1.0f);
+  for (; i + 4 <= n; i += 4) {
+    __m128 v = _mm_sqrt_ps(_mm_loadu_ps(a + i));
+    _mm_storeu_ps(o + i, recip ? _mm_div_ps(one4, v) : v);
+  }
+#endif
+  for (; i < n; ++i) {
+    float v = __builtin_sqrtf(a[i]);
+    o[i] = recip ? 1.0f / v : v;
+  }
+}
+
 /* ---- dispatch (the AVX2 file exports these two under its own names) ------ */
 
 enum {
@@ -293,6 +323,8 @@ enum {
   EW_VM_ERF,
   EW_VM_GELU,
   EW_VM_GELU_TANH,
+  EW_VM_SQRT,
+  EW_VM_RSQRT,
   /* binary: (grad, x) */
   EW_VM_SILU_BWD,
   EW_VM_GELU_BWD,
@@ -307,6 +339,8 @@ static inline void ew_vm_unary(int which, float* restrict o, const float* restri
     case EW_VM_ERF: ew_vm_erf_loop(o, a, n); break;
     case EW_VM_GELU: ew_vm_gelu_loop(o, a, n); break;
     case EW_VM_GELU_TANH: ew_vm_gelu_tanh_loop(o, a, n); break;
+    case EW_VM_SQRT: ew_vm_sqrt_loop(o, a, n, false); break;
+    case EW_VM_RSQRT: ew_vm_sqrt_loop(o, a, n, true); break;
     default: break;
   }
 }

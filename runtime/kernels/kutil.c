@@ -359,6 +359,12 @@ tpu_status_t tpu_ku_iter_init(tpu_ku_iter_t* it, int n, const tpu_tensor_t* cons
   return TPU_OK;
 }
 
+/* Kept scalar: vectorised, the per-run pointer sums reload the offsets the
+ * carry loop just stored as 8-byte words with 16-byte loads, a failed store
+ * forward on every run (most of the time of short-run copies). */
+#if defined(__GNUC__) && !defined(__clang__)
+__attribute__((optimize("no-tree-vectorize")))
+#endif
 void tpu_ku_iter_run(const tpu_ku_iter_t* it, int64_t begin, int64_t end,
                      tpu_ku_inner_fn_t fn, void* ctx) {
   if (begin < 0) begin = 0;

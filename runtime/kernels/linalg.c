@@ -22,6 +22,10 @@ void tpu_k_avx2_pack_b_rows(int64_t kc, int64_t nc, const void* b, int dt, int64
                             float* dst);
 void tpu_k_avx2_pack_b_cols(int64_t kc, int64_t nc, const void* b, int dt, int64_t cs,
                             float* dst);
+void tpu_k_avx2_pack_a_rows(int64_t kc, int mr, const void* a, int dt, int64_t rs, float alpha,
+                            float* dst);
+void tpu_k_avx2_pack_a_cols(int64_t kc, int mr, const void* a, int dt, int64_t cs, float alpha,
+                            float* dst);
 void tpu_k_avx2_to_f32(int64_t n, const void* src, int dt, float* dst);
 void tpu_k_avx2_gemv_nk(int64_t nn, int64_t kc, const void* b, int dt, int64_t ldb,
                         const float* x, float* acc);
@@ -226,6 +230,19 @@ static void la_pack_a(const la_gemm_t* g, int64_t bi, int64_t ic, int64_t mc, in
   for (int64_t i0 = 0; i0 < mc; i0 += LA_MR) {
     int64_t mr = la_min(LA_MR, mc - i0);
     float* d = dst + i0 * kc;
+#if LA_X86
+    if (g->avx2 && la_is_half_or_f32(A->dt)) {
+      const char* s = src + i0 * A->rs * es;
+      if (A->cs == 1 || kc == 1) {
+        tpu_k_avx2_pack_a_rows(kc, (int)mr, s, A->dt, A->rs, alpha, d);
+        continue;
+      }
+      if (A->rs == 1 || mr == 1) {
+        tpu_k_avx2_pack_a_cols(kc, (int)mr, s, A->dt, A->cs, alpha, d);
+        continue;
+      }
+    }
+#endif
     for (int64_t i = 0; i < mr; ++i) {
       const char* s = src + (i0 + i) * A->rs * es;
       if (A->dt == TPU_DTYPE_F32 && A->cs == 1) {
@@ -476,13 +493,23 @@ static void la_gemm_run(la_gemm_t* g, tpu_threadpool_t* pool) {
   g->direct = g->c.dt == TPU_DTYPE_F32 && g->c.cs == 1;
   int64_t target = nthreads > 1 ? 2 * (int64_t)nthreads : 1;
   if (g->direct) {
-    g->nchunk = LA_NC;
+    /* Every task packs its own B columns (K x nchunk) and A rows (mchunk x
+     * K): split the longer side first, so that a task's packing stays
+     * small next to its mchunk x nchunk x K multiply-adds. */
+    g->nchunk = la_min(g->N, LA_NC);
     g->ntiles = la_cdiv(g->N, g->nchunk);
     g->mchunk = g->M;
     g->mtiles = 1;
-    while (g->batch * g->ntiles * g->mtiles < target && g->mchunk > 4 * LA_MR) {
-      g->mchunk = la_cdiv(la_cdiv(g->mchunk, 2), LA_MR) * LA_MR;
-      g->mtiles = la_cdiv(g->M, g->mchunk);
+    while (g->batch * g->ntiles * g->mtiles < target) {
+      bool m_ok = g->mchunk > 4 * LA_MR, n_ok = g->nchunk > 4 * LA_NR;
+      if (!m_ok && !n_ok) break;
+      if (m_ok && (!n_ok || g->mchunk >= g->nchunk)) {
+        g->mchunk = la_cdiv(la_cdiv(g->mchunk, 2), LA_MR) * LA_MR;
+        g->mtiles = la_cdiv(g->M, g->mchunk);
+      } else {
+        g->nchunk = la_cdiv(la_cdiv(g->nchunk, 2), LA_NR) * LA_NR;
+        g->ntiles = la_cdiv(g->N, g->nchunk);
+      }
     }
   } else {
     g->nchunk = LA_NCB;

@@ -21,8 +21,9 @@
 
 #if defined(__x86_64__)
 #include <stdlib.h>
-/* arch/x86_64/gemm_avx2.c: x[i] = exp(x[i] - sub), returns the sum */
-float tpu_k_avx2_exp_sub_sum(float* x, int64_t n, float sub);
+/* arch/x86_64/gemm_avx2.c: dst[i] = exp(src[i] - sub) (dst may be src, or
+ * NULL: not stored), returns the sum */
+float tpu_k_avx2_exp_sub_sum(const float* src, float* dst, int64_t n, float sub);
 /* max (mx) or min of x[0..n), n >= 1; *nan = 1 when x holds a NaN */
 float tpu_k_avx2_extreme(const float* x, int64_t n, int mx, int* nan);
 #endif
@@ -159,8 +160,17 @@ static void rd_plan_init(rd_plan_t* pl, const tpu_tensor_t* in, uint32_t mask, i
   rd_coalesce(&pl->red, nops);
 }
 
+/* Index walkers stay scalar: vectorised, their pointer sums reload offsets
+ * just stored as 8-byte words with 16-byte loads (a failed store forward per
+ * row or run, as in tpu_ku_iter_run). */
+#if defined(__GNUC__) && !defined(__clang__)
+#define RD_SCALAR __attribute__((optimize("no-tree-vectorize")))
+#else
+#define RD_SCALAR
+#endif
+
 /* Byte offsets of flat position `flat` of a space; fills idx. */
-static void rd_unravel(const rd_space_t* s, int nops, int64_t flat, int64_t* idx, int64_t* off) {
+RD_SCALAR static void rd_unravel(const rd_space_t* s, int nops, int64_t flat, int64_t* idx, int64_t* off) {
   for (int k = 0; k < nops; ++k) off[k] = 0;
   for (int32_t d = s->nd - 1; d >= 0; --d) {
     idx[d] = flat % s->sz[d];
@@ -169,7 +179,7 @@ static void rd_unravel(const rd_space_t* s, int nops, int64_t flat, int64_t* idx
   }
 }
 
-static void rd_step(const rd_space_t* s, int nops, int64_t* idx, int64_t* off) {
+RD_SCALAR static void rd_step(const rd_space_t* s, int nops, int64_t* idx, int64_t* off) {
   for (int32_t d = s->nd - 1; d >= 0; --d) {
     idx[d]++;
     for (int k = 0; k < nops; ++k) off[k] += s->st[k][d];
@@ -183,8 +193,8 @@ static void rd_step(const rd_space_t* s, int nops, int64_t* idx, int64_t* off) {
 typedef void (*rd_run_fn)(void* ctx, char* const* p, const int64_t* sb, int64_t n, int64_t flat0);
 
 /* Walks flat range [e0, e1) of the reduced space, relative to `base`. */
-static void rd_runs(const rd_plan_t* pl, char* const* base, int64_t e0, int64_t e1, rd_run_fn fn,
-                    void* ctx) {
+RD_SCALAR static void rd_runs(const rd_plan_t* pl, char* const* base, int64_t e0, int64_t e1, rd_run_fn fn,
+                              void* ctx) {
   const rd_space_t* s = &pl->red;
   int nops = pl->nops;
   char* p[RD_MAXOPS];
@@ -225,7 +235,7 @@ typedef struct {
   void* ctx;
 } rd_rows_ctx_t;
 
-static void rd_rows_body(void* c_, int64_t o0, int64_t o1) {
+RD_SCALAR static void rd_rows_body(void* c_, int64_t o0, int64_t o1) {
   const rd_rows_ctx_t* c = (const rd_rows_ctx_t*)c_;
   const rd_plan_t* pl = c->pl;
   int64_t idx[TPU_MAX_DIMS], off[RD_MAXOPS];
@@ -338,13 +348,34 @@ static void rd_store_run_f(char* p, int64_t sb, int dt, int64_t n, const float* 
   }
 }
 
+/* Eight independent 4-lane accumulators (GCC/Clang vector extensions, any
+ * ISA), so the loop runs at the adder's throughput rather than its latency;
+ * lanes are folded pairwise. */
+typedef float rd_v4f __attribute__((vector_size(16)));
+
+static inline rd_v4f rd_ld4(const float* p) {
+  rd_v4f v;
+  memcpy(&v, p, sizeof(v));
+  return v;
+}
+
 static float rd_sum_f(const float* x, int64_t n) {
-  float a[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  rd_v4f a0 = {0, 0, 0, 0}, a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0, a7 = a0;
   int64_t i = 0;
-  for (; i + 8 <= n; i += 8)
-    for (int j = 0; j < 8; ++j) a[j] += x[i + j];
-  for (; i < n; ++i) a[i & 7] += x[i];
-  return ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]));
+  for (; i + 32 <= n; i += 32) {
+    a0 += rd_ld4(x + i);
+    a1 += rd_ld4(x + i + 4);
+    a2 += rd_ld4(x + i + 8);
+    a3 += rd_ld4(x + i + 12);
+    a4 += rd_ld4(x + i + 16);
+    a5 += rd_ld4(x + i + 20);
+    a6 += rd_ld4(x + i + 24);
+    a7 += rd_ld4(x + i + 28);
+  }
+  rd_v4f v = ((a0 + a4) + (a2 + a6)) + ((a1 + a5) + (a3 + a7));
+  float t = 0.0f;
+  for (; i < n; ++i) t += x[i];
+  return ((v[0] + v[2]) + (v[1] + v[3])) + t;
 }
 
 static double rd_sum_d(const double* x, int64_t n) {
@@ -1105,6 +1136,22 @@ static void rd_lane_consume(void* ctx, char* const* pp, const int64_t* sbs, int6
   int64_t* iv = c->iv;
   double db[RD_LANES];
   int64_t ib[RD_LANES];
+  if ((op->kind == RD_SUM || op->kind == RD_MEAN) && !op->ints && dt == TPU_DTYPE_F32) {
+    /* float32 columns: up to eight rows summed in float lanes (vectorised),
+     * each partial then added to the double accumulators */
+    float fb[RD_LANES];
+    for (int64_t j0 = 0; j0 < n; j0 += 8) {
+      int64_t rows = rd_min(8, n - j0);
+      memcpy(fb, pp[0] + j0 * sbs[0], (size_t)nl * sizeof(float));
+      for (int64_t j = 1; j < rows; ++j) {
+        const float* x = (const float*)(pp[0] + (j0 + j) * sbs[0]);
+        for (int64_t l = 0; l < nl; ++l) fb[l] += x[l];
+      }
+      for (int64_t l = 0; l < nl; ++l) d[l] += (double)fb[l];
+    }
+    (void)flat0;
+    return;
+  }
   for (int64_t j = 0; j < n; ++j) {
     const char* q = pp[0] + j * sbs[0];
     bool ints = op->ints || ((op->kind == RD_ANY || op->kind == RD_ALL) && !rd_float_dt(dt));
@@ -1392,17 +1439,22 @@ static void rd_sm_fwd_run(void* ctx, char* const* p, const int64_t* sb, int64_t 
       }
       continue;
     }
-    rd_load_f(q, sb[0], sm->dt[0], m, fb);
+    /* f32 rows with unit stride are read in place where the pass does not
+     * overwrite its buffer (max, the AVX2 exp sum, log_softmax's output) */
+    bool direct = sm->dt[0] == TPU_DTYPE_F32 && sb[0] == 4 &&
+                  (c->pass == 0 || (c->pass == 1 && sm->avx2) || (c->pass == 2 && sm->mode == SM_LOGFWD));
+    if (!direct) rd_load_f(q, sb[0], sm->dt[0], m, fb);
+    const float* src = direct ? (const float*)q : fb;
     float mx = (float)c->a;
     if (c->pass == 0) {
       bool nan;
-      float t = rd_extreme_f(fb, m, true, &nan, sm->avx2);
+      float t = rd_extreme_f(src, m, true, &nan, sm->avx2);
       if (nan || c->a != c->a) c->a = NAN;
       else if (t > c->a) c->a = t;
     } else if (c->pass == 1) {
 #if defined(__x86_64__)
       if (sm->avx2) {
-        c->b += tpu_k_avx2_exp_sub_sum(fb, m, mx);
+        c->b += tpu_k_avx2_exp_sub_sum(src, NULL, m, mx);
         continue;
       }
 #endif
@@ -1414,7 +1466,7 @@ static void rd_sm_fwd_run(void* ctx, char* const* p, const int64_t* sb, int64_t 
         float inv = (float)(1.0 / c->b);
 #if defined(__x86_64__)
         if (sm->avx2) {
-          tpu_k_avx2_exp_sub_sum(fb, m, mx);
+          tpu_k_avx2_exp_sub_sum(fb, fb, m, mx);
         } else
 #endif
         {
@@ -1424,7 +1476,12 @@ static void rd_sm_fwd_run(void* ctx, char* const* p, const int64_t* sb, int64_t 
         for (int64_t i = 0; i < m; ++i) fb[i] *= inv;
       } else {
         float ls = (float)log(c->b);
-        for (int64_t i = 0; i < m; ++i) fb[i] = fb[i] - mx - ls;
+        if (sm->dt[1] == TPU_DTYPE_F32 && sb[1] == 4) {
+          float* yf = (float*)y;
+          for (int64_t i = 0; i < m; ++i) yf[i] = src[i] - mx - ls;
+          continue;
+        }
+        for (int64_t i = 0; i < m; ++i) fb[i] = src[i] - mx - ls;
       }
       rd_store_run_f(y, sb[1], sm->dt[1], m, fb);
     }

@@ -165,6 +165,60 @@ void tpu_k_avx2_pack_b_cols(int64_t kc, int64_t nc, const void* b, int dt, int64
   }
 }
 
+/* A panel of mr (<= MR) rows: dst[k*MR + i] = alpha * A[i, k] for k < kc,
+ * rows mr..MR-1 zero. A[i, k] at a + (i*rs + k) elements (unit stride
+ * along k: a row-major A). Eight k at a time: the rows are loaded as eight
+ * vectors (missing rows zero), transposed, and the first MR lanes of each
+ * column stored. */
+void tpu_k_avx2_pack_a_rows(int64_t kc, int mr, const void* a, int dt, int64_t rs, float alpha,
+                            float* dst) {
+  const char* base = (const char*)a;
+  size_t es = esz(dt);
+  const __m256 va = _mm256_set1_ps(alpha);
+  int64_t k = 0;
+  for (; k + 8 <= kc; k += 8) {
+    __m256 r[8];
+    for (int i = 0; i < 8; ++i)
+      r[i] = i < mr ? ld8(base + (size_t)(i * rs + k) * es, dt) : _mm256_setzero_ps();
+    transpose8(r);
+    for (int j = 0; j < 8; ++j) {
+      __m256 v = alpha == 1.0f ? r[j] : _mm256_mul_ps(r[j], va);
+      float* d = dst + (k + j) * MR;
+      _mm_storeu_ps(d, _mm256_castps256_ps128(v));
+      _mm_storel_epi64((__m128i_u*)(d + 4), _mm_castps_si128(_mm256_extractf128_ps(v, 1)));
+    }
+  }
+  for (; k < kc; ++k) {
+    float* d = dst + k * MR;
+    for (int i = 0; i < MR; ++i) d[i] = i < mr ? alpha * ld1(base + (size_t)(i * rs + k) * es, dt) : 0.0f;
+  }
+}
+
+/* As tpu_k_avx2_pack_a_rows for A[i, k] at a + (i + k*cs) elements (unit
+ * stride along rows: a transposed A, as in the weight gradient dY^T @ X). */
+void tpu_k_avx2_pack_a_cols(int64_t kc, int mr, const void* a, int dt, int64_t cs, float alpha,
+                            float* dst) {
+  const char* base = (const char*)a;
+  size_t es = esz(dt);
+  for (int64_t k = 0; k < kc; ++k) {
+    const char* s = base + (size_t)(k * cs) * es;
+    float* d = dst + k * MR;
+    if (mr == MR && dt == TPU_DTYPE_F32) {
+      const float* sf = (const float*)s;
+      __m128 lo = _mm_loadu_ps(sf);
+      __m128 hi = _mm_castsi128_ps(_mm_loadl_epi64((const __m128i_u*)(sf + 4)));
+      if (alpha != 1.0f) {
+        lo = _mm_mul_ps(lo, _mm_set1_ps(alpha));
+        hi = _mm_mul_ps(hi, _mm_set1_ps(alpha));
+      }
+      _mm_storeu_ps(d, lo);
+      _mm_storel_epi64((__m128i_u*)(d + 4), _mm_castps_si128(hi));
+      continue;
+    }
+    for (int i = 0; i < MR; ++i) d[i] = i < mr ? alpha * ld1(s + (size_t)i * es, dt) : 0.0f;
+  }
+}
+
 /* dst[i] = src[i] for contiguous f32/bf16/f16 src. */
 void tpu_k_avx2_to_f32(int64_t n, const void* src, int dt, float* dst) {
   const char* s = (const char*)src;
@@ -287,15 +341,18 @@ static inline __m256 exp8(__m256 x) {
   return _mm256_blendv_ps(y, x, nan);
 }
 
-/* x[i] = exp(x[i] - sub); returns the sum of the results. */
-float tpu_k_avx2_exp_sub_sum(float* x, int64_t n, float sub) {
+/* dst[i] = exp(src[i] - sub) (dst == src allowed; dst NULL: nothing
+ * stored); returns the sum of the results. */
+float tpu_k_avx2_exp_sub_sum(const float* src, float* dst, int64_t n, float sub) {
   __m256 s = _mm256_set1_ps(sub), acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
   int64_t i = 0;
   for (; i + 16 <= n; i += 16) {
-    __m256 a = exp8(_mm256_sub_ps(_mm256_loadu_ps(x + i), s));
-    __m256 b = exp8(_mm256_sub_ps(_mm256_loadu_ps(x + i + 8), s));
-    _mm256_storeu_ps(x + i, a);
-    _mm256_storeu_ps(x + i + 8, b);
+    __m256 a = exp8(_mm256_sub_ps(_mm256_loadu_ps(src + i), s));
+    __m256 b = exp8(_mm256_sub_ps(_mm256_loadu_ps(src + i + 8), s));
+    if (dst) {
+      _mm256_storeu_ps(dst + i, a);
+      _mm256_storeu_ps(dst + i + 8, b);
+    }
     acc0 = _mm256_add_ps(acc0, a);
     acc1 = _mm256_add_ps(acc1, b);
   }
@@ -303,13 +360,13 @@ float tpu_k_avx2_exp_sub_sum(float* x, int64_t n, float sub) {
   if (i < n) {
     _Alignas(32) float tmp[16];
     int64_t m = n - i;
-    for (int64_t j = 0; j < 16; ++j) tmp[j] = j < m ? x[i + j] : -__builtin_inff();
+    for (int64_t j = 0; j < 16; ++j) tmp[j] = j < m ? src[i + j] : -__builtin_inff();
     __m256 a = exp8(_mm256_sub_ps(_mm256_load_ps(tmp), s));
     __m256 b = exp8(_mm256_sub_ps(_mm256_load_ps(tmp + 8), s));
     _mm256_store_ps(tmp, a);
     _mm256_store_ps(tmp + 8, b);
     for (int64_t j = 0; j < m; ++j) {
-      x[i + j] = tmp[j];
+      if (dst) dst[i + j] = tmp[j];
       t += tmp[j];
     }
   }
