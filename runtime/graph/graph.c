@@ -1197,6 +1197,7 @@ typedef struct tile_ctx_t {
   tpu_graph_t* g;
   const group_t* gr;
   tpu_status_t* first_error; /* guarded by atomics: first writer wins */
+  tpu_threadpool_t* pool;    /* a group of one tile: its kernels use the pool */
 } tile_ctx_t;
 
 static int32_t acquire_slot(tpu_graph_t* g) {
@@ -1247,7 +1248,7 @@ static void run_tiles(void* ctx, int64_t begin, int64_t end) {
           }
         }
       }
-      tpu_status_t st = run_node(n, NULL, vals, tens);
+      tpu_status_t st = run_node(n, c->pool, vals, tens);
       if (st != TPU_OK) {
         tpu_status_t none = TPU_OK;
         if (!__atomic_compare_exchange_n(c->first_error, &none, st, false, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED)) {
@@ -1295,6 +1296,7 @@ static tpu_status_t run_step(tpu_graph_t* g, const step_t* st, tpu_threadpool_t*
   if (gr->ntiles > 1) {
     tpu_parallel_for(pool, gr->ntiles, 1, run_tiles, &c);
   } else {
+    c.pool = pool; /* one tile (e.g. a reduction over the tiled dim too): parallel kernels instead */
     run_tiles(&c, 0, 1);
   }
   return first_error;
