@@ -566,6 +566,63 @@ static void at_bwd_q_tasks(void* vctx, int64_t t0, int64_t t1) {
   }
 }
 
+/* Keys j0..j0+nc of kv head kvh, transposed for the block products:
+ * kT[e][j] = scale * k_j[e], vT[e][j] = v_j[e] (row stride AT_BC). */
+static void at_load_kv_t(const at_ctx_t* c, int64_t b, int64_t kvh, int64_t j0, int64_t nc, float* kT, float* vT,
+                         float* tmp) {
+  for (int64_t j = 0; j < nc; ++j) {
+    at_load(c->ops, tmp, at_row(&c->k, b, kvh, j0 + j), c->k.dt, c->k.s[3], c->E);
+    for (int64_t e = 0; e < c->E; ++e) kT[e * AT_BC + j] = tmp[e] * c->scale;
+    at_load(c->ops, tmp, at_row(&c->v, b, kvh, j0 + j), c->v.dt, c->v.s[3], c->Ev);
+    for (int64_t e = 0; e < c->Ev; ++e) vT[e * AT_BC + j] = tmp[e];
+  }
+}
+
+typedef struct at_bwd_blk_t {
+  const float* qb; /* query rows, row stride ldq */
+  const float* gb; /* output-gradient rows, row stride ldo */
+  int64_t ldq, ldo;
+} at_bwd_blk_t;
+
+/* Backward, query rows i0..i0+nr of head h against keys j0..j0+nc (kT from
+ * at_load_kv_t): loads the query and output-gradient blocks, D = rowsum(dO*O)
+ * and the rows' log-sum-exp, and leaves the probabilities P in s. */
+static void at_bwd_probs(const at_ctx_t* c, int64_t b, int64_t h, int64_t i0, int64_t nr, int64_t j0, int64_t nc,
+                         const float* kT, float* qbuf, float* dobuf, float* s, float* D, float* msub,
+                         at_bwd_blk_t* out) {
+  int64_t hh[AT_BR], ii[AT_BR];
+  for (int64_t x = 0; x < nr; ++x) {
+    hh[x] = h;
+    ii[x] = i0 + x;
+  }
+  out->qb = at_kv_block(c, &c->q, b, h, i0, nr, c->E, qbuf, &out->ldq);
+  out->gb = at_kv_block(c, &c->go, b, h, i0, nr, c->Ev, dobuf, &out->ldo);
+  at_rows_d_lse(c, b, hh, ii, nr, D, msub);
+  c->ops->gemm(nr, nc, c->E, out->qb, out->ldq, 1, kT, AT_BC, s, AT_BC, 0);
+  if (c->has_bias) {
+    const int64_t s3 = c->bias.s[3];
+    for (int64_t x = 0; x < nr; ++x) {
+      const char* bp = at_row(&c->bias, b, h, i0 + x) + j0 * s3;
+      float* sr = s + x * AT_BC;
+      for (int64_t j = 0; j < nc; ++j) sr[j] += at_bias_val(bp + j * s3, c->bias.dt);
+    }
+  }
+  if (c->causal && j0 + nc - 1 > i0) {
+    for (int64_t x = 0; x < nr; ++x)
+      for (int64_t j = i0 + x + 1 - j0 < 0 ? 0 : i0 + x + 1 - j0; j < nc; ++j) s[x * AT_BC + j] = -INFINITY;
+  }
+  c->ops->exp_sub(nr, nc, s, AT_BC, msub, 0, NULL);
+}
+
+/* dS = P * (dP - D), in place in dp. */
+static void at_bwd_ds(int64_t nr, int64_t nc, const float* s, float* dp, const float* D) {
+  for (int64_t x = 0; x < nr; ++x) {
+    float* dr = dp + x * AT_BC;
+    const float* pr = s + x * AT_BC;
+    for (int64_t j = 0; j < nc; ++j) dr[j] = pr[j] * (dr[j] - D[x]);
+  }
+}
+
 /* Pass B: dk, dv, one task per (b, kv head, key block). Scores here are
  * row-major S[x][j] = q_x . (scale k_j). */
 static void at_bwd_kv_tasks(void* vctx, int64_t t0, int64_t t1) {
@@ -582,16 +639,10 @@ static void at_bwd_kv_tasks(void* vctx, int64_t t0, int64_t t1) {
   float dv[AT_BC * AT_DMAX];
   float tmp[AT_DMAX];
   float D[AT_BR], msub[AT_BR];
-  int64_t hh[AT_BR], ii[AT_BR];
   for (int64_t t = t0; t < t1; ++t) {
     const int64_t kb = t % c->nkb, kvh = (t / c->nkb) % c->Hkv, b = t / (c->nkb * c->Hkv);
     const int64_t j0 = kb * AT_BC, nc = c->S - j0 < AT_BC ? c->S - j0 : AT_BC;
-    for (int64_t j = 0; j < nc; ++j) {
-      at_load(ops, tmp, at_row(&c->k, b, kvh, j0 + j), c->k.dt, c->k.s[3], E);
-      for (int64_t e = 0; e < E; ++e) kT[e * AT_BC + j] = tmp[e] * c->scale;
-      at_load(ops, tmp, at_row(&c->v, b, kvh, j0 + j), c->v.dt, c->v.s[3], Ev);
-      for (int64_t e = 0; e < Ev; ++e) vT[e * AT_BC + j] = tmp[e];
-    }
+    at_load_kv_t(c, b, kvh, j0, nc, kT, vT, tmp);
     memset(dk, 0, sizeof(float) * (size_t)(nc * E));
     memset(dv, 0, sizeof(float) * (size_t)(nc * Ev));
     for (int64_t g = 0; g < c->G; ++g) {
@@ -599,36 +650,14 @@ static void at_bwd_kv_tasks(void* vctx, int64_t t0, int64_t t1) {
       for (int64_t i0 = 0; i0 < c->L; i0 += AT_BR) {
         const int64_t nr = c->L - i0 < AT_BR ? c->L - i0 : AT_BR;
         if (c->causal && i0 + nr - 1 < j0) continue;
-        for (int64_t x = 0; x < nr; ++x) {
-          hh[x] = h;
-          ii[x] = i0 + x;
-        }
-        int64_t ldq, ldo;
-        const float* qb = at_kv_block(c, &c->q, b, h, i0, nr, E, qbuf, &ldq);
-        const float* gb = at_kv_block(c, &c->go, b, h, i0, nr, Ev, dobuf, &ldo);
-        at_rows_d_lse(c, b, hh, ii, nr, D, msub);
-        ops->gemm(nr, nc, E, qb, ldq, 1, kT, AT_BC, s, AT_BC, 0);
-        if (c->has_bias) {
-          const int64_t s3 = c->bias.s[3];
-          for (int64_t x = 0; x < nr; ++x) {
-            const char* bp = at_row(&c->bias, b, h, i0 + x) + j0 * s3;
-            float* sr = s + x * AT_BC;
-            for (int64_t j = 0; j < nc; ++j) sr[j] += at_bias_val(bp + j * s3, c->bias.dt);
-          }
-        }
-        if (c->causal && j0 + nc - 1 > i0) {
-          for (int64_t x = 0; x < nr; ++x)
-            for (int64_t j = i0 + x + 1 - j0 < 0 ? 0 : i0 + x + 1 - j0; j < nc; ++j) s[x * AT_BC + j] = -INFINITY;
-        }
-        ops->exp_sub(nr, nc, s, AT_BC, msub, 0, NULL);
+        at_bwd_blk_t q;
+        at_bwd_probs(c, b, h, i0, nr, j0, nc, kT, qbuf, dobuf, s, D, msub, &q);
+        const float *qb = q.qb, *gb = q.gb;
+        const int64_t ldq = q.ldq, ldo = q.ldo;
         if (c->want_dv) ops->gemm(nc, Ev, nr, s, 1, AT_BC, gb, ldo, dv, Ev, 1);
         if (c->want_dk) {
           ops->gemm(nr, nc, Ev, gb, ldo, 1, vT, AT_BC, dp, AT_BC, 0);
-          for (int64_t x = 0; x < nr; ++x) {
-            float* dr = dp + x * AT_BC;
-            const float* pr = s + x * AT_BC;
-            for (int64_t j = 0; j < nc; ++j) dr[j] = pr[j] * (dr[j] - D[x]);
-          }
+          at_bwd_ds(nr, nc, s, dp, D);
           ops->gemm(nc, E, nr, dp, 1, AT_BC, qb, ldq, dk, E, 1);
         }
       }
@@ -667,15 +696,9 @@ static void at_bwd_fused_tasks(void* vctx, int64_t t0, int64_t t1) {
   float dq[AT_BR * AT_FDMAX];
   float tmp[AT_FDMAX];
   float D[AT_BR], msub[AT_BR];
-  int64_t hh[AT_BR], ii[AT_BR];
   for (int64_t t = t0; t < t1; ++t) {
     const int64_t kvh = t % c->Hkv, b = t / c->Hkv;
-    for (int64_t j = 0; j < nc; ++j) {
-      at_load(ops, tmp, at_row(&c->k, b, kvh, j), c->k.dt, c->k.s[3], E);
-      for (int64_t e = 0; e < E; ++e) kT[e * AT_BC + j] = tmp[e] * c->scale;
-      at_load(ops, tmp, at_row(&c->v, b, kvh, j), c->v.dt, c->v.s[3], Ev);
-      for (int64_t e = 0; e < Ev; ++e) vT[e * AT_BC + j] = tmp[e];
-    }
+    at_load_kv_t(c, b, kvh, 0, nc, kT, vT, tmp);
     int64_t ldk;
     const float* kb = at_kv_block(c, &c->k, b, kvh, 0, nc, E, kbuf, &ldk);
     memset(dk, 0, sizeof(float) * (size_t)(nc * E));
@@ -684,36 +707,14 @@ static void at_bwd_fused_tasks(void* vctx, int64_t t0, int64_t t1) {
       const int64_t h = kvh * c->G + g;
       for (int64_t i0 = 0; i0 < c->L; i0 += AT_BR) {
         const int64_t nr = c->L - i0 < AT_BR ? c->L - i0 : AT_BR;
-        for (int64_t x = 0; x < nr; ++x) {
-          hh[x] = h;
-          ii[x] = i0 + x;
-        }
-        int64_t ldq, ldo;
-        const float* qb = at_kv_block(c, &c->q, b, h, i0, nr, E, qbuf, &ldq);
-        const float* gb = at_kv_block(c, &c->go, b, h, i0, nr, Ev, dobuf, &ldo);
-        at_rows_d_lse(c, b, hh, ii, nr, D, msub);
-        ops->gemm(nr, nc, E, qb, ldq, 1, kT, AT_BC, s, AT_BC, 0);
-        if (c->has_bias) {
-          const int64_t s3 = c->bias.s[3];
-          for (int64_t x = 0; x < nr; ++x) {
-            const char* bp = at_row(&c->bias, b, h, i0 + x);
-            float* sr = s + x * AT_BC;
-            for (int64_t j = 0; j < nc; ++j) sr[j] += at_bias_val(bp + j * s3, c->bias.dt);
-          }
-        }
-        if (c->causal && nc - 1 > i0) {
-          for (int64_t x = 0; x < nr; ++x)
-            for (int64_t j = i0 + x + 1; j < nc; ++j) s[x * AT_BC + j] = -INFINITY;
-        }
-        ops->exp_sub(nr, nc, s, AT_BC, msub, 0, NULL);
+        at_bwd_blk_t q;
+        at_bwd_probs(c, b, h, i0, nr, 0, nc, kT, qbuf, dobuf, s, D, msub, &q);
+        const float *qb = q.qb, *gb = q.gb;
+        const int64_t ldq = q.ldq, ldo = q.ldo;
         if (c->want_dv) ops->gemm(nc, Ev, nr, s, 1, AT_BC, gb, ldo, dv, Ev, 1);
         if (!c->want_dk && !c->want_dq) continue;
         ops->gemm(nr, nc, Ev, gb, ldo, 1, vT, AT_BC, dp, AT_BC, 0);
-        for (int64_t x = 0; x < nr; ++x) {
-          float* dr = dp + x * AT_BC;
-          const float* pr = s + x * AT_BC;
-          for (int64_t j = 0; j < nc; ++j) dr[j] = pr[j] * (dr[j] - D[x]);
-        }
+        at_bwd_ds(nr, nc, s, dp, D);
         if (c->want_dk) ops->gemm(nc, E, nr, dp, 1, AT_BC, qb, ldq, dk, E, 1);
         if (c->want_dq) {
           ops->gemm(nr, E, nc, dp, AT_BC, 1, kb, ldk, dq, E, 0);
