@@ -22,6 +22,7 @@ TPU_K_FAMILY(misc)
 TPU_K_FAMILY(solve)
 TPU_K_FAMILY(fused)
 TPU_K_FAMILY(moe)
+TPU_K_FAMILY(optim)
 #undef TPU_K_FAMILY
 
 typedef struct {
@@ -44,6 +45,7 @@ static const tpu_k_family_t kFamilies[] = {
     {tpu_k_solve_entries, &tpu_k_solve_count},
     {tpu_k_fused_entries, &tpu_k_fused_count},
     {tpu_k_moe_entries, &tpu_k_moe_count},
+    {tpu_k_optim_entries, &tpu_k_optim_count},
 };
 #define TPU_K_NUM_FAMILIES (sizeof(kFamilies) / sizeof(kFamilies[0]))
 

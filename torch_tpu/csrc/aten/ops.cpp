@@ -693,7 +693,10 @@ void run_native(const c10::OperatorHandle& op, const OpPlan& plan, torch::jit::S
   }
 
   std::vector<OutMeta> metas;
-  if (plan.entry->shape != nullptr) {
+  if (nouts == 0) {
+    // nothing returned (in-place list ops such as _fused_adamw_): no meta
+    // function to run, the kernel's check() validates the arguments
+  } else if (plan.entry->shape != nullptr) {
     metas = dynamic_output_meta(*w, nouts, index);
   } else {
     metas = output_meta(op, plan, args, index);
