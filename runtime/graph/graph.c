@@ -932,7 +932,9 @@ static tpu_status_t generate(tpu_graph_t* g) {
   if (g->cg_mode == TPU_CG_OFF || g->ngroups == 0) return TPU_OK;
   tpu_status_t st = TPU_OK;
   tpu_cg_text_t src = {0};
-  tpu_cg_text_t* uniq = calloc((size_t)g->ngroups, sizeof(tpu_cg_text_t));
+  /* each distinct function's body (from its '(') as offset and length in src */
+  size_t* uniq_body = malloc(sizeof(size_t) * (size_t)g->ngroups);
+  size_t* uniq_len = malloc(sizeof(size_t) * (size_t)g->ngroups);
   tpu_cg_ext_t* ext = malloc(sizeof(tpu_cg_ext_t) * TPU_CG_MAX_EXT);
   int32_t maxc = 0;
   for (int32_t gi = 0; gi < g->ngroups; ++gi) {
@@ -941,7 +943,7 @@ static tpu_status_t generate(tpu_graph_t* g) {
   tpu_cg_node_t* cn = malloc(sizeof(tpu_cg_node_t) * (size_t)(maxc ? maxc : 1));
   int32_t* refs = malloc(sizeof(int32_t) * GROUP_MAX_ARGS * (size_t)(maxc ? maxc : 1));
   int32_t nuniq = 0;
-  if (!uniq || !ext || !cn || !refs) {
+  if (!uniq_body || !uniq_len || !ext || !cn || !refs) {
     st = TPU_ERROR(TPU_STATUS_OUT_OF_MEMORY, "graph: out of host memory");
     goto done;
   }
@@ -951,20 +953,23 @@ static tpu_status_t generate(tpu_graph_t* g) {
     int32_t reduce_from = 0;
     if (gr->count < 2 || !describe(g, gi, ext, cn, refs, &reduce_from)) continue;
     tpu_cg_group_t desc = {gr->ndim, gr->sizes, reduce_from, gr->next, ext, gr->count, cn};
-    tpu_cg_text_t one = {0};
+    /* Emitted straight into the unit under the next free id; identical
+     * groups (every layer of a model) share one function, so a body equal
+     * to an earlier one (past its name) is cut off again. */
+    const size_t start = src.len;
     const char* why = NULL;
-    if (!tpu_cg_emit_group(&one, 0, &desc, &why, &gr->cg_units, &gr->cg_grain)) {
-      tpu_cg_text_free(&one);
-      continue;
-    }
-    /* identical groups (every layer of a model) share one function */
+    if (!tpu_cg_emit_group(&src, nuniq, &desc, &why, &gr->cg_units, &gr->cg_grain)) continue;
+    if (src.oom) break;
+    const char* body = strchr(src.s + start, '(');
+    const size_t blen = src.len - (size_t)(body - src.s);
     int32_t u = 0;
-    while (u < nuniq && !(uniq[u].len == one.len && memcmp(uniq[u].s, one.s, one.len) == 0)) ++u;
+    while (u < nuniq && !(uniq_len[u] == blen && memcmp(src.s + uniq_body[u], body, blen) == 0)) ++u;
     if (u == nuniq) {
-      uniq[nuniq++] = one;
-      if (!tpu_cg_emit_group(&src, u, &desc, &why, &gr->cg_units, &gr->cg_grain)) u = -1; /* same input: no */
+      uniq_body[nuniq] = (size_t)(body - src.s);
+      uniq_len[nuniq++] = blen;
     } else {
-      tpu_cg_text_free(&one);
+      src.len = start;
+      src.s[start] = 0;
     }
     gr->cg = u;
   }
@@ -995,8 +1000,8 @@ static tpu_status_t generate(tpu_graph_t* g) {
     g->stats.codegen_groups++;
   }
 done:
-  for (int32_t u = 0; u < nuniq; ++u) tpu_cg_text_free(&uniq[u]);
-  free(uniq);
+  free(uniq_body);
+  free(uniq_len);
   free(ext);
   free(cn);
   free(refs);
