@@ -287,6 +287,16 @@ def _get_autocast_dtype():
     return torch.get_autocast_dtype("tpu")
 
 
+def queue_stats(device: _DeviceLike = None) -> dict:
+    """Counters of a device's queue since start: 'works' run, and for list ops
+    (torch._foreach_*, e.g. a foreach optimizer step) 'list_groups' (runs of
+    consecutive list ops executed piece by piece, so each chunk of the lists
+    stays in cache across the ops), 'list_works' (list ops inside such groups)
+    and 'list_conflicts' (list ops run alone because their lists alias).
+    Drains nothing: counts only finished work."""
+    return _C.queue_stats(_index(device))
+
+
 def compile_stats() -> dict:
     """Statistics of torch.compile(backend="tpu") in this process: graphs compiled
     ('misses'), runs of an already compiled graph ('hits'), 'compile_seconds' spent

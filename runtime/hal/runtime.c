@@ -75,6 +75,15 @@ tpu_status_t tpu_runtime_initialize(void) {
   }
   tpu_spin_set_budget_ns(spin_us * 1000);
 
+  bool group_lists = true;
+  v = env_value("TORCH_TPU_LIST_FUSION");
+  if (v) {
+    int64_t on = 1;
+    st = tpu_parse_int("TORCH_TPU_LIST_FUSION", v, 0, 1, &on);
+    if (st) goto done;
+    group_lists = on != 0;
+  }
+
   st = tpu_threadpool_create((int)threads, &pool);
   if (st) goto done;
   tpu_host_driver_options_t options = {
@@ -82,6 +91,8 @@ tpu_status_t tpu_runtime_initialize(void) {
       .device_count = (int32_t)devices,
       .memory_per_device = memory,
       .compute_units = (int32_t)threads,
+      .pool = pool,
+      .group_list_works = group_lists,
   };
   st = tpu_host_driver_create(&options, &driver);
   if (st) {

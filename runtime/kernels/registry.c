@@ -23,6 +23,7 @@ TPU_K_FAMILY(solve)
 TPU_K_FAMILY(fused)
 TPU_K_FAMILY(moe)
 TPU_K_FAMILY(optim)
+TPU_K_FAMILY(foreach)
 #undef TPU_K_FAMILY
 
 typedef struct {
@@ -46,6 +47,7 @@ static const tpu_k_family_t kFamilies[] = {
     {tpu_k_fused_entries, &tpu_k_fused_count},
     {tpu_k_moe_entries, &tpu_k_moe_count},
     {tpu_k_optim_entries, &tpu_k_optim_count},
+    {tpu_k_foreach_entries, &tpu_k_foreach_count},
 };
 #define TPU_K_NUM_FAMILIES (sizeof(kFamilies) / sizeof(kFamilies[0]))
 

@@ -91,6 +91,10 @@ static bool device_query_idle(tpu_hal_device_t* device) {
   return tpu_host_queue_is_idle(&dev(device)->queue);
 }
 
+static void device_queue_stats(tpu_hal_device_t* device, tpu_hal_queue_stats_t* out) {
+  tpu_host_queue_stats(&dev(device)->queue, out);
+}
+
 /* ---- device: copies ---- */
 typedef struct {
   void* dst;
@@ -219,6 +223,7 @@ static const tpu_hal_device_vtable_t tpu_host_device_vtable = {
     .record_event = device_record_event,
     .wait_event = device_wait_event,
     .query_idle = device_query_idle,
+    .queue_stats = device_queue_stats,
 };
 
 /* ---- driver ---- */
@@ -272,6 +277,11 @@ tpu_status_t tpu_host_driver_create(const tpu_host_driver_options_t* options,
     return TPU_ERROR(TPU_STATUS_INVALID_ARGUMENT,
                      "host driver options: memory_per_device must be > 0");
   int32_t units = options->compute_units > 0 ? options->compute_units : tpu_host_cpu_count();
+  /* Fields added later are read only when the caller's struct has them. */
+  bool has_lists = options->struct_size >= offsetof(tpu_host_driver_options_t, group_list_works) +
+                                               sizeof(options->group_list_works);
+  tpu_threadpool_t* pool = has_lists ? options->pool : NULL;
+  bool group_lists = has_lists && options->group_list_works;
 
   tpu_host_driver_t* drv = calloc(1, sizeof(*drv));
   tpu_host_device_t** devices = calloc((size_t)options->device_count, sizeof(*devices));
@@ -288,7 +298,7 @@ tpu_status_t tpu_host_driver_create(const tpu_host_driver_options_t* options,
       tpu_object_release(&drv->base.base);
       return TPU_ERROR(TPU_STATUS_OUT_OF_MEMORY, "cannot allocate host device %d", i);
     }
-    tpu_status_t st = tpu_host_queue_init(&d->queue, i);
+    tpu_status_t st = tpu_host_queue_init(&d->queue, i, pool, group_lists);
     if (st != TPU_OK) {
       free(d);
       tpu_object_release(&drv->base.base);

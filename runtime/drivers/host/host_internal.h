@@ -31,8 +31,19 @@ typedef struct tpu_host_work_node_t {
   tpu_hal_work_fn_t run;
   void (*cleanup)(void* ctx);
   void* ctx;
+  int64_t parts; /* list works: see tpu_hal_work_t */
+  tpu_status_t (*run_part)(void* ctx, int64_t part);
+  void (*footprint)(void* ctx, int64_t part, tpu_hal_range_fn_t visit, void* vctx);
   char name[TPU_HOST_WORK_NAME_MAX];
 } tpu_host_work_node_t;
+
+/* At most this many consecutive list works run as one group. */
+#define TPU_HOST_LIST_GROUP_MAX 32
+/* A list work with nothing queued behind it waits this long for the next
+ * list op of its sequence (the host submits an optimizer step's list ops
+ * 20-200 us apart), unless someone waits for the queue. The device is ahead
+ * of the host then, so holding costs no throughput. */
+#define TPU_HOST_LIST_HOLD_NS 500000
 
 typedef struct tpu_host_queue_t {
   pthread_mutex_t mu;
@@ -43,15 +54,22 @@ typedef struct tpu_host_queue_t {
   uint64_t submitted; /* tickets handed out (under mu) */
   uint64_t completed; /* works finished; written under mu, read atomically */
   int waiters;
+  int hurry;   /* threads waiting for the queue: a held list work runs now */
+  bool flush;  /* one-shot hurry (is_idle asked) */
   bool stop;
   bool started;
   tpu_status_t error; /* first error since the last take, annotated */
   pthread_t thread;
   int32_t device_index;
+  tpu_threadpool_t* pool; /* borrowed, may be NULL: runs grouped pieces */
+  bool group_lists;       /* run consecutive list works piece-major */
+  tpu_hal_queue_stats_t stats; /* under mu */
 } tpu_host_queue_t;
 
 /* Starts the worker thread. On failure nothing needs deinit. */
-tpu_status_t tpu_host_queue_init(tpu_host_queue_t* q, int32_t device_index);
+tpu_status_t tpu_host_queue_init(tpu_host_queue_t* q, int32_t device_index,
+                                 tpu_threadpool_t* pool, bool group_lists);
+void tpu_host_queue_stats(tpu_host_queue_t* q, tpu_hal_queue_stats_t* out);
 /* Drains, stops and joins the worker, drops any pending error. */
 void tpu_host_queue_deinit(tpu_host_queue_t* q);
 /* Allocates a node for `work` (name copied); NULL if out of memory. */

@@ -42,13 +42,34 @@ typedef struct tpu_hal_event_t tpu_hal_event_t;
  * run (kernels must not crash on garbage data, only report). `name` is
  * copied at submit. */
 typedef tpu_status_t (*tpu_hal_work_fn_t)(void* ctx);
+/* Reports one byte range [begin, end) a piece of a list work touches. */
+typedef void (*tpu_hal_range_fn_t)(void* vctx, uintptr_t begin, uintptr_t end, bool write);
 typedef struct tpu_hal_work_t {
   const char* name;            /* e.g. "aten::index_select"; may be NULL */
   tpu_hal_work_fn_t run;       /* required */
   void (*cleanup)(void* ctx);  /* optional; frees ctx */
   void* ctx;                   /* owned by the queue after a successful OR
                                   failed submit (cleanup is always called) */
+  /* Optional: a list work (torch._foreach_* ops) made of `parts` pieces
+   * (0: not one). run_part(ctx, i) runs piece i alone; footprint(ctx, i,
+   * visit, vctx) calls visit for every byte range piece i reads or writes.
+   * A driver may run consecutive list works with the same number of pieces
+   * piece-major (piece 0 of each work, then piece 1, ...), pieces in
+   * parallel, when no range a piece writes meets a range of another piece:
+   * the result is the one of running them in order, and each piece's data
+   * stays in cache from one work to the next. run() must still do it all. */
+  int64_t parts;
+  tpu_status_t (*run_part)(void* ctx, int64_t part);
+  void (*footprint)(void* ctx, int64_t part, tpu_hal_range_fn_t visit, void* vctx);
 } tpu_hal_work_t;
+
+/* Counters of a device queue (since creation). */
+typedef struct tpu_hal_queue_stats_t {
+  uint64_t works;            /* works run */
+  uint64_t list_groups;      /* groups of list works run piece-major */
+  uint64_t list_works;       /* list works run inside those groups */
+  uint64_t list_conflicts;   /* list works run alone because pieces met */
+} tpu_hal_queue_stats_t;
 
 /* ---- Statistics ----------------------------------------------------------- */
 typedef struct tpu_hal_memory_stats_t {
@@ -143,6 +164,7 @@ typedef struct tpu_hal_device_vtable_t {
   tpu_status_t (*wait_event)(tpu_hal_device_t* device, tpu_hal_event_t* event);
   /* True if every submitted work has finished. */
   bool (*query_idle)(tpu_hal_device_t* device);
+  void (*queue_stats)(tpu_hal_device_t* device, tpu_hal_queue_stats_t* out_stats);
 } tpu_hal_device_vtable_t;
 
 struct tpu_hal_device_t {
@@ -176,6 +198,10 @@ typedef struct tpu_host_driver_options_t {
   int32_t device_count;        /* >= 1 */
   uint64_t memory_per_device;  /* budget in bytes per chip, > 0 */
   int32_t compute_units;       /* reported in properties */
+  /* Borrowed; may be NULL. Runs the pieces of grouped list works (see
+   * tpu_hal_work_t.parts) in parallel. */
+  tpu_threadpool_t* pool;
+  bool group_list_works;       /* false: list works run one by one */
 } tpu_host_driver_options_t;
 
 /* Creates the host driver. The caller owns the result (release it). */

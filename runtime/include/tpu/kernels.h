@@ -143,6 +143,7 @@ typedef tpu_status_t (*tpu_k_shape_fn_t)(const tpu_k_call_t* call, tpu_tensor_t*
 
 enum {
   TPU_K_FLAG_RANDOM = 1u << 0, /* consumes random numbers */
+  TPU_K_FLAG_LIST = 1u << 1,   /* a list op: see "List ops" below */
 };
 
 typedef struct tpu_k_entry_t {
@@ -158,6 +159,40 @@ const tpu_k_entry_t* tpu_k_lookup(const char* name);
 /* Every entry, for listing. */
 size_t tpu_k_entry_count(void);
 const tpu_k_entry_t* tpu_k_entry_at(size_t index);
+
+/* ---- List ops (torch._foreach_*, entries flagged TPU_K_FLAG_LIST) ---------
+ * A list op applies an elementwise per-tensor kernel, its base
+ * (aten::_foreach_mul_.Scalar -> aten::mul_.Scalar), to element i of every
+ * Tensor[] argument, for each i; a Scalar[] argument (TPU_K_DOUBLES) gives
+ * element i its own scalar. In-place list ops return nothing and write their
+ * first list; the others return one output per element (call->outputs).
+ * Each element splits into pieces: chunks of TPU_K_LIST_CHUNK elements when
+ * the element's tensors are all contiguous with equal sizes (and any plain
+ * Tensor argument is 0-dim), else one piece. Pieces are independent unless
+ * the lists alias each other, which tpu_k_list_footprint lets a caller
+ * check (see tpu_hal_work_t.parts). */
+#define TPU_K_LIST_CHUNK 32768
+
+typedef struct tpu_k_list_op_t {
+  const tpu_k_entry_t* base; /* the per-tensor kernel */
+  int32_t extra_ones;        /* trailing base arguments the list op lacks
+                                (add.Scalar's alpha): passed as 1 */
+} tpu_k_list_op_t;
+
+typedef void (*tpu_k_range_fn_t)(void* vctx, uintptr_t begin, uintptr_t end, bool write);
+
+/* Resolves a list op by name; false if `name` is not one. */
+bool tpu_k_list_op(const char* name, tpu_k_list_op_t* out);
+/* Elements per list (0 for an empty list). */
+int64_t tpu_k_list_length(const tpu_k_call_t* call);
+/* Pieces of element i (>= 1). */
+int64_t tpu_k_list_pieces(const tpu_k_call_t* call, int64_t i);
+/* Runs piece k of element i through the base kernel. */
+tpu_status_t tpu_k_list_run_piece(const tpu_k_list_op_t* op, const tpu_k_call_t* call, int64_t i,
+                                  int64_t k);
+/* Calls visit for every byte range piece k of element i reads or writes. */
+void tpu_k_list_footprint(const tpu_k_call_t* call, int64_t i, int64_t k, tpu_k_range_fn_t visit,
+                          void* vctx);
 
 /* Counters a random op consumes: each output element takes at most 4 Philox
  * 32-bit draws; the caller advances the generator's offset by this. */

@@ -9,6 +9,7 @@
 #include <c10/util/SmallVector.h>
 #include <torch/library.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <list>
@@ -38,6 +39,7 @@ const c10::DispatchKeySet kTpuKeys(c10::DispatchKey::PrivateUse1);
 // Inline storage covers the common op (<= 8 arguments, <= 4 tensors), so a
 // call costs one allocation; the Work never moves once made.
 struct Work {
+  virtual ~Work() = default;
   const tpu_k_entry_t* entry = nullptr;
   tpu_k_call_t call{};
   c10::SmallVector<tpu_k_value_t, 8> values;
@@ -53,6 +55,34 @@ tpu_status_t run_work(void* ctx) {
 }
 void free_work(void* ctx) { delete static_cast<Work*>(ctx); }
 
+// A list op's work (torch._foreach_*) is made of pieces the device queue
+// may interleave with those of the next list ops (tpu_hal_work_t.parts):
+// piece p is piece p - starts[i] of element i, starts[i] <= p < starts[i+1].
+struct ListWork : Work {
+  tpu_k_list_op_t op{};
+  std::vector<int64_t> starts;
+
+  void locate(int64_t part, int64_t* element, int64_t* piece) const {
+    auto it = std::upper_bound(starts.begin(), starts.end(), part);
+    *element = static_cast<int64_t>(it - starts.begin()) - 1;
+    *piece = part - starts[*element];
+  }
+};
+
+tpu_status_t run_list_part(void* ctx, int64_t part) {
+  auto* w = static_cast<ListWork*>(ctx);
+  int64_t element, piece;
+  w->locate(part, &element, &piece);
+  return tpu_k_list_run_piece(&w->op, &w->call, element, piece);
+}
+
+void list_part_footprint(void* ctx, int64_t part, tpu_hal_range_fn_t visit, void* vctx) {
+  auto* w = static_cast<ListWork*>(ctx);
+  int64_t element, piece;
+  w->locate(part, &element, &piece);
+  tpu_k_list_footprint(&w->call, element, piece, visit, vctx);
+}
+
 // Validates synchronously, then queues the kernel on `index`'s device.
 void submit(std::unique_ptr<Work> w, const char* op, c10::DeviceIndex index) {
   w->call.op = op;
@@ -64,9 +94,37 @@ void submit(std::unique_ptr<Work> w, const char* op, c10::DeviceIndex index) {
     if (st != TPU_OK) throw_status(tpu_status_annotate(st, "%s", op));
   }
   tpu_hal_device_t* d = device(index);
-  tpu_hal_work_t hw{op, &run_work, &free_work, w.release()};
+  tpu_hal_work_t hw{};
+  hw.name = op;
+  hw.run = &run_work;
+  hw.cleanup = &free_work;
+  if ((w->entry->flags & TPU_K_FLAG_LIST) != 0) {
+    auto* lw = static_cast<ListWork*>(w.get());
+    if (tpu_k_list_op(w->entry->name, &lw->op)) {
+      const int64_t n = tpu_k_list_length(&w->call);
+      lw->starts.resize(static_cast<size_t>(n) + 1);
+      lw->starts[0] = 0;
+      for (int64_t i = 0; i < n; ++i) lw->starts[i + 1] = lw->starts[i] + tpu_k_list_pieces(&w->call, i);
+      hw.parts = lw->starts[n];
+      hw.run_part = &run_list_part;
+      hw.footprint = &list_part_footprint;
+    }
+  }
+  hw.ctx = w.release();
   check(tpu_hal_device_vt(d)->submit(d, &hw));
   tpu_stats_record_native();
+}
+
+// A Work for `entry`: list ops get the piece bookkeeping.
+std::unique_ptr<Work> new_work(const tpu_k_entry_t* entry) {
+  std::unique_ptr<Work> w;
+  if ((entry->flags & TPU_K_FLAG_LIST) != 0) {
+    w = std::make_unique<ListWork>();
+  } else {
+    w = std::make_unique<Work>();
+  }
+  w->entry = entry;
+  return w;
 }
 
 at::Tensor empty_like_contiguous(const at::Tensor& t, c10::ScalarType dtype, c10::DeviceIndex index) {
@@ -271,6 +329,7 @@ struct OpPlan {
   const tpu_k_entry_t* entry = nullptr;  // null: CPU fallback
   std::vector<int> out_alias;           // per return: aliased argument or -1
   bool expand_masks = false;            // advanced indexing: bool masks -> indices
+  bool list_return = false;             // a list op returning Tensor[] (one per element)
 };
 
 std::mutex g_plans_mu;
@@ -291,6 +350,13 @@ const OpPlan& plan_for(const c10::OperatorHandle& op) {
   plan.entry = tpu_k_lookup(plan.name.c_str());
   plan.expand_masks = schema.name() == "aten::index" || schema.name() == "aten::index_put" ||
                       schema.name() == "aten::index_put_" || schema.name() == "aten::_index_put_impl_";
+  // List ops (torch._foreach_*) may return one Tensor[].
+  if (plan.entry != nullptr && (plan.entry->flags & TPU_K_FLAG_LIST) != 0 && schema.returns().size() == 1 &&
+      schema.returns()[0].type()->kind() == c10::TypeKind::ListType) {
+    plan.list_return = true;
+    plan.out_alias.push_back(-1);
+    return g_plans.emplace(&schema, std::move(plan)).first->second;
+  }
   // Native only when every return is a plain tensor.
   for (const auto& ret : schema.returns()) {
     if (ret.type()->kind() != c10::TypeKind::TensorType) {
@@ -446,9 +512,16 @@ std::vector<OutMeta> run_meta(const c10::OperatorHandle& op, c10::ArrayRef<c10::
     c10::DeviceGuard guard(c10::Device(kTpu, index));
     op.callBoxed(&meta);
   }
-  std::vector<OutMeta> out;
+  std::vector<at::Tensor> results;
   for (const c10::IValue& r : meta) {
-    const at::Tensor m = r.toTensor();
+    if (r.isTensorList()) {
+      for (const at::Tensor& m : r.toTensorVector()) results.push_back(m);
+    } else {
+      results.push_back(r.toTensor());
+    }
+  }
+  std::vector<OutMeta> out;
+  for (const at::Tensor& m : results) {
     if (!m.defined()) {
       out.push_back(OutMeta{{}, {}, at::kFloat, false});
     } else {
@@ -586,6 +659,30 @@ void fill_value(Work& w, tpu_k_value_t& out, const c10::Argument* arg, const c10
     out.kind = TPU_K_DOUBLES;
     out.v.doubles.data = w.doubles.back().data();
     out.v.doubles.len = static_cast<int64_t>(w.doubles.back().size());
+  } else if (v.isList() && !v.isTensorList()) {
+    // Scalar[] (list ops' per-element scalars): ints stay ints.
+    bool ints = true;
+    std::vector<double> doubles;
+    std::vector<int64_t> integers;
+    for (const c10::IValue& e : v.toListRef()) {
+      TORCH_CHECK_NOT_IMPLEMENTED(e.isInt() || e.isDouble() || e.isBool(), op, ": argument '",
+                                  arg ? arg->name() : "?", "' holds a ", e.tagKind(),
+                                  ", which the tpu kernel ABI does not support");
+      ints = ints && !e.isDouble();
+      integers.push_back(e.isDouble() ? 0 : (e.isBool() ? e.toBool() : e.toInt()));
+      doubles.push_back(e.isDouble() ? e.toDouble() : static_cast<double>(integers.back()));
+    }
+    if (ints) {
+      w.ints.push_back(std::move(integers));
+      out.kind = TPU_K_INTS;
+      out.v.ints.data = w.ints.back().data();
+      out.v.ints.len = static_cast<int64_t>(w.ints.back().size());
+    } else {
+      w.doubles.push_back(std::move(doubles));
+      out.kind = TPU_K_DOUBLES;
+      out.v.doubles.data = w.doubles.back().data();
+      out.v.doubles.len = static_cast<int64_t>(w.doubles.back().size());
+    }
   } else if (v.isString()) {
     w.strings.push_back(v.toStringRef());
     out.kind = TPU_K_STRING;
@@ -679,13 +776,16 @@ void run_native(const c10::OperatorHandle& op, const OpPlan& plan, torch::jit::S
   if (plan.expand_masks) expand_bool_indices(*stack, nargs);
 
   size_t ntensors = 0;
-  for (const c10::IValue& v : args) ntensors += count_tensors(v);
+  size_t list_len = 0;
+  for (const c10::IValue& v : args) {
+    ntensors += count_tensors(v);
+    if (list_len == 0 && v.isTensorList()) list_len = count_tensors(v);
+  }
   const size_t nouts = schema.returns().size();
 
-  auto w = std::make_unique<Work>();
-  w->entry = plan.entry;
+  auto w = new_work(plan.entry);
   w->call.op = plan.name.c_str();
-  w->tensors.reserve(ntensors + nouts);
+  w->tensors.reserve(ntensors + (plan.list_return ? list_len : nouts));
   w->values.resize(nargs);
   std::vector<at::Tensor> keep;
   for (size_t i = 0; i < nargs; ++i) {
@@ -704,7 +804,7 @@ void run_native(const c10::OperatorHandle& op, const OpPlan& plan, torch::jit::S
   std::vector<at::Tensor> outputs;
   for (size_t i = 0; i < metas.size(); ++i) {
     const OutMeta& m = metas[i];
-    int alias = plan.out_alias[i];
+    int alias = plan.list_return ? -1 : plan.out_alias[i];
     if (!m.defined) {
       outputs.emplace_back();
     } else if (alias >= 0) {
@@ -733,6 +833,10 @@ void run_native(const c10::OperatorHandle& op, const OpPlan& plan, torch::jit::S
   submit(std::move(w), plan.name.c_str(), index);
 
   torch::jit::drop(*stack, nargs);
+  if (plan.list_return) {
+    stack->emplace_back(c10::List<at::Tensor>(outputs));
+    return;
+  }
   for (auto& o : outputs) stack->emplace_back(std::move(o));
 }
 
@@ -754,8 +858,7 @@ void submit_kernel(const char* name, c10::ArrayRef<c10::IValue> args, const std:
                    c10::DeviceIndex index, std::optional<at::Generator> gen) {
   const tpu_k_entry_t* entry = tpu_k_lookup(name);
   TORCH_CHECK_NOT_IMPLEMENTED(entry != nullptr, "torch_tpu: the runtime has no kernel named ", name);
-  auto w = std::make_unique<Work>();
-  w->entry = entry;
+  auto w = new_work(entry);
   w->call.op = entry->name;
   size_t ntensors = outputs.size();
   for (const c10::IValue& v : args) ntensors += count_tensors(v);

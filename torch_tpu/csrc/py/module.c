@@ -96,6 +96,22 @@ static PyObject* py_synchronize(PyObject* self, PyObject* arg) {
     Py_DECREF(v_);                                                  \
   } while (0)
 
+static PyObject* py_queue_stats(PyObject* self, PyObject* arg) {
+  int index = (int)PyLong_AsLong(arg);
+  if (index == -1 && PyErr_Occurred()) return NULL;
+  tpu_hal_device_t* d = get_device(index);
+  if (!d) return NULL;
+  tpu_hal_queue_stats_t s = {0};
+  if (tpu_hal_device_vt(d)->queue_stats) tpu_hal_device_vt(d)->queue_stats(d, &s);
+  PyObject* out = PyDict_New();
+  if (!out) return NULL;
+  SET_U64(out, "works", s.works);
+  SET_U64(out, "list_groups", s.list_groups);
+  SET_U64(out, "list_works", s.list_works);
+  SET_U64(out, "list_conflicts", s.list_conflicts);
+  return out;
+}
+
 static PyObject* py_memory_stats(PyObject* self, PyObject* arg) {
   int index = (int)PyLong_AsLong(arg);
   if (index == -1 && PyErr_Occurred()) return NULL;
@@ -224,6 +240,7 @@ static PyMethodDef kMethods[] = {
     {"set_device", py_set_device, METH_O, "Set the calling thread's device."},
     {"synchronize", py_synchronize, METH_O, "Wait for a device's queue (-1: current)."},
     {"memory_stats", py_memory_stats, METH_O, "Allocator statistics of a device."},
+    {"queue_stats", py_queue_stats, METH_O, "Queue counters of a device."},
     {"device_properties", py_device_properties, METH_O, "Properties of a device."},
     {"mem_get_info", py_mem_get_info, METH_O, "(free, total) bytes of a device."},
     {"reset_peak_memory_stats", py_reset_peak, METH_O, "Reset peak statistics."},
