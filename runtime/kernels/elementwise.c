@@ -233,8 +233,8 @@ static inline void ew_f2h_run(uint16_t* restrict o, const float* restrict a, int
 #endif
 
 /* Runs the vectorised float32 loop of op, if it has one. */
-static bool ew_vm_try(const ew_ctx_t* c, float* restrict o, const float* restrict a,
-                      const float* restrict b, int64_t n) {
+static bool ew_vm_try(const ew_ctx_t* c, float* o, const float* a,
+                      const float* b, int64_t n) {
   int which;
   bool binary = false;
   switch (c->op) {
@@ -1262,8 +1262,10 @@ static void EW_FN(ew_store)(char* dst, int64_t st, int dt, const T* restrict s, 
   }
 }
 
-static void EW_FN(ew_compute)(const ew_ctx_t* c, T* restrict o, const T* restrict a,
-                              const T* restrict b, const T* restrict d, int64_t n) {
+/* o may be one of the inputs (an in-place op): every loop computes o[i] from
+ * element i of the inputs in one pass, so no pointer here is restrict. */
+static void EW_FN(ew_compute)(const ew_ctx_t* c, T* o, const T* a,
+                              const T* b, const T* d, int64_t n) {
   const T p0 = (T)c->pd[0], p1 = (T)c->pd[1], p2 = (T)c->pd[2];
   const T one = (T)1, zero = (T)0, half = (T)0.5;
   const T nan_v = (T)NAN;
@@ -1542,7 +1544,9 @@ static void EW_FN(ew_tiles)(ew_ctx_t* c, char** ptrs, const int64_t* st, int64_t
       if (st[1 + j] == 0 && off > 0) continue; /* broadcast: buffer still holds it */
       if (c->in_dtype[j] == EW_NATIVE && st[1 + j] == (int64_t)sizeof(T) && !c->in_cast[j]) {
         in[j] = (const T*)src;
-        if (direct && ew_overlap(dst, (size_t)n * sizeof(T), src, (size_t)n * sizeof(T)))
+        /* in place (the same elements) is fine: every loop computes o[i]
+         * from the inputs' element i in one pass; other overlaps are not */
+        if (direct && src != dst && ew_overlap(dst, (size_t)n * sizeof(T), src, (size_t)n * sizeof(T)))
           direct = false;
       } else {
         EW_FN(ew_load)(buf[1 + j], src, st[1 + j], c->in_dtype[j], n);

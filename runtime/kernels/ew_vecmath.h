@@ -224,29 +224,29 @@ static inline float ew_vm_phi(float x) {
 
 /* ---- loops ------------------------------------------------------------------ */
 
-static inline void ew_vm_exp_loop(float* restrict o, const float* restrict a, int64_t n) {
+static inline void ew_vm_exp_loop(float* o, const float* a, int64_t n) {
   for (int64_t i = 0; i < n; ++i) o[i] = ew_vm_exp(a[i]);
 }
-static inline void ew_vm_sigmoid_loop(float* restrict o, const float* restrict a, int64_t n) {
+static inline void ew_vm_sigmoid_loop(float* o, const float* a, int64_t n) {
   for (int64_t i = 0; i < n; ++i) o[i] = ew_vm_sigmoid(a[i]);
 }
-static inline void ew_vm_silu_loop(float* restrict o, const float* restrict a, int64_t n) {
+static inline void ew_vm_silu_loop(float* o, const float* a, int64_t n) {
   for (int64_t i = 0; i < n; ++i) o[i] = a[i] / (1.0f + ew_vm_exp(-a[i]));
 }
-static inline void ew_vm_tanh_loop(float* restrict o, const float* restrict a, int64_t n) {
+static inline void ew_vm_tanh_loop(float* o, const float* a, int64_t n) {
   for (int64_t i = 0; i < n; ++i) o[i] = ew_vm_tanh(a[i]);
 }
-static inline void ew_vm_erf_loop(float* restrict o, const float* restrict a, int64_t n) {
+static inline void ew_vm_erf_loop(float* o, const float* a, int64_t n) {
   for (int64_t i = 0; i < n; ++i) o[i] = ew_vm_erf(a[i]);
 }
 /* gelu(x) = x Phi(x) (so gelu(-inf) = -inf * 0 = NaN, as in PyTorch's
  * scalar path). */
-static inline void ew_vm_gelu_loop(float* restrict o, const float* restrict a, int64_t n) {
+static inline void ew_vm_gelu_loop(float* o, const float* a, int64_t n) {
   for (int64_t i = 0; i < n; ++i) o[i] = a[i] * ew_vm_phi(a[i]);
 }
 /* tanh-approximate gelu: 0.5 x (1 + tanh(u)) = x / (1 + exp(-2u)),
  * u = sqrt(2/pi) (x + 0.044715 x^3). */
-static inline void ew_vm_gelu_tanh_loop(float* restrict o, const float* restrict a, int64_t n) {
+static inline void ew_vm_gelu_tanh_loop(float* o, const float* a, int64_t n) {
   for (int64_t i = 0; i < n; ++i) {
     float x = a[i];
     float u = 0.7978845608028654f * EW_VM_FMA(0.044715f * x, x * x, x);
@@ -254,8 +254,8 @@ static inline void ew_vm_gelu_tanh_loop(float* restrict o, const float* restrict
   }
 }
 /* silu'(x) * grad: s (1 + x (1 - s)), s = sigmoid(x) */
-static inline void ew_vm_silu_bwd_loop(float* restrict o, const float* restrict g,
-                                       const float* restrict a, int64_t n) {
+static inline void ew_vm_silu_bwd_loop(float* o, const float* g,
+                                       const float* a, int64_t n) {
   for (int64_t i = 0; i < n; ++i) {
     float x = a[i];
     float s = ew_vm_sigmoid(x);
@@ -264,8 +264,8 @@ static inline void ew_vm_silu_bwd_loop(float* restrict o, const float* restrict 
 }
 /* gelu_tanh'(x) * grad, y = x / (1 + exp(-2u)) = x s, s = sigmoid(2u),
  * u = sqrt(2/pi) (x + 0.044715 x^3): y' = s + x s (1 - s) 2 u'(x). */
-static inline void ew_vm_gelu_tanh_bwd_loop(float* restrict o, const float* restrict g,
-                                            const float* restrict a, int64_t n) {
+static inline void ew_vm_gelu_tanh_bwd_loop(float* o, const float* g,
+                                            const float* a, int64_t n) {
   for (int64_t i = 0; i < n; ++i) {
     float x = a[i];
     float x2 = x * x;
@@ -276,8 +276,8 @@ static inline void ew_vm_gelu_tanh_bwd_loop(float* restrict o, const float* rest
   }
 }
 /* gelu'(x) * grad = grad (Phi(x) + x phi(x)) */
-static inline void ew_vm_gelu_bwd_loop(float* restrict o, const float* restrict g,
-                                       const float* restrict a, int64_t n) {
+static inline void ew_vm_gelu_bwd_loop(float* o, const float* g,
+                                       const float* a, int64_t n) {
   for (int64_t i = 0; i < n; ++i) {
     float x = a[i];
     float xc = x > 15.0f ? 15.0f : (x < -15.0f ? -15.0f : x); /* pdf(15) = 0 */
@@ -290,7 +290,7 @@ static inline void ew_vm_gelu_bwd_loop(float* restrict o, const float* restrict 
  * errno semantics GCC keeps a scalar sqrtss plus a libm call per element, and
  * the optimize pragma cannot lift them, so the vector instruction is
  * spelled out. */
-static inline void ew_vm_sqrt_loop(float* restrict o, const float* restrict a, int64_t n,
+static inline void ew_vm_sqrt_loop(float* o, const float* a, int64_t n,
                                    bool recip) {
   int64_t i = 0;
 #if defined(__AVX__)
@@ -330,7 +330,7 @@ enum {
   EW_VM_GELU_BWD,
 };
 
-static inline void ew_vm_unary(int which, float* restrict o, const float* restrict a, int64_t n) {
+static inline void ew_vm_unary(int which, float* o, const float* a, int64_t n) {
   switch (which) {
     case EW_VM_EXP: ew_vm_exp_loop(o, a, n); break;
     case EW_VM_SIGMOID: ew_vm_sigmoid_loop(o, a, n); break;
@@ -345,8 +345,8 @@ static inline void ew_vm_unary(int which, float* restrict o, const float* restri
   }
 }
 
-static inline void ew_vm_binary(int which, float* restrict o, const float* restrict g,
-                                const float* restrict a, int64_t n) {
+static inline void ew_vm_binary(int which, float* o, const float* g,
+                                const float* a, int64_t n) {
   switch (which) {
     case EW_VM_SILU_BWD: ew_vm_silu_bwd_loop(o, g, a, n); break;
     case EW_VM_GELU_BWD: ew_vm_gelu_bwd_loop(o, g, a, n); break;
