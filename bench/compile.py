@@ -129,29 +129,64 @@ def _second_process(log):
     return out
 
 
+_OPT_CHILD = """
+import json, sys
+sys.path.insert(0, %r)
+from bench.compile import _optimizer_ms
+print(json.dumps(_optimizer_ms("tpu", False, %d)))
+"""
+
+
+def _optimizer_ms(device, fused, per):
+    """ms per AdamW step over the small Llama's parameters with random
+    gradients; each timed step ends with a sync, so the device runs one
+    step's list ops at a time, as between a training step's backward and the
+    next forward."""
+    model = _train_model().to(device)
+    for p in model.parameters():
+        p.grad = torch.randn(p.shape, generator=torch.Generator().manual_seed(5)).to(device)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True if fused else None)
+    opt.step()
+
+    def step():
+        opt.step()
+        _sync(device)
+
+    return 1e3 * _best(step, device, per)
+
+
 def _optimizer_row(quick, log):
-    """The training step's optimizer alone: AdamW over the small Llama's
-    parameters with random gradients, ms per step. Columns reuse the table's:
-    tpu eager = default AdamW (foreach on tpu), tpu compiled = fused=True
-    (native _fused_adamw_), CPU eager = default (single-tensor on CPU), CPU
-    inductor = fused=True on the CPU."""
-    vals = {}
-    for device in ("cpu", "tpu"):
-        model = _train_model().to(device)
-        for p in model.parameters():
-            p.grad = torch.randn(p.shape, generator=torch.Generator().manual_seed(5)).to(device)
-        for fused in (False, True):
-            opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True if fused else None)
-            opt.step()
-            vals[(device, fused)] = 1e3 * _best(opt.step, device, 3 if quick else 6)
-    log(f"  AdamW step: tpu default {vals[('tpu', False)]:.1f} ms, fused {vals[('tpu', True)]:.1f} ms; "
+    """The training step's optimizer alone, ms per step. Columns reuse the
+    table's: tpu eager = default AdamW (foreach on tpu: list ops grouped by
+    the queue), tpu compiled = fused=True (native _fused_adamw_), CPU eager =
+    default (single-tensor on CPU), CPU inductor = fused=True on the CPU. A
+    second row gives tpu's default with TORCH_TPU_LIST_FUSION=0 (a fresh
+    process), i.e. each list op streaming all its lists."""
+    import json
+    import subprocess
+    import sys
+
+    per = 3 if quick else 6
+    vals = {(device, fused): _optimizer_ms(device, fused, per) for device in ("cpu", "tpu") for fused in (False, True)}
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    r = subprocess.run([sys.executable, "-c", _OPT_CHILD % (root, per)], capture_output=True, text=True,
+                       env={**os.environ, "TORCH_TPU_LIST_FUSION": "0"}, timeout=900)
+    off = json.loads(r.stdout.strip().splitlines()[-1]) if r.returncode == 0 else None
+    if off is None:
+        log("  list-fusion-off measurement failed: " + r.stderr[-500:])
+    log(f"  AdamW step: tpu default {vals[('tpu', False)]:.1f} ms (list fusion off: "
+        f"{off if off is None else round(off, 1)} ms), fused {vals[('tpu', True)]:.1f} ms; "
         f"CPU default {vals[('cpu', False)]:.1f} ms, fused {vals[('cpu', True)]:.1f} ms")
-    r = _row("AdamW step alone, 5.2M params (default | fused=True)", "ms (lower is better)", vals[("tpu", False)],
-             vals[("tpu", True)], vals[("cpu", False)], vals[("cpu", True)], "—")
-    # lower is better here: ratios as speed-ups
-    r["compiled_vs_eager"] = vals[("tpu", False)] / vals[("tpu", True)]
-    r["compiled_vs_inductor"] = vals[("cpu", True)] / vals[("tpu", True)]
-    return r
+    rows = []
+    for label, te in (("AdamW step alone, 5.2M params (default | fused=True)", vals[("tpu", False)]),
+                      ("  same, TORCH_TPU_LIST_FUSION=0 (default only)", off)):
+        row = _row(label, "ms (lower is better)", te, vals[("tpu", True)], vals[("cpu", False)],
+                   vals[("cpu", True)], "—")
+        # lower is better here: ratios as speed-ups of tpu fused
+        row["compiled_vs_eager"] = te / vals[("tpu", True)] if te else None
+        row["compiled_vs_inductor"] = vals[("cpu", True)] / vals[("tpu", True)]
+        rows.append(row)
+    return rows
 
 
 def _row(workload, unit, te, tc, ce, ci, warm):
@@ -206,7 +241,7 @@ def measure(quick, bw_all, log=print):
                      vals[("tpu", "compiled")], vals[("cpu", "eager")], vals[("cpu", "compiled")],
                      f"tpu {warm[('tpu', 'compiled')]:.1f}, inductor {warm[('cpu', 'compiled')]:.1f}"))
 
-    rows.append(_optimizer_row(quick, log))
+    rows.extend(_optimizer_row(quick, log))
 
     n = 1 << 24
     moved = 2 * n * 4 / 1e9

@@ -74,9 +74,11 @@ def sections(res):
         out.append(("torch.compile: backend \"tpu\" (C graph compiler) vs eager vs inductor",
                     "higher is better; tpu compiled = torch.compile(backend='tpu', fullgraph=True, dynamic=False); "
                     "CPU inductor = torch.compile's default backend on the CPU; first call = seconds of the first "
-                    "compiled calls (tracing + compiling); the AdamW row is ms (lower is better) with columns "
-                    "tpu eager = default AdamW on tpu (foreach), tpu compiled = fused=True on tpu, CPU eager = "
-                    "default on CPU, CPU inductor = fused=True on CPU, and its ratios are speed-ups of tpu fused; "
+                    "compiled calls (tracing + compiling); the AdamW rows are ms per synchronised step (lower is "
+                    "better) with columns tpu eager = default AdamW on tpu (foreach; the queue runs the step's list "
+                    "ops piece by piece; second row: TORCH_TPU_LIST_FUSION=0), tpu compiled = fused=True on tpu, "
+                    "CPU eager = default on CPU, CPU inductor = fused=True on CPU, and their ratios are speed-ups "
+                    "of tpu fused; "
                     f"lowering over the run: {st['c_nodes']} nodes in C in {st['segments']} segments, "
                     f"{st['eager_nodes']} eager, {st['fused_nodes']} nodes in {st['fused_groups']} fused groups",
                     ["workload", "unit", "tpu eager", "tpu compiled", "CPU eager", "CPU inductor",
