@@ -540,15 +540,22 @@ def _mark_scalar_fills(nodes, seg_of):
         n.meta["tpu_scalar_fill"] = ok
 
 
+_EARLY_BYTES = 1 << 16
+
+
 def _schedule(seg_nodes):
-    """The segment's nodes in build order: buffers from nothing (fills,
-    empties, aranges) first, so that they do not split the pointwise chains
-    reading them into separate fused groups."""
+    """The segment's nodes in build order: small buffers made from nothing
+    (0-dim fills, aranges) first, so that they do not split the pointwise
+    chains reading them into separate fused groups (large ones stay where
+    they are: built first they would hold arena memory longer)."""
     members = set(seg_nodes)
     early, placed = [], set()
     for n in seg_nodes:
-        if n.meta.get("tpu_kind") == "kernel" and _target_name(n) in _SOURCES and \
-                all(a in placed or a not in members for a in n.all_input_nodes):
+        name, v = _target_name(n), _val(n)
+        if n.meta.get("tpu_kind") != "kernel" or name not in _SOURCES or not isinstance(v, torch.Tensor):
+            continue
+        small = n.meta.get("tpu_scalar_fill") or v.numel() * v.element_size() <= _EARLY_BYTES
+        if small and (name in _FILLS or all(a in placed or a not in members for a in n.all_input_nodes)):
             early.append(n)
             placed.add(n)
     return early + [n for n in seg_nodes if n not in placed]
@@ -637,9 +644,10 @@ def _build_node(g, n, vid, multi):
         ids = [g.view(vid[base], *_meta(o), _storage_delta(o, bv)) for o in outs]
     else:
         s, vals = _schema_args(n)
-        args = [_encode(a, v, vid) for a, v in zip(s.arguments, vals)]
-        outs = out if isinstance(out, (list, tuple)) else [out]
         name = _schema_name(n.target)
+        # a fill's tensor argument gives only its shape (it may be built before that tensor)
+        args = None if name in _FILLS and name not in _NATIVE else [_encode(a, v, vid) for a, v in zip(s.arguments, vals)]
+        outs = out if isinstance(out, (list, tuple)) else [out]
         flags = _flags(n.target)
         if name in _DECOMPOSE and _DECOMPOSE[name][0](n):
             ids = _DECOMPOSE[name][1](g, n, vid, vals, outs)

@@ -508,15 +508,35 @@ static const tpu_tensor_t* iter_shape(const tpu_graph_t* g, const node_t* n) {
   return &g->vals[n->out_vid[0]].meta;
 }
 
+/* Every element of `t` at its own address, no gaps: its strides are a
+ * contiguous tensor's, in some order of the dims (a permuted layout, as a
+ * pointwise op on a transposed input gives). */
+static bool dense(const tpu_tensor_t* t) {
+  bool used[TPU_MAX_DIMS] = {false};
+  int64_t expect = 1;
+  for (int32_t k = 0; k < t->ndim; ++k) { /* the dim with stride `expect` next, size-1 dims skipped */
+    int32_t pick = -1;
+    for (int32_t d = 0; d < t->ndim && pick < 0; ++d) {
+      if (!used[d] && t->sizes[d] > 1 && t->strides[d] == expect) pick = d;
+    }
+    if (pick < 0) break;
+    used[pick] = true;
+    expect *= t->sizes[pick];
+  }
+  return expect == tpu_tensor_numel(t);
+}
+
 /* A node that can run on tiles: pointwise (every tensor argument
  * broadcastable to its output) or a keepdim reduction of its first argument;
- * one fresh contiguous output; no tensor lists. */
+ * one fresh output, contiguous (pointwise: dense in any dim order, which
+ * tiles and generated code index through its strides); no tensor lists. */
 static bool fusable(const tpu_graph_t* g, const node_t* n) {
   if (!(n->flags & (TPU_GRAPH_NODE_POINTWISE | TPU_GRAPH_NODE_REDUCTION))) return false;
   if (n->nout != 1 || n->out_alias[0] >= 0) return false;
   if (n->nargs > GROUP_MAX_ARGS || n->ntens > GROUP_MAX_TENSORS || n->nargtens < 1) return false;
   const tpu_tensor_t* out = &g->vals[n->out_vid[0]].meta;
-  if (!tpu_tensor_is_contiguous(out) || tpu_tensor_numel(out) == 0) return false;
+  if (tpu_tensor_numel(out) == 0) return false;
+  if (!tpu_tensor_is_contiguous(out) && ((n->flags & TPU_GRAPH_NODE_REDUCTION) || !dense(out))) return false;
   for (int32_t i = 0; i < n->nargs; ++i) {
     if (n->vals[i].kind == TPU_K_TENSORS) return false;
   }
