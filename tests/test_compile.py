@@ -409,3 +409,23 @@ def test_scatter_into_a_fill_read_elsewhere_is_not_in_place(no_fallback):
     out = torch.compile(f, backend="tpu", fullgraph=True, dynamic=False)(i.to("tpu"))
     for a, b in zip(out, f(i)):
         torch.testing.assert_close(a.cpu(), b)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_cat_with_empty_parts_is_its_producer_in_the_cat_layout(dtype, no_fallback):
+    """cat([empty, y]) (a KV cache of length 0): y's producer writes the cat's
+    (contiguous) layout itself, whatever layout y had; the results and
+    strides equal eager's, also when y is read elsewhere (then a real cat)."""
+    torch._dynamo.reset()
+    empty = torch.empty(0)
+
+    def f(x, e):
+        y = x.permute(0, 2, 1, 3) * 2.0 + 1.0
+        z = x.permute(0, 2, 1, 3).sigmoid()
+        return torch.cat([e, y], -2), torch.cat([z, e], -2), z.sum()
+
+    x = torch.randn(2, 7, 3, 5, generator=torch.Generator().manual_seed(4)).to(dtype)
+    out = torch.compile(f, backend="tpu", fullgraph=True, dynamic=False)(x.to("tpu"), empty.to(dtype).to("tpu"))
+    for a, b in zip(out, f(x, empty.to(dtype))):
+        assert a.stride() == b.stride()
+        torch.testing.assert_close(a.cpu(), b)

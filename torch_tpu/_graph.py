@@ -543,6 +543,32 @@ def _mark_scalar_fills(nodes, seg_of):
 _EARLY_BYTES = 1 << 16
 
 
+def _mark_cat_copies(nodes, seg_of):
+    """cat() of one non-empty tensor (the others empty, as a cache of length 0
+    gives) is a copy of it in the cat's layout: when that tensor comes from a
+    kernel node of the same segment read by nothing else, that node writes
+    the cat's layout itself and the cat is the same value."""
+    for n in nodes:
+        n.meta.pop("tpu_out_meta", None)
+        n.meta.pop("tpu_cat_of", None)
+    for n in nodes:
+        if _target_name(n) != "aten::cat" or n.meta.get("tpu_kind") != "kernel" or not isinstance(n.args[0], (list, tuple)):
+            continue
+        parts = [a for a in n.args[0] if isinstance(a, torch.fx.Node) and _val(a).numel() > 0]
+        v = _val(n)
+        if len(parts) != 1 or not v.is_contiguous():
+            continue
+        p = parts[0]
+        pv = _val(p)
+        if (p.meta.get("tpu_kind") != "kernel" or seg_of.get(p) is not seg_of.get(n) or len(p.users) != 1
+                or not isinstance(pv, torch.Tensor) or pv.shape != v.shape or pv.dtype != v.dtype
+                or _target_name(p) in _LOWERINGS or _target_name(p) in _DECOMPOSE
+                or any(a.is_write for r in p.target._schema.returns for a in [r.alias_info] if a is not None)):
+            continue
+        p.meta["tpu_out_meta"] = _meta(v)
+        n.meta["tpu_cat_of"] = p
+
+
 def _schedule(seg_nodes):
     """The segment's nodes in build order: small buffers made from nothing
     (0-dim fills, aranges) first, so that they do not split the pointwise
@@ -642,6 +668,9 @@ def _build_node(g, n, vid, multi):
         bv = _val(base)
         outs = out if isinstance(out, (list, tuple)) else [out]
         ids = [g.view(vid[base], *_meta(o), _storage_delta(o, bv)) for o in outs]
+    elif n.meta.get("tpu_cat_of") is not None:  # see _mark_cat_copies
+        vid[n] = vid[n.meta["tpu_cat_of"]]
+        return
     else:
         s, vals = _schema_args(n)
         name = _schema_name(n.target)
@@ -649,18 +678,20 @@ def _build_node(g, n, vid, multi):
         args = None if name in _FILLS and name not in _NATIVE else [_encode(a, v, vid) for a, v in zip(s.arguments, vals)]
         outs = out if isinstance(out, (list, tuple)) else [out]
         flags = _flags(n.target)
+        override = n.meta.get("tpu_out_meta")
+        metas = (lambda: [override]) if override else (lambda: [_meta(o) for o in outs])
         if name in _DECOMPOSE and _DECOMPOSE[name][0](n):
             ids = _DECOMPOSE[name][1](g, n, vid, vals, outs)
         elif name in _NATIVE:
-            ids = g.node(name, flags, args, [_meta(o) for o in outs], _out_alias(n.target))
+            ids = g.node(name, flags, args, metas(), _out_alias(n.target))
         elif name in _LOWERINGS:
             ids = _LOWERINGS[name][1](g, n, vid, vals, outs)
         else:  # functional op -> its out= variant writing fresh buffers
             ov = _out_variant(n.target, _NATIVE)
-            dsts = [g.empty(*_meta(o)) for o in outs]
+            dsts = [g.empty(*m) for m in metas()]
             nargs = len(args)
             args = args + [(K_TENSOR, d) for d in dsts]
-            ids = g.node(_schema_name(ov), flags, args, [_meta(o) for o in outs],
+            ids = g.node(_schema_name(ov), flags, args, metas(),
                          list(range(nargs, nargs + len(dsts))))
     if isinstance(out, (list, tuple)):
         multi[n] = ids
@@ -830,6 +861,7 @@ def _lower_once(gm, nodes, native, forced_eager):
             for n in s.nodes:
                 seg_of[n] = s
     _mark_scalar_fills(nodes, seg_of)
+    _mark_cat_copies(nodes, seg_of)
     stats = dict.fromkeys(_SEGMENT_STATS, 0)
     for s in steps:
         if not isinstance(s, _Segment):
