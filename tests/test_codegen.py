@@ -201,3 +201,78 @@ def test_reductions_over_trailing_dims_and_others(no_fallback):
     out, d = _compiled(lead, x.to("tpu"))
     assert d["fused_groups"] == 1 and d["codegen_groups"] == 0, d
     torch.testing.assert_close(out.cpu(), lead(x))
+
+
+@pytest.mark.parametrize("shape", [(3, 7, 33), (64, 1000), (5, 1)])
+def test_log_softmax_is_one_generated_row_group(shape, no_fallback):
+    """log_softmax over the last dim (float32) is lowered as amax, sub, exp,
+    sum, log, sub: one generated row group, equal to CPU eager, with -inf,
+    huge values and a NaN row; a non-contiguous input and other dims too."""
+    g = torch.Generator().manual_seed(7)
+    x = torch.randn(*shape, generator=g) * 10
+    x.view(-1, shape[-1])[0, 0] = float("-inf")
+    x.view(-1, shape[-1])[-1, -1] = 3e38
+    if x.numel() // shape[-1] > 2:
+        x.view(-1, shape[-1])[1, 0] = float("nan")
+    out, d = _compiled(lambda a: torch.log_softmax(a, -1) * 1.0, x.to("tpu"))
+    assert d["eager_nodes"] == 0 and (d["codegen_groups"] >= 1 or shape[-1] == 1), d  # a row of 1: interpreted
+    torch.testing.assert_close(out.cpu(), torch.log_softmax(x, -1), equal_nan=True)
+    xt = torch.randn(shape[-1], 9, generator=g)
+    out, d = _compiled(lambda a: torch.log_softmax(a.t(), -1), xt.to("tpu"))
+    torch.testing.assert_close(out.cpu(), torch.log_softmax(xt.t(), -1))
+    out, d = _compiled(lambda a: torch.log_softmax(a, 0), x.to("tpu"))  # not the last dim: the kernel
+    torch.testing.assert_close(out.cpu(), torch.log_softmax(x, 0), equal_nan=True)
+
+
+def test_log_softmax_on_the_tile_interpreter(monkeypatch, no_fallback):
+    monkeypatch.setenv("TORCH_TPU_CODEGEN", "0")
+    x = torch.randn(70, 333, generator=torch.Generator().manual_seed(8)) * 5
+    x[3, 7] = float("nan")
+    out, d = _compiled(lambda a: torch.log_softmax(a, -1), x.to("tpu"))
+    assert d["codegen_groups"] == 0 and d["fused_groups"] >= 1, d
+    torch.testing.assert_close(out.cpu(), torch.log_softmax(x, -1), equal_nan=True)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_full_constants_and_identity_views_stay_in_one_group(dtype, no_fallback):
+    """silu's backward as aot_autograd writes it (1 - sigmoid with a full_like
+    of ones), a full slice (an identity view) and an integer comparison in the
+    chain: the float chain is one generated group, results as CPU eager."""
+    def f(x, y):
+        s = torch.sigmoid(x)
+        t = y * s * (1 + x * (torch.full_like(x, 1.0) - s))
+        t = t[:, 0:x.shape[1]] * torch.full_like(x, 0.5) + torch.full_like(x, 2.0)
+        return t, (x > 0).sum(-1)
+
+    g = torch.Generator().manual_seed(9)
+    x, y = (torch.randn(37, 65, generator=g).to(dtype) for _ in range(2))
+    (t, c), d = _compiled(f, x.to("tpu"), y.to("tpu"))
+    assert d["codegen_groups"] == d["fused_groups"] == 1 and d["eager_nodes"] == 0, d
+    te, ce = f(x, y)
+    torch.testing.assert_close(t.cpu(), te)
+    torch.testing.assert_close(c.cpu(), ce)
+
+
+@pytest.mark.parametrize("codegen", ["auto", "0"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_pointwise_chain_in_a_permuted_layout_is_fused(codegen, dtype, monkeypatch, no_fallback):
+    """Pointwise ops on a permuted input write permuted (dense) outputs, as
+    rotary embedding on [B, S, H, D] -> [B, H, S, D] does: the chain is still
+    one fused group (generated, or on tiles), equal to CPU eager."""
+    monkeypatch.setenv("TORCH_TPU_CODEGEN", codegen)
+
+    def f(q, c):
+        qp = q.permute(0, 2, 1, 3)
+        a = qp * c
+        return a + torch.sigmoid(qp) * 0.5, (a * 3).permute(0, 2, 1, 3).contiguous()
+
+    g = torch.Generator().manual_seed(10)
+    q = torch.randn(3, 17, 5, 32, generator=g).to(dtype)
+    c = torch.randn(17, 32, generator=g).to(dtype)
+    (y, z), d = _compiled(f, q.to("tpu"), c.to("tpu"))
+    assert d["eager_nodes"] == 0 and d["fused_groups"] >= 1, d
+    assert d["codegen_groups"] == (d["fused_groups"] if codegen == "auto" else 0), d
+    ye, ze = f(q, c)
+    assert y.stride() == ye.stride()
+    torch.testing.assert_close(y.cpu(), ye)
+    torch.testing.assert_close(z.cpu(), ze)

@@ -372,3 +372,60 @@ def test_llama_gemm_epilogues_are_fused(shape, no_fallback):
     s1 = compile_stats()
     assert s1["gemm_epilogues"] - s0["gemm_epilogues"] == 4 * m.config.num_hidden_layers
     torch.testing.assert_close(out.cpu(), ref.cpu(), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("ignore", [-100, 3])
+def test_cross_entropy_backward_scatters_in_place(ignore, no_fallback):
+    """cross_entropy's backward (a zero fill and a scatter of -1) writes the
+    scatter into the filled buffer; gradients equal eager's, with ignored
+    targets."""
+    torch._dynamo.reset()
+    g = torch.Generator().manual_seed(3)
+    logits = torch.randn(33, 97, generator=g)
+    target = torch.randint(0, 97, (33,), generator=g)
+    target[::4] = ignore
+
+    def f(z, t):
+        return torch.nn.functional.cross_entropy(z * 2.0, t, ignore_index=ignore)
+
+    grads = []
+    for dev, fn in (("cpu", f), ("tpu", torch.compile(f, backend="tpu", fullgraph=True, dynamic=False))):
+        z = logits.clone().to(dev).requires_grad_(True)
+        loss = fn(z, target.to(dev))
+        loss.backward()
+        grads.append((loss.detach().cpu(), z.grad.cpu()))
+    torch.testing.assert_close(grads[1][0], grads[0][0])
+    torch.testing.assert_close(grads[1][1], grads[0][1])
+
+
+def test_scatter_into_a_fill_read_elsewhere_is_not_in_place(no_fallback):
+    torch._dynamo.reset()
+
+    def f(i):
+        z = torch.zeros(4, 6, device=i.device)
+        return z.scatter(1, i, 2.5), z + 1
+
+    i = torch.tensor([[0], [5], [2], [2]])
+    out = torch.compile(f, backend="tpu", fullgraph=True, dynamic=False)(i.to("tpu"))
+    for a, b in zip(out, f(i)):
+        torch.testing.assert_close(a.cpu(), b)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_cat_with_empty_parts_is_its_producer_in_the_cat_layout(dtype, no_fallback):
+    """cat([empty, y]) (a KV cache of length 0): y's producer writes the cat's
+    (contiguous) layout itself, whatever layout y had; the results and
+    strides equal eager's, also when y is read elsewhere (then a real cat)."""
+    torch._dynamo.reset()
+    empty = torch.empty(0)
+
+    def f(x, e):
+        y = x.permute(0, 2, 1, 3) * 2.0 + 1.0
+        z = x.permute(0, 2, 1, 3).sigmoid()
+        return torch.cat([e, y], -2), torch.cat([z, e], -2), z.sum()
+
+    x = torch.randn(2, 7, 3, 5, generator=torch.Generator().manual_seed(4)).to(dtype)
+    out = torch.compile(f, backend="tpu", fullgraph=True, dynamic=False)(x.to("tpu"), empty.to(dtype).to("tpu"))
+    for a, b in zip(out, f(x, empty.to(dtype))):
+        assert a.stride() == b.stride()
+        torch.testing.assert_close(a.cpu(), b)

@@ -202,6 +202,8 @@ def _classify(node, native):
             return "eager"
     name = _schema_name(tgt)
     rule = _LOWERINGS.get(name)
+    if name in _DECOMPOSE and _DECOMPOSE[name][0](node):
+        return "kernel"
     if name not in native and rule is not None:
         return "kernel" if rule[0](node) else "eager"
     out = _val(node)
@@ -321,9 +323,21 @@ def _lower_copy(g, n, vid, vals, outs):
     return [_copy_into(g, g.empty(*_meta(outs[0])), vid[n.args[0]], _meta(outs[0]))]
 
 
-def _fill(g, outs, value):
-    dst = g.empty(*_meta(outs[0]))
-    return g.node("aten::fill_.Scalar", 0, [(K_TENSOR, dst), _scalar(value)], [_meta(outs[0])], [0])
+def _fill(g, outs, value, meta=None):
+    meta = meta or _meta(outs[0])
+    dst = g.empty(*meta)
+    return g.node("aten::fill_.Scalar", 0, [(K_TENSOR, dst), _scalar(value)], [meta], [0])
+
+
+def _lower_full(value_index):
+    """full / full_like / scalar_tensor: a filled buffer, or a 0-dim one when
+    every reader is a pointwise op that broadcasts it anyway (see
+    _mark_scalar_fills): then nothing large is written and the fill does
+    not sit between the pointwise ops it feeds."""
+    def lower(g, n, vid, vals, outs):
+        meta = (_DTYPE[outs[0].dtype], [], []) if n.meta.get("tpu_scalar_fill") else None
+        return _fill(g, outs, vals[value_index], meta)
+    return lower
 
 
 def _scalar(v):
@@ -443,13 +457,13 @@ _LOWERINGS = {
     "aten::empty.memory_format": (_fresh_ok, _lower_empty),
     "aten::empty_permuted": (_fresh_ok, _lower_empty),
     "aten::empty_strided": (_fresh_ok, _lower_empty),
-    "aten::full_like": (_scalars_ok(1), lambda g, n, vid, vals, outs: _fill(g, outs, vals[1])),
+    "aten::full_like": (_scalars_ok(1), _lower_full(1)),
     "aten::slice_scatter": (_slice_scatter_ok, _lower_slice_scatter),
     "aten::constant_pad_nd": (_pad_ok, _lower_pad),
     "aten::clone": (_fresh_ok, _lower_copy),
     "aten::lift_fresh_copy": (_fresh_ok, _lower_copy),
-    "aten::scalar_tensor": (_scalars_ok(0), lambda g, n, vid, vals, outs: _fill(g, outs, vals[0])),
-    "aten::full": (_scalars_ok(1), lambda g, n, vid, vals, outs: _fill(g, outs, vals[1])),
+    "aten::scalar_tensor": (_scalars_ok(0), _lower_full(0)),
+    "aten::full": (_scalars_ok(1), _lower_full(1)),
     "aten::arange.start_step": (_scalars_ok(0, 1, 2), _lower_arange),
     "aten::arange": (_scalars_ok(0), _lower_arange),
     "aten::_to_copy": (_to_copy_ok, _lower_copy),
@@ -457,6 +471,140 @@ _LOWERINGS = {
     "aten::_scaled_dot_product_fused_attention_overrideable": (_sdpa_ok, _lower_sdpa),
     "aten::_scaled_dot_product_fused_attention_overrideable_backward": (_sdpa_bwd_ok, _lower_sdpa_bwd),
 }
+
+
+def _log_softmax_ok(n):
+    x, dim, half_to_float = n.args[:3]
+    xv, out = _val(x), _val(n)
+    return (not half_to_float and xv.dtype == torch.float32 and out.dtype == torch.float32 and xv.dim() >= 1
+            and isinstance(dim, int) and dim % xv.dim() == xv.dim() - 1 and xv.numel() > 0
+            and out.is_contiguous())
+
+
+def _lower_log_softmax(g, n, vid, vals, outs):
+    """log_softmax over the last dim as amax, sub, exp, sum, log, sub: one
+    fused row group (generated code: a max pass, a sum pass and a store
+    pass per row) instead of the standalone kernel."""
+    x, out = vid[n.args[0]], outs[0]
+    d = out.dim() - 1
+    dt = _DTYPE[out.dtype]
+    full = (dt, list(out.shape), _contiguous_strides(list(out.shape)))
+    rshape = list(out.shape[:-1]) + [1]
+    row = (dt, rshape, _contiguous_strides(rshape))
+    red = [(K_INTS, [d]), (K_BOOL, 1)]
+    m = g.node("aten::amax", REDUCTION, [(K_TENSOR, x)] + red, [row], [-1])[0]
+    sh = g.node("aten::sub.Tensor", POINTWISE, [(K_TENSOR, x), (K_TENSOR, m), (K_INT, 1)], [full], [-1])[0]
+    e = g.node("aten::exp", POINTWISE, [(K_TENSOR, sh)], [full], [-1])[0]
+    z = g.node("aten::sum.dim_IntList", REDUCTION, [(K_TENSOR, e)] + red + [(K_NONE, 0)], [row], [-1])[0]
+    lz = g.node("aten::log", POINTWISE, [(K_TENSOR, z)], [row], [-1])[0]
+    return g.node("aten::sub.Tensor", POINTWISE, [(K_TENSOR, sh), (K_TENSOR, lz), (K_INT, 1)], [_meta(out)], [-1])
+
+
+# native ops lowered as several graph nodes instead when accepts(node) holds
+_DECOMPOSE = {
+    "aten::_log_softmax": (_log_softmax_ok, _lower_log_softmax),
+}
+
+_FILLS = ("aten::full", "aten::full_like", "aten::scalar_tensor")
+_SOURCES = _FILLS + ("aten::empty.memory_format", "aten::empty_permuted", "aten::empty_strided", "aten::arange",
+                     "aten::arange.start_step")
+
+
+def _target_name(n):
+    return _schema_name(n.target) if n.op == "call_function" and isinstance(n.target, torch._ops.OpOverload) else None
+
+
+def _mark_scalar_fills(nodes, seg_of):
+    """Marks full/full_like nodes whose every reader is a lowered pointwise op
+    that broadcasts them anyway (another tensor argument has the output's
+    shape, all of one dtype): they are lowered as 0-dim fills."""
+    for n in nodes:
+        n.meta["tpu_scalar_fill"] = False
+        if n.meta.get("tpu_kind") != "kernel" or _target_name(n) not in _FILLS[:2] or not n.users:
+            continue
+        v = _val(n)
+        ok = True
+        for u in n.users:
+            if seg_of.get(u) is not seg_of.get(n) or u.meta.get("tpu_kind") != "kernel" or \
+                    not isinstance(u.target, torch._ops.OpOverload) or \
+                    torch.Tag.pointwise not in u.target.tags or _target_name(u) in _LOWERINGS:
+                ok = False
+                break
+            uv = _val(u)
+            args = u.all_input_nodes
+            if not isinstance(uv, torch.Tensor) or uv.dtype != v.dtype or \
+                    any(_val(a).dtype != v.dtype for a in args) or \
+                    not any(a is not n and tuple(_val(a).shape) == tuple(uv.shape) for a in args):
+                ok = False
+                break
+        n.meta["tpu_scalar_fill"] = ok
+
+
+_EARLY_BYTES = 1 << 16
+
+
+def _mark_cat_copies(nodes, seg_of):
+    """cat() of one non-empty tensor (the others empty, as a cache of length 0
+    gives) is a copy of it in the cat's layout: when that tensor comes from a
+    kernel node of the same segment read by nothing else, that node writes
+    the cat's layout itself and the cat is the same value."""
+    for n in nodes:
+        n.meta.pop("tpu_out_meta", None)
+        n.meta.pop("tpu_cat_of", None)
+    for n in nodes:
+        if _target_name(n) != "aten::cat" or n.meta.get("tpu_kind") != "kernel" or not isinstance(n.args[0], (list, tuple)):
+            continue
+        parts = [a for a in n.args[0] if isinstance(a, torch.fx.Node) and _val(a).numel() > 0]
+        v = _val(n)
+        if len(parts) != 1 or not v.is_contiguous():
+            continue
+        p = parts[0]
+        pv = _val(p)
+        if (p.meta.get("tpu_kind") != "kernel" or seg_of.get(p) is not seg_of.get(n) or len(p.users) != 1
+                or not isinstance(pv, torch.Tensor) or pv.shape != v.shape or pv.dtype != v.dtype
+                or _target_name(p) in _LOWERINGS or _target_name(p) in _DECOMPOSE
+                or any(a.is_write for r in p.target._schema.returns for a in [r.alias_info] if a is not None)):
+            continue
+        p.meta["tpu_out_meta"] = _meta(v)
+        n.meta["tpu_cat_of"] = p
+
+
+def _schedule(seg_nodes):
+    """The segment's nodes in build order: small buffers made from nothing
+    (0-dim fills, aranges) first, so that they do not split the pointwise
+    chains reading them into separate fused groups (large ones stay where
+    they are: built first they would hold arena memory longer)."""
+    members = set(seg_nodes)
+    early, placed = [], set()
+    for n in seg_nodes:
+        name, v = _target_name(n), _val(n)
+        if n.meta.get("tpu_kind") != "kernel" or name not in _SOURCES or not isinstance(v, torch.Tensor):
+            continue
+        small = n.meta.get("tpu_scalar_fill") or v.numel() * v.element_size() <= _EARLY_BYTES
+        if small and (name in _FILLS or all(a in placed or a not in members for a in n.all_input_nodes)):
+            early.append(n)
+            placed.add(n)
+    return early + [n for n in seg_nodes if n not in placed]
+
+
+def reinplace_fill_scatter(gm):
+    """scatter(full(...), dim, index, value) whose filled input nothing else
+    reads becomes scatter_ into that buffer (cross-entropy's backward): one
+    fill and a scatter instead of a fill, a copy and a scatter. Returns the
+    number of rewrites."""
+    aten = torch.ops.aten
+    done = 0
+    for n in gm.graph.nodes:
+        if n.op != "call_function" or n.target not in (aten.scatter.value, aten.scatter.src):
+            continue
+        src = n.args[0]
+        if not isinstance(src, torch.fx.Node) or _target_name(src) not in _FILLS or len(src.users) != 1:
+            continue
+        n.target = aten.scatter_.value if n.target is aten.scatter.value else aten.scatter_.src
+        done += 1
+    if done:
+        gm.recompile()
+    return done
 
 
 class _Segment:
@@ -490,7 +638,7 @@ def _build_segment(seg, device, users_outside):
                 vid[a] = g.input(*_meta(v))
                 seg.inputs.append(a)
     multi = {}
-    for n in seg.nodes:
+    for n in _schedule(seg.nodes):
         try:
             _build_node(g, n, vid, multi)
         except (NotImplementedError, _NotLowerable, ValueError) as e:
@@ -520,22 +668,30 @@ def _build_node(g, n, vid, multi):
         bv = _val(base)
         outs = out if isinstance(out, (list, tuple)) else [out]
         ids = [g.view(vid[base], *_meta(o), _storage_delta(o, bv)) for o in outs]
+    elif n.meta.get("tpu_cat_of") is not None:  # see _mark_cat_copies
+        vid[n] = vid[n.meta["tpu_cat_of"]]
+        return
     else:
         s, vals = _schema_args(n)
-        args = [_encode(a, v, vid) for a, v in zip(s.arguments, vals)]
-        outs = out if isinstance(out, (list, tuple)) else [out]
         name = _schema_name(n.target)
+        # a fill's tensor argument gives only its shape (it may be built before that tensor)
+        args = None if name in _FILLS and name not in _NATIVE else [_encode(a, v, vid) for a, v in zip(s.arguments, vals)]
+        outs = out if isinstance(out, (list, tuple)) else [out]
         flags = _flags(n.target)
-        if name in _NATIVE:
-            ids = g.node(name, flags, args, [_meta(o) for o in outs], _out_alias(n.target))
+        override = n.meta.get("tpu_out_meta")
+        metas = (lambda: [override]) if override else (lambda: [_meta(o) for o in outs])
+        if name in _DECOMPOSE and _DECOMPOSE[name][0](n):
+            ids = _DECOMPOSE[name][1](g, n, vid, vals, outs)
+        elif name in _NATIVE:
+            ids = g.node(name, flags, args, metas(), _out_alias(n.target))
         elif name in _LOWERINGS:
             ids = _LOWERINGS[name][1](g, n, vid, vals, outs)
         else:  # functional op -> its out= variant writing fresh buffers
             ov = _out_variant(n.target, _NATIVE)
-            dsts = [g.empty(*_meta(o)) for o in outs]
+            dsts = [g.empty(*m) for m in metas()]
             nargs = len(args)
             args = args + [(K_TENSOR, d) for d in dsts]
-            ids = g.node(_schema_name(ov), flags, args, [_meta(o) for o in outs],
+            ids = g.node(_schema_name(ov), flags, args, metas(),
                          list(range(nargs, nargs + len(dsts))))
     if isinstance(out, (list, tuple)):
         multi[n] = ids
@@ -636,6 +792,7 @@ def lower(gm: torch.fx.GraphModule, example_inputs):
     t0 = time.perf_counter()
     _STATS["reinplaced"] += reinplace_input_updates(gm)
     _STATS["gqa_rewrites"] += use_gqa_in_attention(gm)
+    reinplace_fill_scatter(gm)
     native = _native_ops()
     nodes = list(gm.graph.nodes)
     forced_eager = set()
@@ -703,6 +860,8 @@ def _lower_once(gm, nodes, native, forced_eager):
         if isinstance(s, _Segment):
             for n in s.nodes:
                 seg_of[n] = s
+    _mark_scalar_fills(nodes, seg_of)
+    _mark_cat_copies(nodes, seg_of)
     stats = dict.fromkeys(_SEGMENT_STATS, 0)
     for s in steps:
         if not isinstance(s, _Segment):

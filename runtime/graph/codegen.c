@@ -375,7 +375,8 @@ static void collapse(const tpu_cg_group_t* g, int32_t from, int32_t to, space_t*
 }
 
 static bool is_reduction(const char* op) {
-  return strcmp(op, "aten::sum.dim_IntList") == 0 || strcmp(op, "aten::mean.dim") == 0;
+  return strcmp(op, "aten::sum.dim_IntList") == 0 || strcmp(op, "aten::mean.dim") == 0 ||
+         strcmp(op, "aten::amax") == 0;
 }
 
 static const char* check_group(const tpu_cg_group_t* g) {
@@ -605,12 +606,22 @@ static bool emit_rows(emit_t* em, int32_t id, int64_t* units, int64_t* grain, co
         *why = n->op;
         return false;
       }
-      char pragma[128], tail[96];
-      put(&em->t, "    double acc%d = 0.0;\n", m);
-      snprintf(pragma, sizeof(pragma), "#pragma omp simd reduction(+:acc%d)", m);
-      snprintf(tail, sizeof(tail), "      acc%d += (double)%s;\n", m, a.s);
+      char pragma[128], tail[320];
+      bool amax = strcmp(n->op, "aten::amax") == 0;
+      if (amax) { /* a NaN anywhere in the row is the row's max, as in the kernel */
+        put(&em->t, "    float acc%d = -__builtin_inff();\n    int nan%d = 0;\n", m, m);
+        snprintf(pragma, sizeof(pragma), "#pragma omp simd reduction(max:acc%d) reduction(|:nan%d)", m, m);
+        snprintf(tail, sizeof(tail), "      { const float t%d = %s; acc%d = t%d > acc%d ? t%d : acc%d; nan%d |= t%d != t%d; }\n",
+                 m, a.s, m, m, m, m, m, m, m, m);
+      } else {
+        put(&em->t, "    double acc%d = 0.0;\n", m);
+        snprintf(pragma, sizeof(pragma), "#pragma omp simd reduction(+:acc%d)", m);
+        snprintf(tail, sizeof(tail), "      acc%d += (double)%s;\n", m, a.s);
+      }
       if (!emit_row_pass(em, &si, m, pragma, false, tail, why)) return false;
-      if (strcmp(n->op, "aten::mean.dim") == 0) {
+      if (amax) {
+        put(&em->t, "      float v%d = nan%d ? __builtin_nanf(\"\") : acc%d;\n", m, m, m);
+      } else if (strcmp(n->op, "aten::mean.dim") == 0) {
         put(&em->t, "      float v%d = (float)(acc%d / %" PRId64 ".0);\n", m, m, si.total);
       } else {
         put(&em->t, "      float v%d = (float)acc%d;\n", m, m);

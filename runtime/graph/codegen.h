@@ -10,7 +10,7 @@
  *
  * over elements [begin, end) of the flattened iteration space (p[k]: the
  * data pointer of external operand k), so a chain is one loop whose
- * intermediates stay in registers. Groups with keepdim sums/means over their
+ * intermediates stay in registers. Groups with keepdim sums/means/amaxes over their
  * trailing dims (RMSNorm) run by rows: one pass over the row per reduction,
  * then a last pass for the full-size results. One translation unit holds every function
  * of a graph; it is compiled by the system C compiler into a shared object
@@ -53,7 +53,7 @@ typedef struct tpu_cg_node_t {
 } tpu_cg_node_t;
 
 /* A group is pointwise over its shape, or (reduce_from < ndim) its
- * reductions (sum/mean keeping dims) all reduce dims [reduce_from, ndim):
+ * reductions (sum/mean/amax keeping dims) all reduce dims [reduce_from, ndim):
  * "row" nodes iterate the shape with those dims 1, the others all of it. */
 typedef struct tpu_cg_group_t {
   int32_t ndim;

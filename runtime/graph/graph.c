@@ -97,6 +97,7 @@ typedef struct group_t {
    * index along `axis` covers (its output may be viewed with rows split). */
   int32_t gemm_dim;
   int64_t gemm_mul;
+  bool float_only; /* every member has float results and float or bool operands */
 } group_t;
 
 typedef struct step_t {
@@ -288,6 +289,12 @@ tpu_status_t tpu_graph_view(tpu_graph_t* g, int32_t base, const tpu_tensor_t* me
   TPU_RETURN_IF_ERROR(check_meta(meta));
   const val_t* bv = &g->vals[base];
   int64_t off = bv->off + byte_delta;
+  if (off == bv->off && meta->dtype == bv->meta.dtype && meta->ndim == bv->meta.ndim &&
+      memcmp(meta->sizes, bv->meta.sizes, sizeof(int64_t) * (size_t)meta->ndim) == 0 &&
+      memcmp(meta->strides, bv->meta.strides, sizeof(int64_t) * (size_t)meta->ndim) == 0) {
+    *out_value = base; /* an identity view */
+    return TPU_OK;
+  }
   buf_t* b = &g->bufs[bv->buf];
   if (b->kind != TPU_GRAPH_BUF_INPUT && off < 0) {
     return TPU_ERROR(TPU_STATUS_INVALID_ARGUMENT, "graph: view starts %lld bytes before its buffer",
@@ -501,15 +508,35 @@ static const tpu_tensor_t* iter_shape(const tpu_graph_t* g, const node_t* n) {
   return &g->vals[n->out_vid[0]].meta;
 }
 
+/* Every element of `t` at its own address, no gaps: its strides are a
+ * contiguous tensor's, in some order of the dims (a permuted layout, as a
+ * pointwise op on a transposed input gives). */
+static bool dense(const tpu_tensor_t* t) {
+  bool used[TPU_MAX_DIMS] = {false};
+  int64_t expect = 1;
+  for (int32_t k = 0; k < t->ndim; ++k) { /* the dim with stride `expect` next, size-1 dims skipped */
+    int32_t pick = -1;
+    for (int32_t d = 0; d < t->ndim && pick < 0; ++d) {
+      if (!used[d] && t->sizes[d] > 1 && t->strides[d] == expect) pick = d;
+    }
+    if (pick < 0) break;
+    used[pick] = true;
+    expect *= t->sizes[pick];
+  }
+  return expect == tpu_tensor_numel(t);
+}
+
 /* A node that can run on tiles: pointwise (every tensor argument
  * broadcastable to its output) or a keepdim reduction of its first argument;
- * one fresh contiguous output; no tensor lists. */
+ * one fresh output, contiguous (pointwise: dense in any dim order, which
+ * tiles and generated code index through its strides); no tensor lists. */
 static bool fusable(const tpu_graph_t* g, const node_t* n) {
   if (!(n->flags & (TPU_GRAPH_NODE_POINTWISE | TPU_GRAPH_NODE_REDUCTION))) return false;
   if (n->nout != 1 || n->out_alias[0] >= 0) return false;
   if (n->nargs > GROUP_MAX_ARGS || n->ntens > GROUP_MAX_TENSORS || n->nargtens < 1) return false;
   const tpu_tensor_t* out = &g->vals[n->out_vid[0]].meta;
-  if (!tpu_tensor_is_contiguous(out) || tpu_tensor_numel(out) == 0) return false;
+  if (tpu_tensor_numel(out) == 0) return false;
+  if (!tpu_tensor_is_contiguous(out) && ((n->flags & TPU_GRAPH_NODE_REDUCTION) || !dense(out))) return false;
   for (int32_t i = 0; i < n->nargs; ++i) {
     if (n->vals[i].kind == TPU_K_TENSORS) return false;
   }
@@ -645,6 +672,21 @@ static bool gemm_joins(const tpu_graph_t* g, group_t* gr, const node_t* n) {
   return true;
 }
 
+static bool is_float_dtype(int32_t dt) { return dt == TPU_DTYPE_F32 || dt == TPU_DTYPE_BF16 || dt == TPU_DTYPE_F16; }
+
+/* Float results from float or bool operands: what generated code covers.
+ * Other nodes (integer index arithmetic, comparisons) do not join a group of
+ * such nodes, nor these theirs, so that one of them does not send a whole
+ * chain to the tile interpreter. */
+static bool float_only(const tpu_graph_t* g, const node_t* n) {
+  if (!is_float_dtype(g->vals[n->out_vid[0]].meta.dtype)) return false;
+  for (int32_t k = 0; k < n->nargtens; ++k) {
+    int32_t dt = g->vals[n->tens_vid[k]].meta.dtype;
+    if (!is_float_dtype(dt) && dt != TPU_DTYPE_BOOL) return false;
+  }
+  return true;
+}
+
 static group_t* open_group(tpu_graph_t* g, int32_t i, const tpu_tensor_t* shape) {
   group_t* gr = &g->groups[g->ngroups];
   memset(gr, 0, sizeof(*gr));
@@ -655,6 +697,7 @@ static group_t* open_group(tpu_graph_t* g, int32_t i, const tpu_tensor_t* shape)
   gr->gemm_dim = -1;
   gr->cg = -1;
   node_t* n = &g->nodes[i];
+  gr->float_only = float_only(g, n);
   n->group = g->ngroups++;
   n->step = g->nsteps;
   g->steps[g->nsteps++] = (step_t){-1, n->group};
@@ -674,7 +717,9 @@ static tpu_status_t form_groups(tpu_graph_t* g) {
       open->gemm_dim = 0;
     } else if (fusable(g, n)) {
       if (open && open->first + open->count == i &&
-          (open->gemm_dim >= 0 ? gemm_joins(g, open, n) : joins(g, open, n))) {
+          (open->gemm_dim >= 0 ? gemm_joins(g, open, n)
+                               : (g->cg_mode == TPU_CG_OFF || open->float_only == float_only(g, n)) &&
+                                     joins(g, open, n))) {
         open->count++;
         widen(open, iter_shape(g, n));
         n->group = (int32_t)(open - g->groups);

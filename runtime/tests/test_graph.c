@@ -280,6 +280,11 @@ static void test_errors(void) {
   CHECK(out == 1);
   int32_t v;
   CHECK_STATUS(tpu_graph_view(g, x, &m5, -8, &v), TPU_STATUS_OK, NULL); /* inputs may be viewed backwards */
+  int32_t same = -1, shifted = -1;
+  CHECK_OK(tpu_graph_view(g, out, &m4, 0, &same)); /* an identity view is the value itself */
+  CHECK(same == out);
+  CHECK_OK(tpu_graph_view(g, x, &m4, 4, &shifted));
+  CHECK(shifted != x);
   CHECK_OK(tpu_graph_mark_output(g, out));
   CHECK_STATUS(tpu_graph_run(g, NULL, NULL), TPU_STATUS_FAILED_PRECONDITION, "before compile");
   CHECK_OK(tpu_graph_compile(g));

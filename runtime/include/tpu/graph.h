@@ -113,7 +113,9 @@ void tpu_graph_set_codegen(tpu_graph_t* graph, int32_t mode);
  * pointer points at element [0,...,0]. */
 tpu_status_t tpu_graph_input(tpu_graph_t* graph, const tpu_tensor_t* meta, int32_t* out_value);
 /* A view of `base`'s buffer: `meta` describes the view, `byte_delta` is its
- * first element's distance in bytes from `base`'s first element. */
+ * first element's distance in bytes from `base`'s first element. A view
+ * identical to `base` (same dtype, sizes, strides, offset: alias(), a full
+ * slice) is `base` itself, so fusion sees one value. */
 tpu_status_t tpu_graph_view(tpu_graph_t* graph, int32_t base, const tpu_tensor_t* meta,
                             int64_t byte_delta, int32_t* out_value);
 /* A new uninitialised INTERNAL buffer described by `meta`, for a node to
