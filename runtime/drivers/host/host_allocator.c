@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include "host_internal.h"
 
@@ -159,6 +160,13 @@ static tpu_host_block_t* new_block(tpu_host_allocator_t* a, size_t rsize) {
     free(b);
     return NULL;
   }
+#ifdef MADV_HUGEPAGE
+  /* Large blocks (whole 2 MiB units, 2 MiB aligned) ask for transparent huge
+   * pages: weights and activations are streamed, and with 4 KiB pages a
+   * decode step's weight reads miss the TLB every page. Advice only; failure
+   * is harmless. */
+  if (rsize > TPU_HOST_SMALL_MAX) (void)madvise(p, rsize, MADV_HUGEPAGE);
+#endif
   b->ptr = p;
   b->size = rsize;
   if (!array_insert(&a->by_addr, &a->num_blocks, &a->cap_blocks, addr_upper(a, b->ptr), b)) {

@@ -20,7 +20,7 @@
 #define TPU_HOST_SMALL_ROUND 512u
 #define TPU_HOST_LARGE_ROUND (2u << 20)  /* larger ones round to 2 MiB */
 #define TPU_HOST_SMALL_ALIGN 64u
-#define TPU_HOST_LARGE_ALIGN 4096u
+#define TPU_HOST_LARGE_ALIGN (2u << 20) /* huge-page aligned (see new_block) */
 /* h2d copies up to this size are staged and returned at once; larger ones
  * are queued reading the caller's buffer and waited for. */
 #define TPU_HOST_STAGING_MAX ((size_t)8 << 20)
