@@ -47,6 +47,13 @@ static tpu_hal_device_t* get_device(int index) {
   return d;
 }
 
+/* The device a Python int names (-1: the current one); NULL with an exception set. */
+static tpu_hal_device_t* device_arg(PyObject* arg) {
+  int index = (int)PyLong_AsLong(arg);
+  if (index == -1 && PyErr_Occurred()) return NULL;
+  return get_device(index);
+}
+
 static PyObject* py_init(PyObject* self, PyObject* noargs) {
   tpu_status_t st = ensure_init();
   if (st != TPU_OK) return raise_status(st);
@@ -75,9 +82,7 @@ static PyObject* py_set_device(PyObject* self, PyObject* arg) {
 }
 
 static PyObject* py_synchronize(PyObject* self, PyObject* arg) {
-  int index = (int)PyLong_AsLong(arg);
-  if (index == -1 && PyErr_Occurred()) return NULL;
-  tpu_hal_device_t* d = get_device(index);
+  tpu_hal_device_t* d = device_arg(arg);
   if (!d) return NULL;
   tpu_status_t st;
   Py_BEGIN_ALLOW_THREADS st = tpu_hal_device_vt(d)->synchronize(d);
@@ -97,9 +102,7 @@ static PyObject* py_synchronize(PyObject* self, PyObject* arg) {
   } while (0)
 
 static PyObject* py_queue_stats(PyObject* self, PyObject* arg) {
-  int index = (int)PyLong_AsLong(arg);
-  if (index == -1 && PyErr_Occurred()) return NULL;
-  tpu_hal_device_t* d = get_device(index);
+  tpu_hal_device_t* d = device_arg(arg);
   if (!d) return NULL;
   tpu_hal_queue_stats_t s = {0};
   if (tpu_hal_device_vt(d)->queue_stats) tpu_hal_device_vt(d)->queue_stats(d, &s);
@@ -113,9 +116,7 @@ static PyObject* py_queue_stats(PyObject* self, PyObject* arg) {
 }
 
 static PyObject* py_memory_stats(PyObject* self, PyObject* arg) {
-  int index = (int)PyLong_AsLong(arg);
-  if (index == -1 && PyErr_Occurred()) return NULL;
-  tpu_hal_device_t* d = get_device(index);
+  tpu_hal_device_t* d = device_arg(arg);
   if (!d) return NULL;
   tpu_hal_memory_stats_t s;
   tpu_hal_device_vt(d)->memory_stats(d, &s);
@@ -138,9 +139,7 @@ static PyObject* py_memory_stats(PyObject* self, PyObject* arg) {
 }
 
 static PyObject* py_device_properties(PyObject* self, PyObject* arg) {
-  int index = (int)PyLong_AsLong(arg);
-  if (index == -1 && PyErr_Occurred()) return NULL;
-  tpu_hal_device_t* d = get_device(index);
+  tpu_hal_device_t* d = device_arg(arg);
   if (!d) return NULL;
   tpu_hal_device_properties_t p;
   memset(&p, 0, sizeof(p));
@@ -150,9 +149,7 @@ static PyObject* py_device_properties(PyObject* self, PyObject* arg) {
 }
 
 static PyObject* py_mem_get_info(PyObject* self, PyObject* arg) {
-  int index = (int)PyLong_AsLong(arg);
-  if (index == -1 && PyErr_Occurred()) return NULL;
-  tpu_hal_device_t* d = get_device(index);
+  tpu_hal_device_t* d = device_arg(arg);
   if (!d) return NULL;
   uint64_t free_b = 0, total = 0;
   tpu_hal_device_vt(d)->memory_info(d, &free_b, &total);
@@ -160,18 +157,14 @@ static PyObject* py_mem_get_info(PyObject* self, PyObject* arg) {
 }
 
 static PyObject* py_reset_peak(PyObject* self, PyObject* arg) {
-  int index = (int)PyLong_AsLong(arg);
-  if (index == -1 && PyErr_Occurred()) return NULL;
-  tpu_hal_device_t* d = get_device(index);
+  tpu_hal_device_t* d = device_arg(arg);
   if (!d) return NULL;
   tpu_hal_device_vt(d)->reset_peak_stats(d);
   Py_RETURN_NONE;
 }
 
 static PyObject* py_reset_accumulated(PyObject* self, PyObject* arg) {
-  int index = (int)PyLong_AsLong(arg);
-  if (index == -1 && PyErr_Occurred()) return NULL;
-  tpu_hal_device_t* d = get_device(index);
+  tpu_hal_device_t* d = device_arg(arg);
   if (!d) return NULL;
   tpu_hal_device_vt(d)->reset_accumulated_stats(d);
   Py_RETURN_NONE;
