@@ -182,18 +182,26 @@ void tpu_k_avx512bf16_dot_nk(int64_t nn, int64_t kc, const uint16_t* b, int64_t 
   __mmask32 tm = mask32(kc - kfull);
   int64_t j = 0;
   if (ms == 1) {
-    for (; j + 8 <= nn; j += 8) {
-      __m512 s[8];
-      for (int r = 0; r < 8; ++r) s[r] = _mm512_setzero_ps();
+    /* One row at a time, start to end (see tpu_k_avx2_gemv_nk: interleaved
+     * short rows make short streams the prefetcher follows badly). */
+    for (; j < nn; ++j) {
+      __m512 s0 = _mm512_setzero_ps(), s1 = _mm512_setzero_ps();
+      __m512 s2 = _mm512_setzero_ps(), s3 = _mm512_setzero_ps();
       const uint16_t* br = b + j * ldb;
-      for (int64_t k = 0; k < kc; k += 32) {
-        __mmask32 m = k < kfull ? (__mmask32)0xffffffffu : tm;
-        __m512bh xv = as_bh(_mm512_maskz_loadu_epi16(m, xr[0] + k));
-#pragma GCC unroll 8
-        for (int r = 0; r < 8; ++r)
-          s[r] = _mm512_dpbf16_ps(s[r], as_bh(_mm512_maskz_loadu_epi16(m, br + r * ldb + k)), xv);
+      const uint16_t* xv = xr[0];
+      int64_t k = 0;
+      for (; k + 128 <= kfull; k += 128) {
+        s0 = _mm512_dpbf16_ps(s0, as_bh(_mm512_loadu_si512(br + k)), as_bh(_mm512_loadu_si512(xv + k)));
+        s1 = _mm512_dpbf16_ps(s1, as_bh(_mm512_loadu_si512(br + k + 32)), as_bh(_mm512_loadu_si512(xv + k + 32)));
+        s2 = _mm512_dpbf16_ps(s2, as_bh(_mm512_loadu_si512(br + k + 64)), as_bh(_mm512_loadu_si512(xv + k + 64)));
+        s3 = _mm512_dpbf16_ps(s3, as_bh(_mm512_loadu_si512(br + k + 96)), as_bh(_mm512_loadu_si512(xv + k + 96)));
       }
-      for (int r = 0; r < 8; ++r) acc[j + r] += hsum512(s[r]);
+      for (; k < kc; k += 32) {
+        __mmask32 m = k < kfull ? (__mmask32)0xffffffffu : tm;
+        s0 = _mm512_dpbf16_ps(s0, as_bh(_mm512_maskz_loadu_epi16(m, br + k)),
+                              as_bh(_mm512_maskz_loadu_epi16(m, xv + k)));
+      }
+      acc[j] += hsum512(_mm512_add_ps(_mm512_add_ps(s0, s1), _mm512_add_ps(s2, s3)));
     }
   }
   for (; j + 4 <= nn; j += 4) {
