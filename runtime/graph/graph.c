@@ -704,6 +704,22 @@ static group_t* open_group(tpu_graph_t* g, int32_t i, const tpu_tensor_t* shape)
   return gr;
 }
 
+/* A reduction over a leading dim while a later dim stays whole (a column
+ * sum, as the weight gradient of a norm): generated code reduces trailing
+ * dims only, so with code generation on it runs as a plain node instead of
+ * sending the row-wise nodes around it to the tile interpreter. */
+static bool column_reduction(const tpu_graph_t* g, const node_t* n) {
+  if (!(n->flags & TPU_GRAPH_NODE_REDUCTION)) return false;
+  const tpu_tensor_t* in = &g->vals[n->tens_vid[0]].meta;
+  const tpu_tensor_t* out = &g->vals[n->out_vid[0]].meta;
+  bool reduced = false;
+  for (int32_t d = 0; d < out->ndim; ++d) {
+    if (out->sizes[d] != in->sizes[d]) reduced = true;
+    else if (reduced && out->sizes[d] > 1) return true;
+  }
+  return false;
+}
+
 static tpu_status_t form_groups(tpu_graph_t* g) {
   g->groups = calloc((size_t)(g->nnodes ? g->nnodes : 1), sizeof(group_t));
   g->steps = calloc((size_t)(g->nnodes ? g->nnodes : 1), sizeof(step_t));
@@ -715,7 +731,7 @@ static tpu_status_t form_groups(tpu_graph_t* g) {
     if (gemm_slots(g, n, &ga, &gb, &gc)) { /* heads a group; its consumers may follow */
       open = open_group(g, i, &g->vals[n->out_vid[0]].meta);
       open->gemm_dim = 0;
-    } else if (fusable(g, n)) {
+    } else if (fusable(g, n) && !(g->cg_mode != TPU_CG_OFF && column_reduction(g, n))) {
       if (open && open->first + open->count == i &&
           (open->gemm_dim >= 0 ? gemm_joins(g, open, n)
                                : (g->cg_mode == TPU_CG_OFF || open->float_only == float_only(g, n)) &&
