@@ -6,7 +6,7 @@ default backend (inductor) on the CPU, in one process.
   dynamic=False (what Transformers' static-cache generate() does); tokens/s of the
   fastest of CHUNKS chunks, after warm-up steps (the first call compiles).
 - training step: a small Llama (4 layers, hidden 256), batch 8 x 64 tokens,
-  forward + backward + AdamW step; steps/s of the fastest chunk.
+  forward + backward + AdamW step; steps/s of the fastest of CHUNKS chunks of 5 steps.
 - fused chain: y = |sigmoid(2x + 1) * x - 0.5| on 16M float32 elements (64 MiB in,
   64 MiB out); GB/s = 128 MiB / time, compared with the machine's read bandwidth.
 """
@@ -235,7 +235,7 @@ def measure(quick, bw_all, log=print):
             if mode == "compiled":
                 m = torch.compile(m, backend="tpu" if device == "tpu" else "inductor", fullgraph=True,
                                   dynamic=False)
-            vals[(device, mode)], warm[(device, mode)] = _train(m, device, 3 if quick else 6)
+            vals[(device, mode)], warm[(device, mode)] = _train(m, device, 3 if quick else 15)
             log(f"  training step {device} {mode}: {vals[(device, mode)]:.2f} steps/s")
     rows.append(_row("Llama 4L h256 training step (8x64, AdamW)", "steps/s", vals[("tpu", "eager")],
                      vals[("tpu", "compiled")], vals[("cpu", "eager")], vals[("cpu", "compiled")],
