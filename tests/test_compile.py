@@ -334,9 +334,11 @@ def test_lowered_allocation_and_scatter_ops(no_fallback):
 
 @pytest.mark.parametrize("rows", [1, 40, 600])
 def test_gemm_epilogue_is_fused(rows, no_fallback):
-    """silu(x @ w + b) + r: the matrix multiply heads one fused group that runs
-    bias add, activation and residual add on each tile of the product (column
-    tiles for few rows, row tiles for many); nothing reaches the arena."""
+    """silu(x @ w + b) + r: with few rows the matrix multiply heads one fused
+    group that runs bias add, activation and residual add on each column tile
+    of the product, and nothing reaches the arena; with many rows (600 >= 128
+    per pool thread) the product is computed whole and the epilogue is one
+    fused group after it (tiling rows would pack w again per tile)."""
     torch._dynamo.reset()
 
     def f(x, w, b, r):
@@ -350,9 +352,11 @@ def test_gemm_epilogue_is_fused(rows, no_fallback):
     s0 = compile_stats()
     out = cf(x, w, b, r)
     s1 = compile_stats()
-    assert s1["gemm_epilogues"] - s0["gemm_epilogues"] == 1
+    many = rows >= 128 * torch.tpu.get_device_properties(0).multi_processor_count  # kernel threads
+    assert s1["gemm_epilogues"] - s0["gemm_epilogues"] == (0 if many else 1)
     assert s1["fused_groups"] - s0["fused_groups"] == 1
-    assert s1["arena_bytes"] == s0["arena_bytes"]
+    if not many:
+        assert s1["arena_bytes"] == s0["arena_bytes"]
     torch.testing.assert_close(out.cpu(), f(x.cpu(), w.cpu(), b.cpu(), r.cpu()))
 
 
@@ -360,8 +364,9 @@ def test_gemm_epilogue_is_fused(rows, no_fallback):
 def test_llama_gemm_epilogues_are_fused(shape, no_fallback):
     """In a compiled Llama the o_proj and down_proj products are fused with
     their residual adds, gate_proj with SiLU and up_proj with the SwiGLU
-    product (through linear()'s [B, S, N] views): 4 per layer; logits equal
-    eager."""
+    product (through linear()'s [B, S, N] views): 4 per layer while the
+    products have few rows (decode, short prompts), none for 300 tokens on
+    2+ threads (see test_gemm_epilogue_is_fused); logits equal eager."""
     torch._dynamo.reset()
     m = _tiny_llama().to("tpu")
     ids = torch.randint(0, 256, shape, device="tpu")
@@ -370,7 +375,8 @@ def test_llama_gemm_epilogues_are_fused(shape, no_fallback):
         ref = m(ids).logits
         out = torch.compile(m, backend="tpu", fullgraph=True, dynamic=False)(ids).logits
     s1 = compile_stats()
-    assert s1["gemm_epilogues"] - s0["gemm_epilogues"] == 4 * m.config.num_hidden_layers
+    many = shape[0] * shape[1] >= 128 * torch.tpu.get_device_properties(0).multi_processor_count
+    assert s1["gemm_epilogues"] - s0["gemm_epilogues"] == (0 if many else 4 * m.config.num_hidden_layers)
     torch.testing.assert_close(out.cpu(), ref.cpu(), rtol=1e-4, atol=1e-4)
 
 

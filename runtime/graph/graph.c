@@ -21,13 +21,14 @@
 #define GROUP_MAX_ARGS 16
 #define GROUP_MAX_TENSORS 8
 #define ALIGN 64
-/* GEMM-headed groups: rows of the product per tile when tiling rows (each
- * tile's GEMM packs and streams all of B, so fewer rows would spend their
- * time on B; at most what linalg.c's bf16 path gives one task), and columns
- * per tile when tiling columns (multiples of its 32-column micro-panels;
- * linalg.c itself splits columns, so this costs it nothing). */
+/* GEMM-headed groups tile the product's columns (multiples of linalg.c's
+ * 32-column micro-panels; it splits columns itself, so this costs it
+ * nothing; A is packed again per tile, which is cheap while A has few rows).
+ * A product with GEMM_MIN_ROWS rows or more per pool thread heads no group:
+ * tiling its rows would pack all of B again per tile, which measured slower
+ * (about 3% of a training step) than the GEMM on its own followed by its
+ * consumers as a generated group. */
 #define GEMM_MIN_ROWS 128
-#define GEMM_MAX_ROWS 256
 #define GEMM_COL_ALIGN 32
 #define GEMM_MAX_COLS 1024
 
@@ -92,11 +93,9 @@ typedef struct group_t {
   int32_t next; /* external operands: node and tensor slot holding the pointer */
   int32_t ext_node[TPU_CG_MAX_EXT];
   int32_t ext_slot[TPU_CG_MAX_EXT];
-  /* GEMM head (node `first`): the tiled dim of its [M, N] output (0 rows,
-   * 1 columns, -1 not a GEMM group) and how many of its rows or columns one
-   * index along `axis` covers (its output may be viewed with rows split). */
+  /* GEMM head (node `first`): the tiled dim of its [M, N] output (1:
+   * columns, -1 not a GEMM group). */
   int32_t gemm_dim;
-  int64_t gemm_mul;
   bool float_only; /* every member has float results and float or bool operands */
 } group_t;
 
@@ -629,9 +628,9 @@ static void widen(group_t* gr, const tpu_tensor_t* t) {
 
 /* Can fusable node `n` join the group headed by a GEMM? The first consumer
  * fixes the group's shape (the product's [M, N], or a view of it with the
- * rows split, as linear() on 3-D input gives) and the tiling: rows of the
- * product when there are at least GEMM_MIN_ROWS per pool thread, else
- * columns. Later nodes keep the tiled dim whole and do not widen the shape. */
+ * rows split, as linear() on 3-D input gives), tiled along its columns; a
+ * product with many rows heads no group (see GEMM_MIN_ROWS). Later nodes
+ * keep the tiled dim whole and do not widen the shape. */
 static bool gemm_joins(const tpu_graph_t* g, group_t* gr, const node_t* n) {
   const val_t* pv = &g->vals[g->nodes[gr->first].out_vid[0]];
   group_t c = *gr;
@@ -640,7 +639,7 @@ static bool gemm_joins(const tpu_graph_t* g, group_t* gr, const node_t* n) {
     int64_t M = pv->meta.sizes[0], N = pv->meta.sizes[1], rows = 1;
     if (s->ndim < 2 || s->sizes[s->ndim - 1] != N) return false;
     for (int32_t d = 0; d < s->ndim - 1; ++d) rows *= s->sizes[d];
-    if (rows != M) return false;
+    if (rows != M || M >= (int64_t)tpu_threadpool_size(tpu_runtime_threadpool()) * GEMM_MIN_ROWS) return false;
     c.ndim = s->ndim;
     memcpy(c.sizes, s->sizes, sizeof(c.sizes));
     bool reads = false;
@@ -648,13 +647,6 @@ static bool gemm_joins(const tpu_graph_t* g, group_t* gr, const node_t* n) {
     if (!reads) return false;
     c.axis = c.ndim - 1;
     c.gemm_dim = 1;
-    c.gemm_mul = 1;
-    if (M >= (int64_t)tpu_threadpool_size(tpu_runtime_threadpool()) * GEMM_MIN_ROWS) {
-      for (c.axis = 0; c.sizes[c.axis] == 1; ++c.axis) {
-      }
-      c.gemm_dim = 0;
-      for (int32_t d = c.axis + 1; d < c.ndim - 1; ++d) c.gemm_mul *= c.sizes[d];
-    }
   }
   for (int32_t k = 0; k < n->nargtens; ++k) { /* the product only in the group's shape */
     const val_t* v = &g->vals[n->tens_vid[k]];
@@ -730,7 +722,7 @@ static tpu_status_t form_groups(tpu_graph_t* g) {
     int32_t ga, gb, gc;
     if (gemm_slots(g, n, &ga, &gb, &gc)) { /* heads a group; its consumers may follow */
       open = open_group(g, i, &g->vals[n->out_vid[0]].meta);
-      open->gemm_dim = 0;
+      open->gemm_dim = 1;
     } else if (fusable(g, n) && !(g->cg_mode != TPU_CG_OFF && column_reduction(g, n))) {
       if (open && open->first + open->count == i &&
           (open->gemm_dim >= 0 ? gemm_joins(g, open, n)
@@ -773,24 +765,16 @@ static bool gemm_views_in_tiles(const tpu_graph_t* g, const node_t* n, const val
   return true;
 }
 
-/* Rows per tile of a GEMM-headed group along its tiled dim (`rows` long):
- * a tile computes the product's rows (B whole) or columns (A whole) the
- * tile covers; at least two tiles per pool thread where the sizes allow. */
+/* Columns per tile of a GEMM-headed group (its tiled dim is `rows` long):
+ * a tile computes the product's columns (A whole) the tile covers; at least
+ * two tiles per pool thread where the sizes allow. */
 static int64_t gemm_rows_per_tile(const tpu_graph_t* g, const group_t* gr, int64_t rows) {
   const tpu_tensor_t* out = &g->vals[g->nodes[gr->first].out_vid[0]].meta;
   int64_t threads = tpu_threadpool_size(tpu_runtime_threadpool());
-  int64_t per;
-  if (gr->gemm_dim == 0) {
-    per = (out->sizes[0] + 2 * threads - 1) / (2 * threads);
-    per = (per + 7) / 8 * 8;
-    per = per < GEMM_MIN_ROWS ? GEMM_MIN_ROWS : per > GEMM_MAX_ROWS ? GEMM_MAX_ROWS : per;
-    per /= gr->gemm_mul;
-  } else {
-    per = (out->sizes[1] + 2 * threads - 1) / (2 * threads);
-    per = (per + GEMM_COL_ALIGN - 1) / GEMM_COL_ALIGN * GEMM_COL_ALIGN;
-    if (per > GEMM_MAX_COLS) per = GEMM_MAX_COLS;
-    while (per > GEMM_COL_ALIGN && per * out->sizes[0] > 4 * TILE_ELEMS) per -= GEMM_COL_ALIGN;
-  }
+  int64_t per = (out->sizes[1] + 2 * threads - 1) / (2 * threads);
+  per = (per + GEMM_COL_ALIGN - 1) / GEMM_COL_ALIGN * GEMM_COL_ALIGN;
+  if (per > GEMM_MAX_COLS) per = GEMM_MAX_COLS;
+  while (per > GEMM_COL_ALIGN && per * out->sizes[0] > 4 * TILE_ELEMS) per -= GEMM_COL_ALIGN;
   return per < 1 ? 1 : per > rows ? rows : per;
 }
 
@@ -851,8 +835,7 @@ static void plan_groups(tpu_graph_t* g) {
       if (ov->scratch) {
         int64_t elems = 1;
         for (int32_t d = 0; d < ov->meta.ndim; ++d) {
-          elems *= d == (head ? gr->gemm_dim : gr->axis) ? gr->rows_per_tile * (head ? gr->gemm_mul : 1)
-                                                         : ov->meta.sizes[d];
+          elems *= d == (head ? gr->gemm_dim : gr->axis) ? gr->rows_per_tile : ov->meta.sizes[d];
         }
         n->slot_scratch[n->nargtens] = scratch;
         scratch += align_up(elems * (int64_t)tpu_dtype_size((tpu_dtype_t)ov->meta.dtype));
@@ -1291,8 +1274,7 @@ static void run_tiles(void* ctx, int64_t begin, int64_t end) {
     int64_t nr = rows - r0 < gr->rows_per_tile ? rows - r0 : gr->rows_per_tile;
     for (int32_t m = gr->first; m < gr->first + gr->count; ++m) {
       const node_t* n = &g->nodes[m];
-      /* a GEMM head covers gemm_mul of its rows per index along the tiled dim */
-      int64_t mul = m == gr->first && gr->gemm_dim >= 0 ? gr->gemm_mul : 1, t0 = r0 * mul, tn = nr * mul;
+      int64_t t0 = r0, tn = nr;
       memcpy(tens, n->tens, (size_t)n->ntens * sizeof(tpu_tensor_t));
       memcpy(vals, n->vals, (size_t)n->nargs * sizeof(tpu_k_value_t));
       for (int32_t i = 0; i < n->nargs; ++i) {
