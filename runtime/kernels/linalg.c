@@ -415,6 +415,16 @@ static void la_gemv_task(const la_gemm_t* g, int64_t t) {
   }
 }
 
+/* Columns per GEMV task: 2 equal tasks per thread (multiples of 8 columns,
+ * at most LA_GV_NB). Each task streams its block of B start to end, so fewer,
+ * longer streams read faster: a 192x576 fp32 GEMV ran at 14-17 GB/s with 4
+ * tasks of 32 columns per thread and 20-27 GB/s with 2 tasks of 48; 576x576
+ * and 1536x576 gained about 5%. */
+static int64_t la_gemv_block(int64_t n, int nthreads) {
+  int64_t nb = la_cdiv(la_cdiv(n, 2 * (int64_t)nthreads), 8) * 8;
+  return nb < 8 ? 8 : nb > LA_GV_NB ? LA_GV_NB : nb;
+}
+
 static void la_gemv_par(void* ctx, int64_t begin, int64_t end) {
   for (int64_t t = begin; t < end; ++t) la_gemv_task((const la_gemm_t*)ctx, t);
 }
@@ -483,9 +493,7 @@ static void la_gemm_run(la_gemm_t* g, tpu_threadpool_t* pool) {
   }
 #endif
   if (g->N > 1 && g->M == 1) {
-    /* ~4 tasks per thread, 32..1024 columns each */
-    int64_t nb = la_cdiv(la_cdiv(g->N, 4 * (int64_t)nthreads), 32) * 32;
-    g->gv_nb = nb < 32 ? 32 : nb > LA_GV_NB ? LA_GV_NB : nb;
+    g->gv_nb = la_gemv_block(g->N, nthreads);
     int64_t tasks = g->batch * la_cdiv(g->N, g->gv_nb);
     tpu_parallel_for(pool, tasks, 1, la_gemv_par, g);
     return;
@@ -630,8 +638,7 @@ static void la_bf16_run(la_gemm_t* g, tpu_threadpool_t* pool, int nthreads) {
   int64_t target = 4 * (int64_t)nthreads;
   bool dot = g->M <= LA_BDOT_M && (g->b.rs == 1 || g->K == 1);
   if (g->M == 1 || dot) {
-    int64_t nb = la_cdiv(la_cdiv(g->N, target), 32) * 32;
-    g->gv_nb = nb < 32 ? 32 : nb > LA_GV_NB ? LA_GV_NB : nb;
+    g->gv_nb = la_gemv_block(g->N, nthreads);
     tpu_parallel_for(pool, g->batch * la_cdiv(g->N, g->gv_nb), 1, la_bf16_gemv_par, g);
     return;
   }
