@@ -268,3 +268,28 @@ def test_list_fusion_off_gives_same_results():
                          env=dict(os.environ, TORCH_TPU_LIST_FUSION="maybe"), capture_output=True, text=True,
                          timeout=300)
     assert bad.returncode != 0 and "TORCH_TPU_LIST_FUSION" in bad.stderr
+
+
+@pytest.mark.parametrize("dtype,call", [
+    (torch.int32, lambda l: torch._foreach_add_(l, 1.5)),
+    (torch.int32, lambda l: torch._foreach_sqrt_(l)),
+    (torch.int64, lambda l: torch._foreach_div_(l, 2)),
+    (torch.bool, lambda l: torch._foreach_add_(l, 1)),
+    (torch.int32, lambda l: torch._foreach_mul_(l, [1.0, 2.5])),
+])
+def test_inplace_result_type_must_cast_like_cpu(dtype, call):
+    """No meta function runs for list ops that return nothing, so the kernel
+    applies PyTorch's in-place rule itself: int32 += 1.5 raises as on the CPU,
+    and the list is left untouched."""
+    cpu = [torch.ones(4, dtype=dtype), torch.ones(3, dtype=dtype)]
+    dev = _tpu(cpu)
+    with pytest.raises(RuntimeError, match="can't be cast") as want:
+        call(cpu)
+    with pytest.raises(RuntimeError, match="can't be cast"):
+        call(dev)
+    for a, b in zip(dev, cpu):
+        assert torch.equal(a.cpu(), b)
+    assert "can't be cast" in str(want.value)
+    ok = _tpu([torch.ones(4, dtype=torch.int64)])
+    torch._foreach_add_(ok, 2)  # integers stay allowed
+    assert ok[0].cpu().tolist() == [3, 3, 3, 3]

@@ -268,6 +268,44 @@ static tpu_status_t fe_resolve(const tpu_k_call_t* c, tpu_k_list_op_t* op) {
   return TPU_OK;
 }
 
+/* PyTorch's rule for in-place ops (no meta function runs for list ops that
+ * return nothing): the op's result may not be of a higher kind than self
+ * (bool < integer < floating), e.g. int32 += 1.5 is an error, not a
+ * truncation. copy_/zero_ convert freely. */
+static int fe_kind(int dt) { return dt == TPU_DTYPE_BOOL ? 0 : tpu_dtype_is_floating((tpu_dtype_t)dt) ? 2 : 1; }
+
+static bool fe_float_result(const char* base) {
+  static const char* const kFloat[] = {"aten::div", "aten::sqrt", "aten::rsqrt", "aten::exp", "aten::expm1",
+                                       "aten::log", "aten::sin", "aten::cos", "aten::tan", "aten::tanh",
+                                       "aten::sigmoid", "aten::erf", "aten::reciprocal", "aten::addcdiv",
+                                       "aten::lerp"};
+  for (size_t i = 0; i < sizeof(kFloat) / sizeof(kFloat[0]); ++i) {
+    if (strncmp(base, kFloat[i], strlen(kFloat[i])) == 0) return true;
+  }
+  return false;
+}
+
+static tpu_status_t fe_check_cast(const tpu_k_list_op_t* op, const tpu_k_call_t* c, int64_t i) {
+  if (c->num_outputs != 0 || strncmp(op->base->name, "aten::copy", 10) == 0 ||
+      strncmp(op->base->name, "aten::zero", 10) == 0)
+    return TPU_OK;
+  const tpu_tensor_t* self = &fe_self(c)->v.tensors.data[i];
+  int kind = fe_float_result(op->base->name) ? 2 : fe_kind(self->dtype);
+  for (int32_t a = 0; a < c->num_args; ++a) {
+    const tpu_k_value_t* v = &c->args[a];
+    int k = v->kind == TPU_K_TENSORS                          ? fe_kind(v->v.tensors.data[i].dtype)
+            : v->kind == TPU_K_TENSOR                         ? fe_kind(v->v.tensor->dtype)
+            : v->kind == TPU_K_DOUBLE || v->kind == TPU_K_DOUBLES ? 2
+            : v->kind == TPU_K_INT || v->kind == TPU_K_INTS   ? 1
+                                                              : 0;
+    if (k > kind) kind = k;
+  }
+  if (kind <= fe_kind(self->dtype)) return TPU_OK;
+  return TPU_ERROR(TPU_STATUS_FAILED_PRECONDITION,
+                   "%s: element %lld: result type %s can't be cast to the desired output type %s", c->op,
+                   (long long)i, kind == 2 ? "Float" : "Long", tpu_dtype_name((tpu_dtype_t)self->dtype));
+}
+
 static tpu_status_t fe_check(const tpu_k_call_t* c) {
   tpu_k_list_op_t op;
   tpu_status_t st = fe_resolve(c, &op);
@@ -291,6 +329,8 @@ static tpu_status_t fe_check(const tpu_k_call_t* c) {
       if (v->kind == TPU_K_TENSORS && v->v.tensors.data[i].dtype == TPU_DTYPE_INVALID)
         return TPU_KU_INVALID(c, "element %lld of argument %d is undefined", (long long)i, (int)a);
     }
+    st = fe_check_cast(&op, c, i);
+    if (st != TPU_OK) return st;
     if (!op.base->check) continue;
     fe_piece_t p;
     st = fe_piece(&op, c, i, 0, false, &p);

@@ -83,6 +83,14 @@ void list_part_footprint(void* ctx, int64_t part, tpu_hal_range_fn_t visit, void
   tpu_k_list_footprint(&w->call, element, piece, visit, vctx);
 }
 
+// Throws `st` prefixed with the op's name, unless the kernel named it already.
+[[noreturn]] void throw_for_op(tpu_status_t st, const char* op) {
+  const char* msg = tpu_status_message(st);
+  size_t n = std::strlen(op);
+  if (!(std::strncmp(msg, op, n) == 0 && msg[n] == ':')) st = tpu_status_annotate(st, "%s", op);
+  throw_status(st);
+}
+
 // Validates synchronously, then queues the kernel on `index`'s device.
 void submit(std::unique_ptr<Work> w, const char* op, c10::DeviceIndex index) {
   w->call.op = op;
@@ -91,7 +99,7 @@ void submit(std::unique_ptr<Work> w, const char* op, c10::DeviceIndex index) {
   w->call.pool = tpu_runtime_threadpool();
   if (w->entry->check) {
     tpu_status_t st = w->entry->check(&w->call);
-    if (st != TPU_OK) throw_status(tpu_status_annotate(st, "%s", op));
+    if (st != TPU_OK) throw_for_op(st, op);
   }
   tpu_hal_device_t* d = device(index);
   tpu_hal_work_t hw{};
@@ -706,11 +714,11 @@ std::vector<OutMeta> dynamic_output_meta(Work& w, size_t nouts, c10::DeviceIndex
   w.call.pool = tpu_runtime_threadpool();
   if (w.entry->check) {
     tpu_status_t st = w.entry->check(&w.call);
-    if (st != TPU_OK) throw_status(tpu_status_annotate(st, "%s", w.call.op));
+    if (st != TPU_OK) throw_for_op(st, w.call.op);
   }
   std::vector<tpu_tensor_t> shapes(nouts);
   tpu_status_t st = w.entry->shape(&w.call, shapes.data());
-  if (st != TPU_OK) throw_status(tpu_status_annotate(st, "%s", w.call.op));
+  if (st != TPU_OK) throw_for_op(st, w.call.op);
   std::vector<OutMeta> out;
   for (const tpu_tensor_t& t : shapes) {
     TORCH_CHECK(t.ndim >= 0 && t.ndim <= TPU_MAX_DIMS, w.call.op, ": kernel returned rank ", t.ndim);
