@@ -23,11 +23,13 @@
  * TPU_GRAPH_NODE_REDUCTION) over one iteration shape, tiled along the first
  * dim no member reduces. A 2-D GEMM (flag TPU_GRAPH_NODE_GEMM) may head such
  * a group when the next nodes consume its output (directly or through a view
- * that splits its rows, as linear() on 3-D inputs does): each tile computes
- * a block of the product, rows (B whole) when there are enough rows for every
- * pool thread, else columns (A whole), and runs the epilogue on it while it
- * is in cache; the raw product lives in tile scratch when only the group
- * reads it.
+ * that splits its rows, as linear() on 3-D inputs does) and the product has
+ * fewer than 128 rows per pool thread: each tile computes a block of the
+ * product's columns (A whole) and runs the epilogue on it while it is in
+ * cache; the raw product lives in tile scratch when only the group reads it.
+ * A product with more rows is computed whole (tiling its rows would pack B
+ * again per tile) and its consumers form their own group. With generated
+ * code on, a reduction over a leading dim runs as a plain node.
  *
  * Code generation: a fused group of pointwise nodes that all iterate the
  * group's shape, over float32/bfloat16/float16 values, becomes one generated
