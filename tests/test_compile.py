@@ -380,6 +380,27 @@ def test_llama_gemm_epilogues_are_fused(shape, no_fallback):
     torch.testing.assert_close(out.cpu(), ref.cpu(), rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_decode_qkv_products_run_as_one_step(dtype, no_fallback):
+    """Decoding one token, a Llama layer's q, k and v projections (three
+    one-row products of the same normed row) run as one batched step, one
+    per layer; a 5-token prompt batches none; logits equal eager."""
+    torch._dynamo.reset()
+    m = _tiny_llama().to("tpu", dtype)
+    for shape, batched in (((1, 1), 3), ((1, 5), 0)):
+        ids = torch.randint(0, 256, shape, device="tpu")
+        s0 = compile_stats()
+        with torch.no_grad():
+            ref = m(ids).logits
+            out = torch.compile(m, backend="tpu", fullgraph=True, dynamic=False)(ids).logits
+        s1 = compile_stats()
+        layers = m.config.num_hidden_layers
+        assert s1["gemv_batches"] - s0["gemv_batches"] == (layers if batched else 0)
+        assert s1["gemv_batched"] - s0["gemv_batched"] == batched * layers
+        tol = 1e-4 if dtype == torch.float32 else 2e-2
+        torch.testing.assert_close(out.float().cpu(), ref.float().cpu(), rtol=tol, atol=tol)
+
+
 @pytest.mark.parametrize("ignore", [-100, 3])
 def test_cross_entropy_backward_scatters_in_place(ignore, no_fallback):
     """cross_entropy's backward (a zero fill and a scatter of -1) writes the

@@ -61,7 +61,9 @@ def compile_stats():
     'compile_seconds', live compiled graphs ('graphs_held'), and what the
     lowering did (C segments, C nodes, eager nodes and their ops, fused
     groups, 'gemm_epilogues': fused groups headed by a matrix multiply,
-    arena bytes)."""
+    'gemv_batches'/'gemv_batched': steps running several one-row products of
+    the same row as one parallel loop and the products in them, arena
+    bytes)."""
     out = _graph.graph_stats()
     out["graphs"] = _STATS["graphs"]
     return out

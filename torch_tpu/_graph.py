@@ -35,11 +35,13 @@ GEMM = 4  # may head a fused group whose pointwise epilogue runs on its tiles
 _GEMMS = ("aten::mm", "aten::addmm") if os.environ.get("TORCH_TPU_GEMM_EPILOGUE", "1") != "0" else ()
 
 _STATS = {"compiles": 0, "hits": 0, "compile_seconds": 0.0, "segments": 0, "c_nodes": 0,
-          "eager_nodes": 0, "fused_groups": 0, "fused_nodes": 0, "gemm_epilogues": 0, "arena_bytes": 0,
+          "eager_nodes": 0, "fused_groups": 0, "fused_nodes": 0, "gemm_epilogues": 0, "gemv_batches": 0,
+          "gemv_batched": 0, "arena_bytes": 0,
           "reinplaced": 0, "gqa_rewrites": 0, "codegen_groups": 0, "codegen_functions": 0, "codegen_cache_hits": 0,
           "codegen_compiles": 0, "codegen_compile_seconds": 0.0, "codegen_unavailable": 0}
 # per-segment figures summed into _STATS
 _SEGMENT_STATS = ("segments", "c_nodes", "eager_nodes", "fused_groups", "fused_nodes", "gemm_epilogues",
+                  "gemv_batches", "gemv_batched",
                   "arena_bytes", "codegen_groups", "codegen_functions", "codegen_cache_hits", "codegen_compiles",
                   "codegen_compile_seconds", "codegen_unavailable")
 _LIVE = weakref.WeakSet()
@@ -877,7 +879,8 @@ def _lower_once(gm, nodes, native, forced_eager):
         st = _build_segment(s, device, outside)
         stats["segments"] += 1
         stats["c_nodes"] += st["nodes"]
-        for k in ("fused_groups", "fused_nodes", "arena_bytes", "codegen_groups", "codegen_functions",
+        for k in ("fused_groups", "fused_nodes", "gemv_batches", "gemv_batched", "arena_bytes", "codegen_groups",
+                  "codegen_functions",
                   "codegen_cache_hits", "codegen_compile_seconds", "codegen_unavailable"):
             stats[k] += st[k]
         stats["gemm_epilogues"] += st["gemm_groups"]

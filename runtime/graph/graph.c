@@ -102,6 +102,8 @@ typedef struct group_t {
 typedef struct step_t {
   int32_t node;  /* >= 0: standalone node */
   int32_t group; /* >= 0: fused group */
+  int32_t count; /* > 1: nodes [node, node + count) are one-row products of one row (batch_gemvs) */
+  int64_t cols;  /* their columns per task */
 } step_t;
 
 struct tpu_graph_t {
@@ -573,8 +575,9 @@ static bool within(const tpu_tensor_t* t, int32_t ndim, const int64_t* sizes) {
 
 /* Tensor slots of a 2-D GEMM that can head a group (A, B, and the added
  * input or -1); false for any other node. */
-static bool gemm_slots(const tpu_graph_t* g, const node_t* n, int32_t* a, int32_t* b, int32_t* c) {
-  if (!(n->flags & TPU_GRAPH_NODE_GEMM)) return false;
+/* A 2-D mm/addmm with a contiguous output: its A, B and added-input slots
+ * (c = -1 for mm). */
+static bool mm_slots(const tpu_graph_t* g, const node_t* n, int32_t* a, int32_t* b, int32_t* c) {
   if (strcmp(n->entry->name, "aten::mm") == 0 && n->nargtens == 2) {
     *a = 0, *b = 1, *c = -1;
   } else if (strcmp(n->entry->name, "aten::addmm") == 0 && n->nargtens == 3) {
@@ -589,6 +592,11 @@ static bool gemm_slots(const tpu_graph_t* g, const node_t* n, int32_t* a, int32_
   const tpu_tensor_t* out = &g->vals[n->out_vid[0]].meta;
   return out->ndim == 2 && tpu_tensor_is_contiguous(out) && tpu_tensor_numel(out) > 0 &&
          g->vals[n->tens_vid[*a]].meta.ndim == 2 && g->vals[n->tens_vid[*b]].meta.ndim == 2;
+}
+
+/* mm_slots of a product allowed to head a fused group */
+static bool gemm_slots(const tpu_graph_t* g, const node_t* n, int32_t* a, int32_t* b, int32_t* c) {
+  return (n->flags & TPU_GRAPH_NODE_GEMM) && mm_slots(g, n, a, b, c);
 }
 
 /* `v` is the GEMM product of group `gr` seen in the group's shape: a
@@ -750,6 +758,90 @@ static tpu_status_t form_groups(tpu_graph_t* g) {
     }
   }
   return TPU_OK;
+}
+
+/* ---- compile: batched one-row products ------------------------------------------
+ * Consecutive standalone products of the same one-row A by different B (a
+ * decoder's q, k and v projections while decoding one token) run as one
+ * step: their columns are cut into blocks of one parallel loop. Run apart,
+ * each is a loop of its own whose small blocks of B (k and v: 192 rows of
+ * 576 floats in SmolLM2) end in a join before the next starts. */
+
+/* The node whose output `vid` is, or a view of: -1 for inputs. */
+static int32_t producer_of(const tpu_graph_t* g, int32_t vid) {
+  const val_t* v = &g->vals[vid];
+  if (v->producer >= 0) return v->producer;
+  int32_t pv = g->bufs[v->buf].prod_val;
+  return pv >= 0 ? g->vals[pv].producer : -1;
+}
+
+/* A standalone mm of one row by a matrix of several columns, float dtypes. */
+static bool gemv_node(const tpu_graph_t* g, const node_t* n) {
+  int32_t a, b, c;
+  if (n->group >= 0 || !mm_slots(g, n, &a, &b, &c) || c >= 0) return false;
+  const tpu_tensor_t* am = &g->vals[n->tens_vid[a]].meta;
+  const tpu_tensor_t* bm = &g->vals[n->tens_vid[b]].meta;
+  const tpu_tensor_t* om = &g->vals[n->out_vid[0]].meta;
+  return am->sizes[0] == 1 && bm->sizes[1] > 1 && is_float_dtype(am->dtype) && is_float_dtype(bm->dtype) &&
+         is_float_dtype(om->dtype);
+}
+
+static int64_t gemv_cols(const tpu_graph_t* g, const node_t* n) { return g->vals[n->out_vid[0]].meta.sizes[1]; }
+
+/* Values x and y are the same elements (each linear() views its input anew). */
+static bool same_elements(const tpu_graph_t* g, int32_t x, int32_t y) {
+  const val_t* a = &g->vals[x];
+  const val_t* b = &g->vals[y];
+  if (x == y) return true;
+  if (a->buf != b->buf || a->off != b->off || a->meta.dtype != b->meta.dtype || a->meta.ndim != b->meta.ndim) {
+    return false;
+  }
+  for (int32_t d = 0; d < a->meta.ndim; ++d) {
+    if (a->meta.sizes[d] != b->meta.sizes[d] || (a->meta.sizes[d] > 1 && a->meta.strides[d] != b->meta.strides[d])) {
+      return false;
+    }
+  }
+  return true;
+}
+
+static void batch_gemvs(tpu_graph_t* g) {
+  int32_t threads = tpu_threadpool_size(tpu_runtime_threadpool());
+  int32_t* renum = malloc((size_t)(g->nsteps ? g->nsteps : 1) * sizeof(int32_t));
+  if (!renum) return; /* an optimisation: without memory, run the products apart */
+  int32_t out = 0;
+  for (int32_t s = 0; s < g->nsteps;) {
+    step_t st = g->steps[s];
+    int32_t count = 1;
+    if (st.node >= 0 && gemv_node(g, &g->nodes[st.node])) {
+      const node_t* first = &g->nodes[st.node];
+      while (s + count < g->nsteps && g->steps[s + count].node == st.node + count) {
+        const node_t* n = &g->nodes[st.node + count];
+        if (!gemv_node(g, n) || !same_elements(g, n->tens_vid[0], first->tens_vid[0]) ||
+            g->vals[n->tens_vid[1]].meta.dtype != g->vals[first->tens_vid[1]].meta.dtype ||
+            g->vals[n->out_vid[0]].meta.dtype != g->vals[first->out_vid[0]].meta.dtype ||
+            producer_of(g, n->tens_vid[1]) >= st.node) {
+          break;
+        }
+        count++;
+      }
+    }
+    if (count > 1) {
+      int64_t total = 0;
+      for (int32_t k = 0; k < count; ++k) total += gemv_cols(g, &g->nodes[st.node + k]);
+      /* about 4 blocks per thread, multiples of 8 columns (linalg.c's GEMV blocks) */
+      int64_t cols = (total + 4 * threads - 1) / (4 * threads);
+      st.count = count;
+      st.cols = cols < 8 ? 8 : (cols + 7) / 8 * 8;
+      g->stats.gemv_batches++;
+      g->stats.gemv_batched += count;
+    }
+    for (int32_t k = 0; k < count; ++k) renum[s + k] = out;
+    g->steps[out++] = st;
+    s += count;
+  }
+  for (int32_t i = 0; i < g->nnodes; ++i) g->nodes[i].step = renum[g->nodes[i].step];
+  g->nsteps = out;
+  free(renum);
 }
 
 /* Every other value aliasing the product of GEMM node `n` (group `gr`) is
@@ -1132,6 +1224,7 @@ static tpu_status_t plan_memory(tpu_graph_t* g) {
 tpu_status_t tpu_graph_compile(tpu_graph_t* g) {
   TPU_RETURN_IF_ERROR(check_building(g));
   TPU_RETURN_IF_ERROR(form_groups(g));
+  batch_gemvs(g);
   plan_groups(g);
   TPU_RETURN_IF_ERROR(plan_memory(g));
   TPU_RETURN_IF_ERROR(generate(g));
@@ -1260,6 +1353,29 @@ static int32_t acquire_slot(tpu_graph_t* g) {
   }
 }
 
+/* A private copy of node n's arguments (vals pointing into tens) to resize. */
+static void copy_args(const node_t* n, tpu_k_value_t* vals, tpu_tensor_t* tens) {
+  memcpy(tens, n->tens, (size_t)n->ntens * sizeof(tpu_tensor_t));
+  memcpy(vals, n->vals, (size_t)n->nargs * sizeof(tpu_k_value_t));
+  for (int32_t i = 0; i < n->nargs; ++i) {
+    if (vals[i].kind == TPU_K_TENSOR) vals[i].v.tensor = tens + (n->vals[i].v.tensor - n->tens);
+  }
+}
+
+/* t narrowed to [start, start + len) along dim d */
+static void narrow(tpu_tensor_t* t, int32_t d, int64_t start, int64_t len) {
+  t->data = (char*)t->data + start * t->strides[d] * (int64_t)tpu_dtype_size((tpu_dtype_t)t->dtype);
+  t->sizes[d] = len;
+}
+
+/* Keeps the first error of a parallel loop (first writer wins). */
+static void keep_first_error(tpu_status_t* first_error, tpu_status_t st) {
+  tpu_status_t none = TPU_OK;
+  if (!__atomic_compare_exchange_n(first_error, &none, st, false, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED)) {
+    tpu_status_free(st);
+  }
+}
+
 static void run_tiles(void* ctx, int64_t begin, int64_t end) {
   tile_ctx_t* c = ctx;
   tpu_graph_t* g = c->g;
@@ -1274,18 +1390,12 @@ static void run_tiles(void* ctx, int64_t begin, int64_t end) {
     int64_t nr = rows - r0 < gr->rows_per_tile ? rows - r0 : gr->rows_per_tile;
     for (int32_t m = gr->first; m < gr->first + gr->count; ++m) {
       const node_t* n = &g->nodes[m];
-      int64_t t0 = r0, tn = nr;
-      memcpy(tens, n->tens, (size_t)n->ntens * sizeof(tpu_tensor_t));
-      memcpy(vals, n->vals, (size_t)n->nargs * sizeof(tpu_k_value_t));
-      for (int32_t i = 0; i < n->nargs; ++i) {
-        if (vals[i].kind == TPU_K_TENSOR) vals[i].v.tensor = tens + (n->vals[i].v.tensor - n->tens);
-      }
+      int64_t tn = nr;
+      copy_args(n, vals, tens);
       for (int32_t k = 0; k < n->ntens; ++k) {
         tpu_tensor_t* t = &tens[k];
         if (n->slot_mode[k] == SLOT_SLICE) {
-          int32_t d = n->slot_dim[k];
-          t->data = (char*)t->data + t0 * t->strides[d] * (int64_t)tpu_dtype_size((tpu_dtype_t)t->dtype);
-          t->sizes[d] = tn;
+          narrow(t, n->slot_dim[k], r0, tn);
         } else if (n->slot_mode[k] == SLOT_SCRATCH) {
           t->data = scratch + n->slot_scratch[k];
           if (gr->axis >= 0) t->sizes[n->slot_dim[k]] = tn;
@@ -1298,16 +1408,43 @@ static void run_tiles(void* ctx, int64_t begin, int64_t end) {
       }
       tpu_status_t st = run_node(n, c->pool, vals, tens);
       if (st != TPU_OK) {
-        tpu_status_t none = TPU_OK;
-        if (!__atomic_compare_exchange_n(c->first_error, &none, st, false, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED)) {
-          tpu_status_free(st);
-        }
+        keep_first_error(c->first_error, st);
         goto done;
       }
     }
   }
 done:
   if (slot >= 0) __atomic_store_n(&g->slot_busy[slot], 0, __ATOMIC_RELEASE);
+}
+
+typedef struct gemv_ctx_t {
+  const tpu_graph_t* g;
+  const step_t* st;
+  tpu_status_t* first_error;
+} gemv_ctx_t;
+
+/* Blocks of a batch_gemvs step: block t is `cols` columns of one product
+ * (products in order, each cut from its first column). */
+static void run_gemv_blocks(void* ctx, int64_t begin, int64_t end) {
+  const gemv_ctx_t* c = ctx;
+  const int64_t cols = c->st->cols;
+  tpu_k_value_t vals[GROUP_MAX_ARGS];
+  tpu_tensor_t tens[GROUP_MAX_TENSORS];
+  for (int64_t t = begin; t < end; ++t) {
+    int32_t m = c->st->node;
+    int64_t b = t;
+    for (int64_t nb; b >= (nb = (gemv_cols(c->g, &c->g->nodes[m]) + cols - 1) / cols); ++m) b -= nb;
+    const node_t* n = &c->g->nodes[m];
+    int64_t c0 = b * cols, ncols = gemv_cols(c->g, n) - c0 < cols ? gemv_cols(c->g, n) - c0 : cols;
+    copy_args(n, vals, tens);
+    narrow(&tens[1], 1, c0, ncols);           /* B's columns */
+    narrow(&tens[n->nargtens], 1, c0, ncols); /* the output's */
+    tpu_status_t st = run_node(n, NULL, vals, tens);
+    if (st != TPU_OK) {
+      keep_first_error(c->first_error, st);
+      return;
+    }
+  }
 }
 
 static int64_t now_ns(void) {
@@ -1327,6 +1464,14 @@ static void cg_range(void* ctx, int64_t begin, int64_t end) {
 }
 
 static tpu_status_t run_step(tpu_graph_t* g, const step_t* st, tpu_threadpool_t* pool) {
+  if (st->node >= 0 && st->count > 1) {
+    int64_t blocks = 0;
+    for (int32_t k = 0; k < st->count; ++k) blocks += (gemv_cols(g, &g->nodes[st->node + k]) + st->cols - 1) / st->cols;
+    tpu_status_t first_error = TPU_OK;
+    gemv_ctx_t c = {g, st, &first_error};
+    tpu_parallel_for(pool, blocks, 1, run_gemv_blocks, &c);
+    return first_error;
+  }
   if (st->node >= 0) {
     node_t* n = &g->nodes[st->node];
     return run_node(n, pool, n->vals, n->tens);

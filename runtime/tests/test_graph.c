@@ -410,6 +410,70 @@ static void test_gemm_epilogue(int64_t B, int64_t M, int64_t K, int64_t N, bool 
   dfree(r);
 }
 
+/* Products of one row x [1, K] by W_j^T (q, k and v while decoding), each
+ * through its own view of x, then one product of another row: the first
+ * `n` run as one batched step (graph.c batch_gemvs), the last apart; every
+ * result equals a double-precision reference. */
+static void test_gemv_batch(int64_t K, const int64_t* Ns, int n) {
+  int64_t xk[2] = {1, K};
+  float* x = dalloc((size_t)K);
+  float* x2 = dalloc((size_t)K);
+  float* w[5];
+  float* out[5];
+  uint64_t seed = 5;
+  for (int64_t i = 0; i < K; ++i) x[i] = (float)tku_urand(&seed), x2[i] = (float)tku_urand(&seed);
+  tpu_graph_t* g = NULL;
+  CHECK_OK(tpu_graph_create(0, &g));
+  tpu_tensor_t m_x = T_(NULL, TPU_DTYPE_F32, 2, xk, NULL);
+  int32_t vx, vx2, vw[5], prod[5];
+  CHECK_OK(tpu_graph_input(g, &m_x, &vx));
+  CHECK_OK(tpu_graph_input(g, &m_x, &vx2));
+  for (int j = 0; j <= n; ++j) {
+    int64_t N = Ns[j], kn[2] = {K, N}, knst[2] = {1, K}, on[2] = {1, N};
+    w[j] = dalloc((size_t)(N * K));
+    out[j] = dalloc((size_t)N);
+    for (int64_t i = 0; i < N * K; ++i) w[j][i] = (float)tku_urand(&seed) * 0.3f;
+    tpu_tensor_t m_w = T_(NULL, TPU_DTYPE_F32, 2, kn, knst), m_o = T_(NULL, TPU_DTYPE_F32, 2, on, NULL);
+    CHECK_OK(tpu_graph_input(g, &m_w, &vw[j]));
+    int32_t xv;
+    CHECK_OK(tpu_graph_view(g, j < n ? vx : vx2, &m_x, 0, &xv));
+    tpu_graph_arg_t args[2] = {A_T(xv), A_T(vw[j])};
+    prod[j] = node1(g, "aten::mm", 0, 2, args, m_o);
+    CHECK_OK(tpu_graph_mark_output(g, prod[j]));
+  }
+  CHECK_OK(tpu_graph_compile(g));
+  tpu_graph_stats_t st;
+  tpu_graph_get_stats(g, &st);
+  CHECKF(st.gemv_batches == 1 && st.gemv_batched == n && st.steps == 2, "batches %lld batched %lld steps %lld",
+         (long long)st.gemv_batches, (long long)st.gemv_batched, (long long)st.steps);
+  void* ins[7] = {x, x2};
+  void* outs[5];
+  for (int j = 0; j <= n; ++j) {
+    int32_t kind, idx;
+    int64_t off;
+    ins[2 + j] = w[j];
+    CHECK_OK(tpu_graph_locate(g, prod[j], &kind, &idx, &off));
+    outs[idx] = out[j];
+  }
+  CHECK_OK(tpu_graph_run(g, ins, outs));
+  sync0();
+  tpu_graph_release(g);
+  double max_err = 0;
+  for (int j = 0; j <= n; ++j) {
+    const float* xr = j < n ? x : x2;
+    for (int64_t c = 0; c < Ns[j]; ++c) {
+      double ref = 0;
+      for (int64_t k = 0; k < K; ++k) ref += (double)xr[k] * w[j][c * K + k];
+      max_err = fmax(max_err, fabs(ref - out[j][c]) / (1 + fabs(ref)));
+    }
+    dfree(w[j]);
+    dfree(out[j]);
+  }
+  CHECKF(max_err < 1e-5, "K=%lld max rel err %g", (long long)K, max_err);
+  dfree(x);
+  dfree(x2);
+}
+
 int main(void) {
   CHECK_OK(tpu_runtime_initialize());
   /* generated code goes to a fresh cache directory */
@@ -430,6 +494,9 @@ int main(void) {
   test_gemm_epilogue(1, 40, 64, 200, false, false); /* columns: too few rows for the threads */
   test_gemm_epilogue(1, 1, 300, 1000, true, false); /* decode: one row, columns */
   test_gemm_epilogue(0, 3, 5, 8, false, true);      /* one tile */
+  const int64_t qkv[4] = {576, 192, 192, 64}, odd[5] = {200, 72, 13, 9, 33};
+  test_gemv_batch(576, qkv, 3); /* SmolLM2's q, k, v */
+  test_gemv_batch(70, odd, 4);  /* column counts that are no multiple of the blocks */
   test_planning();
   test_errors();
   tpu_runtime_shutdown();

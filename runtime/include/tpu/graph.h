@@ -29,7 +29,10 @@
  * cache; the raw product lives in tile scratch when only the group reads it.
  * A product with more rows is computed whole (tiling its rows would pack B
  * again per tile) and its consumers form their own group. With generated
- * code on, a reduction over a leading dim runs as a plain node.
+ * code on, a reduction over a leading dim runs as a plain node. Consecutive
+ * standalone mm nodes of one row by different B that read the same row
+ * (q, k and v while decoding) run as one step: one parallel loop over
+ * blocks of all their columns.
  *
  * Code generation: a fused group of pointwise nodes that all iterate the
  * group's shape, over float32/bfloat16/float16 values, becomes one generated
@@ -97,6 +100,8 @@ typedef struct tpu_graph_stats_t {
   int64_t codegen_compile_ns;/* time spent in the C compiler (0 on a cache hit) */
   int64_t codegen_unavailable;/* 1 when code generation was wanted but no compiler worked */
   int64_t gemm_groups;    /* fused groups headed by a GEMM (its epilogue runs on its tiles) */
+  int64_t gemv_batches;   /* steps running >= 2 one-row products of the same row as one parallel loop */
+  int64_t gemv_batched;   /* products inside those steps */
 } tpu_graph_stats_t;
 
 /* New empty graph for device `device_index` (must exist). */

@@ -236,6 +236,8 @@ class Graph {
     d["fused_groups"] = s.fused_groups;
     d["fused_nodes"] = s.fused_nodes;
     d["gemm_groups"] = s.gemm_groups;
+    d["gemv_batches"] = s.gemv_batches;
+    d["gemv_batched"] = s.gemv_batched;
     d["scratch_values"] = s.scratch_values;
     d["steps"] = s.steps;
     d["arena_bytes"] = s.arena_bytes;
