@@ -50,6 +50,8 @@ void tpu_k_avx2_attn_gemm(int64_t m, int64_t n, int64_t k, const float* a, int64
 void tpu_k_avx2_attn_exp_sub(int64_t rows, int64_t cols, float* x, int64_t ld, const float* sub, int per_col,
                              float* colsum);
 void tpu_k_avx2_attn_to_f32(int64_t n, const void* src, int dt, float* dst);
+void tpu_k_avx2_attn_dots(int64_t nr, int64_t nc, int64_t E, const float* q, int64_t ldq, const float* k,
+                          int64_t ldk, float* s, int64_t lds);
 #else
 #define AT_X86 0
 #endif
@@ -70,6 +72,9 @@ typedef struct {
   void (*exp_sub)(int64_t rows, int64_t cols, float* x, int64_t ld, const float* sub, int per_col, float* colsum);
   /* contiguous n elements of dtype dt -> float */
   void (*to_f32)(int64_t n, const void* src, int dt, float* dst);
+  /* s[x * lds + j] = dot(q row x, k row j) over E, x < nr, j < nc */
+  void (*dots)(int64_t nr, int64_t nc, int64_t E, const float* q, int64_t ldq, const float* k, int64_t ldk, float* s,
+               int64_t lds);
 } at_ops_t;
 
 static void at_gemm_c(int64_t m, int64_t n, int64_t k, const float* a, int64_t ars, int64_t acs, const float* b,
@@ -111,9 +116,21 @@ static void at_to_f32_c(int64_t n, const void* src, int dt, float* dst) {
   }
 }
 
-static const at_ops_t kAtOpsC = {at_gemm_c, at_exp_sub_c, at_to_f32_c};
+static void at_dots_c(int64_t nr, int64_t nc, int64_t E, const float* q, int64_t ldq, const float* k, int64_t ldk,
+                      float* s, int64_t lds) {
+  for (int64_t x = 0; x < nr; ++x) {
+    for (int64_t j = 0; j < nc; ++j) {
+      float t = 0.0f;
+      for (int64_t e = 0; e < E; ++e) t += q[x * ldq + e] * k[j * ldk + e];
+      s[x * lds + j] = t;
+    }
+  }
+}
+
+static const at_ops_t kAtOpsC = {at_gemm_c, at_exp_sub_c, at_to_f32_c, at_dots_c};
 #if AT_X86
-static const at_ops_t kAtOpsAvx2 = {tpu_k_avx2_attn_gemm, tpu_k_avx2_attn_exp_sub, tpu_k_avx2_attn_to_f32};
+static const at_ops_t kAtOpsAvx2 = {tpu_k_avx2_attn_gemm, tpu_k_avx2_attn_exp_sub, tpu_k_avx2_attn_to_f32,
+                                    tpu_k_avx2_attn_dots};
 #endif
 
 static const at_ops_t* at_ops(void) {
@@ -400,19 +417,21 @@ static void at_pack_rows_t(const at_ctx_t* c, const at_v4_t* v, int64_t b, const
   }
 }
 
-/* Adds bias / causal -inf to a transposed score block sT[j][x] (key j0+j,
- * row x of r). */
-static void at_mask_t(const at_ctx_t* c, float* sT, int64_t b, const at_rows_t* r, int64_t j0, int64_t nc) {
+/* Adds bias / causal -inf to a score block whose (row x of r, key j0+j)
+ * is s[x * sx + j * sj]: transposed blocks (sx 1, sj AT_BR) or row-major
+ * ones (sx ld, sj 1). */
+static void at_mask(const at_ctx_t* c, float* s, int64_t sx, int64_t sj, int64_t b, const at_rows_t* r, int64_t j0,
+                    int64_t nc) {
   if (c->has_bias) {
     const int64_t s3 = c->bias.s[3];
     for (int64_t x = 0; x < r->nr; ++x) {
       const char* bp = at_row(&c->bias, b, r->h[x], r->i[x]) + j0 * s3;
-      for (int64_t j = 0; j < nc; ++j) sT[j * AT_BR + x] += at_bias_val(bp + j * s3, c->bias.dt);
+      for (int64_t j = 0; j < nc; ++j) s[x * sx + j * sj] += at_bias_val(bp + j * s3, c->bias.dt);
     }
   }
   if (c->causal && j0 + nc - 1 > r->imin) {
     for (int64_t x = 0; x < r->nr; ++x)
-      for (int64_t j = r->i[x] + 1 - j0 < 0 ? 0 : r->i[x] + 1 - j0; j < nc; ++j) sT[j * AT_BR + x] = -INFINITY;
+      for (int64_t j = r->i[x] + 1 - j0 < 0 ? 0 : r->i[x] + 1 - j0; j < nc; ++j) s[x * sx + j * sj] = -INFINITY;
   }
 }
 
@@ -423,6 +442,14 @@ static int64_t at_kend(const at_ctx_t* c, const at_rows_t* r) {
 }
 
 /* ---- forward ----------------------------------------------------------------------------- */
+
+/* Output row (b, h, i) = acc / l, lse = m + log(l); a row that saw no key
+ * (l == 0) gets 0 and -inf. */
+static void at_store_out(const at_ctx_t* c, int64_t b, int64_t h, int64_t i, const float* acc, float m, float l) {
+  const bool dead = l == 0.0f;
+  at_store(at_row(&c->o, b, h, i), c->o.dt, c->o.s[3], acc, dead ? 0.0f : 1.0f / l, c->Ev);
+  if (c->want_lse) *(float*)at_row(&c->lse, b, h, i) = dead ? -INFINITY : m + logf(l);
+}
 
 static void at_fwd_tasks(void* vctx, int64_t t0, int64_t t1) {
   const at_ctx_t* c = (const at_ctx_t*)vctx;
@@ -451,7 +478,7 @@ static void at_fwd_tasks(void* vctx, int64_t t0, int64_t t1) {
       int64_t ldk, ldv;
       const float* kb = at_kv_block(c, &c->k, b, kvh, j0, nc, E, kbuf, &ldk);
       ops->gemm(nc, nr, E, kb, ldk, 1, qT, AT_BR, sT, AT_BR, 0);
-      at_mask_t(c, sT, b, &r, j0, nc);
+      at_mask(c, sT, 1, AT_BR, b, &r, j0, nc);
       for (int64_t x = 0; x < nr; ++x) mx[x] = -INFINITY;
       for (int64_t j = 0; j < nc; ++j) {
         const float* sr = sT + j * AT_BR;
@@ -478,19 +505,146 @@ static void at_fwd_tasks(void* vctx, int64_t t0, int64_t t1) {
       const float* vb = at_kv_block(c, &c->v, b, kvh, j0, nc, Ev, vbuf, &ldv);
       ops->gemm(nr, Ev, nc, sT, 1, AT_BR, vb, ldv, acc, Ev, 1);
     }
+    for (int64_t x = 0; x < nr; ++x) at_store_out(c, b, r.h[x], r.i[x], acc + x * Ev, m[x], l[x]);
+  }
+}
+
+/* ---- forward, few query rows per kv head (decoding) ----------------------------------------
+ * When a kv head's stacked query rows (G x L) are at most AT_DR, one task
+ * takes them all against a range of keys with the scores row-major (keys
+ * along the vector lanes of the dot products, the softmax and P.V); the
+ * transposed 64-row blocks above would leave most lanes of their score
+ * products empty. Long key ranges are split over tasks when there are
+ * fewer kv heads than 2 per thread; each split keeps its running max, sum
+ * and unnormalised output, merged afterwards. */
+#define AT_DR 8
+#define AT_SPLIT_MIN 256 /* keys per split, at least */
+
+typedef struct {
+  const at_ctx_t* c;
+  int64_t nsplit, per; /* key ranges per (batch, kv head), keys per range */
+  float* part;         /* nsplit > 1: per task and row, [max, sum, acc[Ev]] */
+} at_dec_t;
+
+static void at_fwd_dec_tasks(void* vctx, int64_t t0, int64_t t1) {
+  const at_dec_t* d = (const at_dec_t*)vctx;
+  const at_ctx_t* c = d->c;
+  const at_ops_t* ops = c->ops;
+  const int64_t E = c->E, Ev = c->Ev;
+  float q[AT_DR * AT_DMAX];
+  float s[AT_DR * AT_BC];
+  float acc[AT_DR * AT_DMAX];
+  float kbuf[AT_BC * AT_DMAX];
+  float vbuf[AT_BC * AT_DMAX];
+  float m[AT_DR], l[AT_DR], msub[AT_DR];
+  at_rows_t r;
+  for (int64_t t = t0; t < t1; ++t) {
+    const int64_t split = t % d->nsplit, kvh = (t / d->nsplit) % c->Hkv, b = t / (d->nsplit * c->Hkv);
+    at_rows(c, kvh, 0, &r);
+    const int64_t nr = r.nr;
     for (int64_t x = 0; x < nr; ++x) {
-      const bool dead = l[x] == 0.0f;
-      at_store(at_row(&c->o, b, r.h[x], r.i[x]), c->o.dt, c->o.s[3], acc + x * Ev, dead ? 0.0f : 1.0f / l[x], Ev);
-      if (c->want_lse)
-        *(float*)at_row(&c->lse, b, r.h[x], r.i[x]) = dead ? -INFINITY : m[x] + logf(l[x]);
+      float* qx = q + x * E;
+      at_load(ops, qx, at_row(&c->q, b, r.h[x], r.i[x]), c->q.dt, c->q.s[3], E);
+      for (int64_t e = 0; e < E; ++e) qx[e] *= c->scale;
+      m[x] = -INFINITY;
+      l[x] = 0.0f;
+    }
+    memset(acc, 0, sizeof(float) * (size_t)(nr * Ev));
+    const int64_t kend = at_kend(c, &r), jb = split * d->per;
+    const int64_t je = jb + d->per < kend ? jb + d->per : kend;
+    for (int64_t j0 = jb; j0 < je; j0 += AT_BC) {
+      const int64_t nc = je - j0 < AT_BC ? je - j0 : AT_BC;
+      int64_t ldk, ldv;
+      const float* kb = at_kv_block(c, &c->k, b, kvh, j0, nc, E, kbuf, &ldk);
+      ops->dots(nr, nc, E, q, E, kb, ldk, s, AT_BC);
+      at_mask(c, s, AT_BC, 1, b, &r, j0, nc);
+      for (int64_t x = 0; x < nr; ++x) {
+        const float* sr = s + x * AT_BC;
+        float mx = m[x];
+        for (int64_t j = 0; j < nc; ++j) mx = sr[j] > mx ? sr[j] : mx;
+        const float alpha = m[x] == -INFINITY ? 0.0f : expf(m[x] - mx);
+        if (alpha != 1.0f) {
+          l[x] *= alpha;
+          for (int64_t e = 0; e < Ev; ++e) acc[x * Ev + e] *= alpha;
+        }
+        m[x] = mx;
+        msub[x] = mx == -INFINITY ? 0.0f : mx;
+      }
+      ops->exp_sub(nr, nc, s, AT_BC, msub, 0, NULL);
+      for (int64_t x = 0; x < nr; ++x) {
+        float sum = 0.0f;
+        for (int64_t j = 0; j < nc; ++j) sum += s[x * AT_BC + j];
+        l[x] += sum;
+      }
+      const float* vb = at_kv_block(c, &c->v, b, kvh, j0, nc, Ev, vbuf, &ldv);
+      ops->gemm(nr, Ev, nc, s, AT_BC, 1, vb, ldv, acc, Ev, 1);
+    }
+    if (d->nsplit == 1) {
+      for (int64_t x = 0; x < nr; ++x) at_store_out(c, b, r.h[x], r.i[x], acc + x * Ev, m[x], l[x]);
+      continue;
+    }
+    float* part = d->part + t * AT_DR * (Ev + 2);
+    for (int64_t x = 0; x < nr; ++x) {
+      part[x * (Ev + 2)] = m[x];
+      part[x * (Ev + 2) + 1] = l[x];
+      memcpy(part + x * (Ev + 2) + 2, acc + x * Ev, sizeof(float) * (size_t)Ev);
     }
   }
+}
+
+/* Merges the key ranges' partial results of (batch, kv head) `bh`. */
+static void at_fwd_dec_merge(const at_dec_t* d, int64_t bh) {
+  const at_ctx_t* c = d->c;
+  const int64_t Ev = c->Ev, b = bh / c->Hkv;
+  float acc[AT_DMAX];
+  at_rows_t r;
+  at_rows(c, bh % c->Hkv, 0, &r);
+  for (int64_t x = 0; x < r.nr; ++x) {
+    float mx = -INFINITY, l = 0.0f;
+    for (int64_t sp = 0; sp < d->nsplit; ++sp) {
+      const float ms = d->part[((bh * d->nsplit + sp) * AT_DR + x) * (Ev + 2)];
+      mx = ms > mx ? ms : mx;
+    }
+    memset(acc, 0, sizeof(float) * (size_t)Ev);
+    for (int64_t sp = 0; mx != -INFINITY && sp < d->nsplit; ++sp) {
+      const float* part = d->part + ((bh * d->nsplit + sp) * AT_DR + x) * (Ev + 2);
+      if (part[0] == -INFINITY) continue;
+      const float w = expf(part[0] - mx);
+      l += part[1] * w;
+      for (int64_t e = 0; e < Ev; ++e) acc[e] += part[2 + e] * w;
+    }
+    at_store_out(c, b, r.h[x], r.i[x], acc, mx, l);
+  }
+}
+
+static tpu_status_t at_fwd_dec(const tpu_k_call_t* call, const at_ctx_t* c) {
+  const int64_t heads = c->B * c->Hkv, threads = tpu_threadpool_size(call->pool);
+  at_dec_t d = {c, 1, c->S, NULL};
+  if (heads < 2 * threads && c->S >= 2 * AT_SPLIT_MIN) {
+    int64_t want = (2 * threads + heads - 1) / heads, most = c->S / AT_SPLIT_MIN;
+    d.nsplit = want < most ? want : most;
+    d.per = (c->S + d.nsplit - 1) / d.nsplit;
+    d.per = (d.per + AT_BC - 1) / AT_BC * AT_BC;
+    d.nsplit = (c->S + d.per - 1) / d.per;
+    d.part = malloc(sizeof(float) * (size_t)(heads * d.nsplit * AT_DR * (c->Ev + 2)));
+    if (!d.part) return TPU_ERROR(TPU_STATUS_OUT_OF_MEMORY, "%s: out of host memory", call->op);
+  }
+  /* a small problem runs on this thread: waking the pool costs more */
+  const int64_t tasks = heads * d.nsplit;
+  const double work = (double)heads * (double)c->S * (double)(c->G * c->L) * (double)(c->E + c->Ev);
+  tpu_parallel_for(call->pool, tasks, work < 131072.0 ? tasks : 1, at_fwd_dec_tasks, &d);
+  if (d.part) {
+    for (int64_t bh = 0; bh < heads; ++bh) at_fwd_dec_merge(&d, bh);
+    free(d.part);
+  }
+  return TPU_OK;
 }
 
 static tpu_status_t at_fwd_run(const tpu_k_call_t* call) {
   at_ctx_t c;
   TPU_RETURN_IF_ERROR(at_parse(call, false, &c));
   if (c.B == 0 || c.Hq == 0 || c.L == 0) return TPU_OK;
+  if (c.G * c.L <= AT_DR) return at_fwd_dec(call, &c);
   tpu_parallel_for(call->pool, c.B * c.Hkv * c.nrb, 1, at_fwd_tasks, &c);
   return TPU_OK;
 }
@@ -542,7 +696,7 @@ static void at_bwd_q_tasks(void* vctx, int64_t t0, int64_t t1) {
       const float* kb = at_kv_block(c, &c->k, b, kvh, j0, nc, E, kbuf, &ldk);
       const float* vb = at_kv_block(c, &c->v, b, kvh, j0, nc, Ev, vbuf, &ldv);
       ops->gemm(nc, nr, E, kb, ldk, 1, qT, AT_BR, sT, AT_BR, 0);
-      at_mask_t(c, sT, b, &r, j0, nc);
+      at_mask(c, sT, 1, AT_BR, b, &r, j0, nc);
       ops->exp_sub(nc, nr, sT, AT_BR, msub, 1, NULL);
       ops->gemm(nc, nr, Ev, vb, ldv, 1, doT, AT_BR, dpT, AT_BR, 0);
       for (int64_t j = 0; j < nc; ++j) {

@@ -80,18 +80,17 @@ static inline __attribute__((always_inline)) void at_tile(const int MR, int64_t 
 #undef AT_STORE
 }
 
-static void at_k6(int64_t k, const float* a, int64_t ars, int64_t acs, const float* b, int64_t ldb, float* c,
-                  int64_t ldc, int accumulate, int64_t nr) {
-  at_tile(6, k, a, ars, acs, b, ldb, c, ldc, accumulate, nr);
-}
-static void at_k4(int64_t k, const float* a, int64_t ars, int64_t acs, const float* b, int64_t ldb, float* c,
-                  int64_t ldc, int accumulate, int64_t nr) {
-  at_tile(4, k, a, ars, acs, b, ldb, c, ldc, accumulate, nr);
-}
-static void at_k1(int64_t k, const float* a, int64_t ars, int64_t acs, const float* b, int64_t ldb, float* c,
-                  int64_t ldc, int accumulate, int64_t nr) {
-  at_tile(1, k, a, ars, acs, b, ldb, c, ldc, accumulate, nr);
-}
+#define AT_KERNEL(MR)                                                                                     \
+  static void at_k##MR(int64_t k, const float* a, int64_t ars, int64_t acs, const float* b, int64_t ldb, float* c, \
+                       int64_t ldc, int accumulate, int64_t nr) {                                            \
+    at_tile(MR, k, a, ars, acs, b, ldb, c, ldc, accumulate, nr);                                             \
+  }
+AT_KERNEL(6)
+AT_KERNEL(4)
+AT_KERNEL(3)
+AT_KERNEL(2)
+AT_KERNEL(1)
+#undef AT_KERNEL
 
 void tpu_k_avx2_attn_gemm(int64_t m, int64_t n, int64_t k, const float* a, int64_t ars, int64_t acs,
                           const float* b, int64_t ldb, float* c, int64_t ldc, int accumulate) {
@@ -99,8 +98,94 @@ void tpu_k_avx2_attn_gemm(int64_t m, int64_t n, int64_t k, const float* a, int64
     const int64_t nr = n - j0 < 16 ? n - j0 : 16;
     int64_t i = 0;
     for (; i + 6 <= m; i += 6) at_k6(k, a + i * ars, ars, acs, b + j0, ldb, c + i * ldc + j0, ldc, accumulate, nr);
-    for (; i + 4 <= m; i += 4) at_k4(k, a + i * ars, ars, acs, b + j0, ldb, c + i * ldc + j0, ldc, accumulate, nr);
-    for (; i < m; ++i) at_k1(k, a + i * ars, ars, acs, b + j0, ldb, c + i * ldc + j0, ldc, accumulate, nr);
+    if (i + 4 <= m) {
+      at_k4(k, a + i * ars, ars, acs, b + j0, ldb, c + i * ldc + j0, ldc, accumulate, nr);
+      i += 4;
+    }
+    /* the last rows (decoding: a kv head's few query rows) in one pass over B */
+    const float* ai = a + i * ars;
+    float* ci = c + i * ldc + j0;
+    if (m - i == 3) at_k3(k, ai, ars, acs, b + j0, ldb, ci, ldc, accumulate, nr);
+    if (m - i == 2) at_k2(k, ai, ars, acs, b + j0, ldb, ci, ldc, accumulate, nr);
+    if (m - i == 1) at_k1(k, ai, ars, acs, b + j0, ldb, ci, ldc, accumulate, nr);
+  }
+}
+
+/* Four partial-sum vectors -> their four totals. */
+static inline __m128 at_hsum4(__m256 a0, __m256 a1, __m256 a2, __m256 a3) {
+  const __m256 h = _mm256_hadd_ps(_mm256_hadd_ps(a0, a1), _mm256_hadd_ps(a2, a3));
+  return _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+}
+
+/* s[r * lds + j] = dot(q row r, k row j) for r < R (<= 3), j < 4: the four
+ * key rows are loaded once for the R query rows (named accumulators, as in
+ * at_tile). */
+#define AT_R3(X) X(0) X(1) X(2)
+static inline __attribute__((always_inline)) void at_dots_tile(const int R, int64_t E, const float* q, int64_t ldq,
+                                                               const float* k, int64_t ldk, float* s, int64_t lds) {
+  const float* k0 = k;
+  const float* k1 = k0 + ldk;
+  const float* k2 = k1 + ldk;
+  const float* k3 = k2 + ldk;
+#define AT_DDECL(r) \
+  __m256 d##r##0 = _mm256_setzero_ps(), d##r##1 = _mm256_setzero_ps(), d##r##2 = _mm256_setzero_ps(), \
+         d##r##3 = _mm256_setzero_ps();
+  AT_R3(AT_DDECL)
+#undef AT_DDECL
+  int64_t e = 0;
+  for (; e + 8 <= E; e += 8) {
+    const __m256 v0 = _mm256_loadu_ps(k0 + e), v1 = _mm256_loadu_ps(k1 + e);
+    const __m256 v2 = _mm256_loadu_ps(k2 + e), v3 = _mm256_loadu_ps(k3 + e);
+#define AT_DFMA(r)                                          \
+  if (R > r) {                                              \
+    const __m256 qv = _mm256_loadu_ps(q + (r) * ldq + e);   \
+    d##r##0 = _mm256_fmadd_ps(v0, qv, d##r##0);             \
+    d##r##1 = _mm256_fmadd_ps(v1, qv, d##r##1);             \
+    d##r##2 = _mm256_fmadd_ps(v2, qv, d##r##2);             \
+    d##r##3 = _mm256_fmadd_ps(v3, qv, d##r##3);             \
+  }
+    AT_R3(AT_DFMA)
+#undef AT_DFMA
+  }
+#define AT_DSTORE(r)                                                        \
+  if (R > r) {                                                              \
+    float t[4] = {0.0f, 0.0f, 0.0f, 0.0f};                                  \
+    const float* qr = q + (r) * ldq;                                        \
+    for (int64_t f = e; f < E; ++f) {                                       \
+      t[0] += qr[f] * k0[f];                                                \
+      t[1] += qr[f] * k1[f];                                                \
+      t[2] += qr[f] * k2[f];                                                \
+      t[3] += qr[f] * k3[f];                                                \
+    }                                                                       \
+    _mm_storeu_ps(s + (r) * lds, _mm_add_ps(at_hsum4(d##r##0, d##r##1, d##r##2, d##r##3), _mm_loadu_ps(t))); \
+  }
+  AT_R3(AT_DSTORE)
+#undef AT_DSTORE
+}
+#undef AT_R3
+
+/* s[x * lds + j] = sum_e q[x * ldq + e] * k[j * ldk + e] for x < nr, j < nc
+ * (decoding's scores: few query rows, keys along the lanes of s). */
+void tpu_k_avx2_attn_dots(int64_t nr, int64_t nc, int64_t E, const float* q, int64_t ldq, const float* k,
+                          int64_t ldk, float* s, int64_t lds) {
+  for (int64_t x = 0; x < nr; x += 3) {
+    const int64_t rows = nr - x < 3 ? nr - x : 3;
+    const float* qx = q + x * ldq;
+    float* sx = s + x * lds;
+    int64_t j = 0;
+    for (; j + 4 <= nc; j += 4) {
+      const float* kj = k + j * ldk;
+      if (rows == 3) at_dots_tile(3, E, qx, ldq, kj, ldk, sx + j, lds);
+      if (rows == 2) at_dots_tile(2, E, qx, ldq, kj, ldk, sx + j, lds);
+      if (rows == 1) at_dots_tile(1, E, qx, ldq, kj, ldk, sx + j, lds);
+    }
+    for (; j < nc; ++j) {
+      for (int64_t r = 0; r < rows; ++r) {
+        float t = 0.0f;
+        for (int64_t e = 0; e < E; ++e) t += qx[r * ldq + e] * k[j * ldk + e];
+        sx[r * lds + j] = t;
+      }
+    }
   }
 }
 
