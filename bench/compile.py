@@ -3,8 +3,10 @@ default backend (inductor) on the CPU, in one process.
 
 - decode bN: SmolLM2-135M (real weights), StaticCache, greedy steps fed back on the
   device; the compiled rows compile the model's forward with fullgraph=True,
-  dynamic=False (what Transformers' static-cache generate() does); tokens/s of the
-  fastest of CHUNKS chunks, after warm-up steps (the first call compiles).
+  dynamic=False (what Transformers' static-cache generate() does); eager and compiled
+  decode run side by side (two caches), their timed chunks alternating so that the
+  machine's drift during the run falls on both; tokens/s of each one's fastest chunk,
+  after warm-up steps (the first compiled call compiles).
 - training step: a small Llama (4 layers, hidden 256), batch 8 x 64 tokens,
   forward + backward + AdamW step; steps/s of the fastest of CHUNKS chunks of 5 steps.
 - fused chain: y = |sigmoid(2x + 1) * x - 0.5| on 16M float32 elements (64 MiB in,
@@ -31,8 +33,10 @@ def _best(fn, device, per, chunks=CHUNKS):
     return best
 
 
-@torch.no_grad()
-def _decode(model, fwd, device, batch, steps):
+def _decode_stream(model, fwd, device, batch, steps):
+    """Prefills a random prompt into a StaticCache, then returns (step, warm):
+    step() runs `fwd` on the last greedy token (fed back on the device) and
+    warm is the time of the warm-up steps (the first compiled call compiles)."""
     from transformers import StaticCache
 
     gen = torch.Generator().manual_seed(1)
@@ -51,12 +55,27 @@ def _decode(model, fwd, device, batch, steps):
         state["pos"] += 1
 
     t0 = time.perf_counter()
-    for _ in range(WARM_STEPS + 2):  # the first compiled call compiles
+    for _ in range(WARM_STEPS + 2):
         step()
     _sync(device)
-    warm = time.perf_counter() - t0
-    per = max(1, steps // CHUNKS)
-    return batch / _best(step, device, per), warm
+    return step, time.perf_counter() - t0
+
+
+@torch.no_grad()
+def _decode_pair(model, cfwd, device, batch, steps, chunks=CHUNKS + 1):
+    """Eager and compiled decode of `model` with their timed chunks
+    alternating (eager, compiled, eager, ...), so that the machine's drift
+    during the run falls on both: (eager tok/s, compiled tok/s, compiled
+    warm-up seconds), each from its fastest chunk."""
+    eager, _ = _decode_stream(model, model, device, batch, steps)
+    compiled, warm = _decode_stream(model, cfwd, device, batch, steps)
+    per = max(1, steps // chunks)
+    best = {"e": None, "c": None}
+    for _ in range(chunks):
+        for key, fn in (("e", eager), ("c", compiled)):
+            dt = _best(fn, device, per, chunks=1)
+            best[key] = dt if best[key] is None else min(best[key], dt)
+    return batch / best["e"], batch / best["c"], warm
 
 
 def _train_model():
@@ -93,10 +112,11 @@ _CHILD = """
 import json, sys, time, torch, torch_tpu
 sys.path.insert(0, %r)
 from bench.models import smollm2
-from bench.compile import _decode
+from bench.compile import _decode_stream
 m = smollm2(torch.float32).to("tpu")
 t0 = time.perf_counter()
-_decode(m, torch.compile(m, backend="tpu", fullgraph=True, dynamic=False), "tpu", 1, 1)
+with torch.no_grad():  # prefill and the first decode steps (the first compiled call compiles)
+    _decode_stream(m, torch.compile(m, backend="tpu", fullgraph=True, dynamic=False), "tpu", 1, 1)
 dt = time.perf_counter() - t0
 s = torch.tpu.compile_stats()
 print(json.dumps({"first_calls_s": dt, "lowering_s": s["compile_seconds"],
@@ -216,10 +236,10 @@ def measure(quick, bw_all, log=print):
         for device in ("cpu", "tpu"):
             m = models[device]
             torch._dynamo.reset()
-            vals[device + " eager"], _ = _decode(m, m, device, batch, steps)
             backend = "tpu" if device == "tpu" else "inductor"
             cm = torch.compile(m, backend=backend, fullgraph=True, dynamic=False)
-            vals[device + " compiled"], warm[device] = _decode(m, cm, device, batch, steps)
+            vals[device + " eager"], vals[device + " compiled"], warm[device] = _decode_pair(
+                m, cm, device, batch, steps)
             log(f"  decode b{batch} {device}: eager {vals[device + ' eager']:.1f}, compiled "
                 f"{vals[device + ' compiled']:.1f} tok/s (first compiled steps {warm[device]:.1f} s)")
         rows.append(_row(f"SmolLM2-135M decode b{batch} (static cache)", "tok/s", vals["tpu eager"],
