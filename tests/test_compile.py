@@ -360,6 +360,15 @@ def test_gemm_epilogue_is_fused(rows, no_fallback):
     torch.testing.assert_close(out.cpu(), f(x.cpu(), w.cpu(), b.cpu(), r.cpu()))
 
 
+def _eager_and_compiled_logits(m, ids):
+    """(eager logits, compiled logits, compile_stats before, after)."""
+    s0 = compile_stats()
+    with torch.no_grad():
+        ref = m(ids).logits
+        out = torch.compile(m, backend="tpu", fullgraph=True, dynamic=False)(ids).logits
+    return ref, out, s0, compile_stats()
+
+
 @pytest.mark.parametrize("shape", [(1, 12), (2, 12), (1, 300)])
 def test_llama_gemm_epilogues_are_fused(shape, no_fallback):
     """In a compiled Llama the o_proj and down_proj products are fused with
@@ -369,12 +378,7 @@ def test_llama_gemm_epilogues_are_fused(shape, no_fallback):
     2+ threads (see test_gemm_epilogue_is_fused); logits equal eager."""
     torch._dynamo.reset()
     m = _tiny_llama().to("tpu")
-    ids = torch.randint(0, 256, shape, device="tpu")
-    s0 = compile_stats()
-    with torch.no_grad():
-        ref = m(ids).logits
-        out = torch.compile(m, backend="tpu", fullgraph=True, dynamic=False)(ids).logits
-    s1 = compile_stats()
+    ref, out, s0, s1 = _eager_and_compiled_logits(m, torch.randint(0, 256, shape, device="tpu"))
     many = shape[0] * shape[1] >= 128 * torch.tpu.get_device_properties(0).multi_processor_count
     assert s1["gemm_epilogues"] - s0["gemm_epilogues"] == (0 if many else 4 * m.config.num_hidden_layers)
     torch.testing.assert_close(out.cpu(), ref.cpu(), rtol=1e-4, atol=1e-4)
@@ -388,12 +392,7 @@ def test_decode_qkv_products_run_as_one_step(dtype, no_fallback):
     torch._dynamo.reset()
     m = _tiny_llama().to("tpu", dtype)
     for shape, batched in (((1, 1), 3), ((1, 5), 0)):
-        ids = torch.randint(0, 256, shape, device="tpu")
-        s0 = compile_stats()
-        with torch.no_grad():
-            ref = m(ids).logits
-            out = torch.compile(m, backend="tpu", fullgraph=True, dynamic=False)(ids).logits
-        s1 = compile_stats()
+        ref, out, s0, s1 = _eager_and_compiled_logits(m, torch.randint(0, 256, shape, device="tpu"))
         layers = m.config.num_hidden_layers
         assert s1["gemv_batches"] - s0["gemv_batches"] == (layers if batched else 0)
         assert s1["gemv_batched"] - s0["gemv_batched"] == batched * layers
