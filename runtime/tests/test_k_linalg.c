@@ -97,6 +97,75 @@ static void test_addmm(int dt, int64_t M, int64_t K, int64_t N, int bias_nd, dou
   fr(&a); fr(&b); fr(&c); fr(&bias);
 }
 
+/* A rows x cols f32 view into a larger buffer: row-major with row stride
+ * cols + pad (or column-major with column stride rows + pad when `trans`),
+ * starting 3 elements in. Every element outside the view holds `gapv`. */
+typedef struct {
+  tpu_tensor_t t;
+  float* buf;
+  int64_t n;
+} pv_t;
+static pv_t mk_padded(int64_t rows, int64_t cols, bool trans, int64_t pad, float gapv) {
+  pv_t v;
+  int64_t outer = trans ? cols : rows, inner = (trans ? rows : cols) + pad;
+  v.n = outer * inner + 3 + pad;
+  v.buf = malloc((size_t)v.n * sizeof(float));
+  for (int64_t i = 0; i < v.n; ++i) v.buf[i] = gapv;
+  int64_t sz[2] = {rows, cols};
+  int64_t st[2] = {trans ? 1 : inner, trans ? inner : 1};
+  v.t = T_(v.buf + 3, TPU_DTYPE_F32, 2, sz, st);
+  return v;
+}
+static bool pv_inside(const pv_t* v, int64_t i) {
+  int64_t off = i - 3;
+  if (off < 0) return false;
+  int64_t r, c;
+  if (v->t.strides[1] == 1) { r = off / v->t.strides[0]; c = off % v->t.strides[0]; }
+  else { c = off / v->t.strides[1]; r = off % v->t.strides[1]; }
+  return r < v->t.sizes[0] && c < v->t.sizes[1];
+}
+
+/* f32 products through the packed path's edges: M, N, K not multiples of
+ * the register tile (6x16) or of the cache blocks (K 128, N 256, M 96),
+ * operands with padded rows or columns (NaN in the gaps, so a read outside
+ * the view shows), either layout of A, B and C, and a check that nothing
+ * outside C's view is written. Optionally through addmm with alpha, beta
+ * and a row bias. */
+static void test_mm_padded(int64_t M, int64_t K, int64_t N, int layout, bool addmm) {
+  bool ta = layout & 1, tb = layout & 2, tc = layout & 4;
+  pv_t a = mk_padded(M, K, ta, 5, NAN), b = mk_padded(K, N, tb, 3, NAN);
+  pv_t c = mk_padded(M, N, tc, 7, 7.0f);
+  int64_t nb = N;
+  tt_t bias = mk(TPU_DTYPE_F32, 1, &nb, NULL);
+  for (int64_t i = 0; i < M * K; ++i) setf(&a.t, i, tku_urand(&g_rng));
+  for (int64_t i = 0; i < K * N; ++i) setf(&b.t, i, tku_urand(&g_rng));
+  fill(&bias, 1.0, false);
+  bool s;
+  double err;
+  if (addmm) {
+    tpu_k_value_t args[5] = {vt(&bias.t), vt(&a.t), vt(&b.t), vd(0.5), vd(-1.5)};
+    s = ok(call_op("aten::addmm", 5, args, 1, &c.t));
+    err = max_err_vs_ref(&a.t, &b.t, &bias.t, -1.5, 0.5, &c.t, 2);
+  } else {
+    tpu_k_value_t args[2] = {vt(&a.t), vt(&b.t)};
+    s = ok(call_op("aten::mm", 2, args, 1, &c.t));
+    err = max_err_vs_ref(&a.t, &b.t, NULL, 1, 0, &c.t, 2);
+  }
+  int64_t stray = 0;
+  for (int64_t i = 0; i < c.n; ++i)
+    if (!pv_inside(&c, i) && c.buf[i] != 7.0f) ++stray;
+  CHECKF(s && err < 1e-5 && stray == 0, "%s padded %lldx%lldx%lld ta=%d tb=%d tc=%d err=%g stray=%lld isa=%s",
+         addmm ? "addmm" : "mm", (long long)M, (long long)K, (long long)N, ta, tb, tc, err, (long long)stray,
+         getenv("TORCH_TPU_KERNEL_ISA") ? getenv("TORCH_TPU_KERNEL_ISA") : "auto");
+  free(a.buf); free(b.buf); free(c.buf); fr(&bias);
+}
+
+static void run_padded(void) {
+  static const int64_t sizes[][3] = {{13, 300, 37}, {200, 129, 300}, {97, 257, 17}, {2, 40, 600}};
+  for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); ++i)
+    for (int t = 0; t < 8; ++t) test_mm_padded(sizes[i][0], sizes[i][1], sizes[i][2], t, (t & 3) == 1);
+}
+
 static void test_addmm_inplace(void) {
   int64_t M = 37, K = 150, N = 41;
   int64_t sa[2] = {M, K}, sb[2] = {K, N}, sc[2] = {M, N};
@@ -275,6 +344,7 @@ static void run_all(void) {
   test_addmm(TPU_DTYPE_BF16, 50, 300, 70, 1, 1.0, 1.0, false, true);
   test_addmm(TPU_DTYPE_BF16, 1, 300, 70, 1, 1.0, 1.0, false, true);
   test_addmm_inplace();
+  run_padded();
   run_bf16();
   setenv("TORCH_TPU_KERNEL_ISA", "avx2", 1);
   run_bf16();
@@ -306,7 +376,9 @@ int main(void) {
   g_pool = NULL;
   /* Single-threaded and portable paths. */
   test_mm(TPU_DTYPE_F32, 130, 257, 67, true, false, false, 1e-5);
+  run_padded();
   setenv("TORCH_TPU_KERNEL_ISA", "generic", 1);
+  run_padded();
   test_mm(TPU_DTYPE_F32, 130, 257, 67, false, false, false, 1e-5);
   test_mm(TPU_DTYPE_F32, 130, 257, 67, true, true, true, 1e-5);
   test_mm(TPU_DTYPE_BF16, 70, 300, 50, false, true, false, 1e-2);
