@@ -49,11 +49,8 @@ void tpu_k_avx2_sgemm_6x16(int64_t kc, const float* a, const float* b, float* c,
   __m256 c50 = _mm256_setzero_ps(), c51 = _mm256_setzero_ps();
   /* C's rows are read (accumulate) or written only after the K loop, and
    * they are often out of L2 by then (C is visited once per K block): ask
-   * for them now. Without this, the loads of C took about a tenth of the
-   * kernel's samples in perf; one thread ran the training products about
-   * 2.5% slower in all (best of 8 runs; 4096 x 512 x 256 about 5%), and
-   * 10-25% slower on some of them while another process ran on the other
-   * core and evicted C from the shared L3. */
+   * for them now, so that their loads overlap the K loop (without this they
+   * took about a tenth of the kernel's perf samples). */
   for (int i = 0; i < mr; ++i) {
     _mm_prefetch((const char*)(c + i * ldc), _MM_HINT_T0);
     _mm_prefetch((const char*)(c + i * ldc + nr - 1), _MM_HINT_T0);
