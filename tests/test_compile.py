@@ -400,6 +400,70 @@ def test_decode_qkv_products_run_as_one_step(dtype, no_fallback):
         torch.testing.assert_close(out.float().cpu(), ref.float().cpu(), rtol=tol, atol=tol)
 
 
+def test_rotary_embedding_becomes_one_rope_per_layer(no_fallback):
+    """Transformers' apply_rotary_pos_emb (q and k, one cos/sin for the
+    model) becomes one tpu.rope per layer before aot_autograd, so the
+    forward graph has tpu::rope and the backward tpu::rope_backward, both in
+    C; the loss and every gradient equal eager's."""
+    torch._dynamo.reset()
+    m = _tiny_llama().to("tpu").train()
+    ids = torch.randint(0, 256, (2, 12), device="tpu")
+    ref = m(ids, labels=ids).loss
+    ref.backward()
+    grads = [p.grad.cpu() for p in m.parameters()]
+    m.zero_grad()
+    s0 = compile_stats()
+    out = torch.compile(m, backend="tpu", fullgraph=True, dynamic=False)(ids, labels=ids).loss
+    out.backward()
+    s1 = compile_stats()
+    assert s1["rope_fusions"] - s0["rope_fusions"] == m.config.num_hidden_layers
+    assert s1["eager_ops"] == s0["eager_ops"]
+    torch.testing.assert_close(out.detach().cpu(), ref.detach().cpu(), rtol=1e-4, atol=1e-5)
+    for p, g in zip(m.parameters(), grads):
+        torch.testing.assert_close(p.grad.cpu(), g, rtol=1e-3, atol=1e-5)
+
+
+def _rotate_half(x):
+    return torch.cat((-x[..., x.shape[-1] // 2:], x[..., : x.shape[-1] // 2]), dim=-1)
+
+
+def _apply_rotary(q, k, cos, sin):
+    cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
+    return (q * cos) + (_rotate_half(q) * sin), (k * cos) + (_rotate_half(k) * sin)
+
+
+def _apply_partial_rotary(q, k, cos, sin):
+    r = cos.shape[-1]
+    qr, kr = _apply_rotary(q[..., :r], k[..., :r], cos, sin)
+    return torch.cat((qr, q[..., r:]), -1), torch.cat((kr, k[..., r:]), -1)
+
+
+@pytest.mark.parametrize("case", ["full", "partial", "cos_grad", "dtypes"])
+def test_rotary_rewrite_only_where_rope_applies(case, no_fallback):
+    """The rewrite needs q/k and cos/sin of one float dtype, cos/sin without
+    gradient, and cos covering the rotated slice (partial rotary, as Phi3
+    writes it, rotates q[..., :r]); otherwise the ops stay as written.
+    Results equal eager."""
+    torch._dynamo.reset()
+    g = torch.Generator().manual_seed(5)
+    q, k = torch.randn(2, 4, 5, 8, generator=g), torch.randn(2, 2, 5, 8, generator=g)
+    r = 4 if case == "partial" else 8
+    cos, sin = torch.randn(1, 5, r, generator=g), torch.randn(1, 5, r, generator=g)
+    if case == "dtypes":
+        k = k.double()
+    args = [t.to("tpu") for t in (q, k, cos, sin)]
+    if case == "cos_grad":
+        args[2].requires_grad_(True)
+    fn = _apply_partial_rotary if case == "partial" else _apply_rotary
+    s0 = compile_stats()
+    out = torch.compile(fn, backend="tpu", fullgraph=True, dynamic=False)(*args)
+    s1 = compile_stats()
+    assert s1["rope_fusions"] - s0["rope_fusions"] == (1 if case in ("full", "partial") else 0)
+    ref = fn(*[a.detach().cpu() for a in args])
+    for o, r in zip(out, ref):
+        torch.testing.assert_close(o.detach().cpu(), r)
+
+
 @pytest.mark.parametrize("ignore", [-100, 3])
 def test_cross_entropy_backward_scatters_in_place(ignore, no_fallback):
     """cross_entropy's backward (a zero fill and a scatter of -1) writes the

@@ -20,8 +20,9 @@ from torch._dynamo.backends.common import aot_autograd
 from torch._functorch.aot_autograd import make_boxed_func
 
 from torch_tpu import _graph
+from torch_tpu._rotary import fuse_rotary
 
-_STATS = {"graphs": 0}
+_STATS = {"graphs": 0, "rope_fusions": 0}
 
 
 def _compile_graph(gm: torch.fx.GraphModule, example_inputs):
@@ -51,8 +52,17 @@ def _decompositions():
 
 # keep_inference_input_mutations: input updates (a static KV cache) stay in
 # the graph as copy_ nodes, which the lowering turns into in-place updates.
-tpu_backend = aot_autograd(fw_compiler=_compile_graph, bw_compiler=_compile_graph,
-                           decompositions=_decompositions(), keep_inference_input_mutations=True)
+_aot_backend = aot_autograd(fw_compiler=_compile_graph, bw_compiler=_compile_graph,
+                            decompositions=_decompositions(), keep_inference_input_mutations=True)
+
+
+def tpu_backend(gm: torch.fx.GraphModule, example_inputs):
+    """The dynamo backend: rewrites done on dynamo's graph (Transformers'
+    rotary embedding -> torch.ops.tpu.rope, torch_tpu/_rotary.py), then
+    aot_autograd with the C graph compiler for the forward and backward."""
+    if os.environ.get("TORCH_TPU_GRAPH", "c") == "c":
+        _STATS["rope_fusions"] += fuse_rotary(gm)
+    return _aot_backend(gm, example_inputs)
 
 
 def compile_stats():
@@ -62,8 +72,10 @@ def compile_stats():
     lowering did (C segments, C nodes, eager nodes and their ops, fused
     groups, 'gemm_epilogues': fused groups headed by a matrix multiply,
     'gemv_batches'/'gemv_batched': steps running several one-row products of
-    the same row as one parallel loop and the products in them, arena
+    the same row as one parallel loop and the products in them,
+    'rope_fusions': q/k rotary embeddings made one tpu.rope call, arena
     bytes)."""
     out = _graph.graph_stats()
     out["graphs"] = _STATS["graphs"]
+    out["rope_fusions"] = _STATS["rope_fusions"]
     return out
