@@ -510,8 +510,8 @@ static void at_fwd_tasks(void* vctx, int64_t t0, int64_t t1) {
 }
 
 /* ---- forward, few query rows per kv head (decoding) ----------------------------------------
- * When a kv head's stacked query rows (G x L) are at most AT_DR, one task
- * takes them all against a range of keys with the scores row-major (keys
+ * Decoding one token (L = 1) with at most AT_DR query heads per kv head,
+ * one task takes a kv head's rows against a range of keys with the scores row-major (keys
  * along the vector lanes of the dot products, the softmax and P.V); the
  * transposed 64-row blocks above would leave most lanes of their score
  * products empty. Long key ranges are split over tasks when there are
@@ -644,7 +644,7 @@ static tpu_status_t at_fwd_run(const tpu_k_call_t* call) {
   at_ctx_t c;
   TPU_RETURN_IF_ERROR(at_parse(call, false, &c));
   if (c.B == 0 || c.Hq == 0 || c.L == 0) return TPU_OK;
-  if (c.G * c.L <= AT_DR) return at_fwd_dec(call, &c);
+  if (c.L == 1 && c.G <= AT_DR) return at_fwd_dec(call, &c);
   tpu_parallel_for(call->pool, c.B * c.Hkv * c.nrb, 1, at_fwd_tasks, &c);
   return TPU_OK;
 }

@@ -229,10 +229,10 @@ static const case_t kCases[] = {
     {"f32 decode gqa",     TPU_DTYPE_F32,  2, 8, 2,  1,   200, 64, 64, false, 0, false, false, 0, true},
     {"f32 empty keys",     TPU_DTYPE_F32,  1, 2, 2,  3,   0,   8,  8,  false, 0, false, false, 0, true},
     {"f32 wide head",      TPU_DTYPE_F32,  1, 1, 1,  9,   17,  256, 200, true, 0, false, false, 0, true},
-    /* decoding (<= 8 query rows per kv head): row-major scores; keys split over tasks when kv heads are few */
+    /* decoding (one query row, <= 8 query heads per kv head): row-major scores; keys split over tasks when kv heads are few */
     {"f32 decode split",   TPU_DTYPE_F32,  1, 3, 1,  1,   1100, 64, 64, false, 2, false, false, 0, true},
-    {"bf16 decode causal", TPU_DTYPE_BF16, 1, 2, 1,  2,   700, 32, 32, true,  0, false, false, 0, true},
-    {"f16 decode dead",    TPU_DTYPE_F16,  1, 3, 1,  2,   600, 20, 12, false, 1, true,  true, 0, true},
+    {"bf16 decode causal", TPU_DTYPE_BF16, 1, 2, 1,  1,   700, 32, 32, true,  0, false, false, 0, true},
+    {"f16 decode dead",    TPU_DTYPE_F16,  1, 3, 1,  1,   600, 20, 12, false, 1, true,  true, 0, true},
     {"f32 decode tiny",    TPU_DTYPE_F32,  1, 9, 3,  1,   46,  64, 64, false, 2, false, true, 0, true},
     {"f32 decode head mask", TPU_DTYPE_F32, 2, 4, 2, 1,   531, 24, 40, false, 3, false, false, 0, false},
 };
