@@ -25,9 +25,8 @@
  * 32-column micro-panels; it splits columns itself, so this costs it
  * nothing; A is packed again per tile, which is cheap while A has few rows).
  * A product with GEMM_MIN_ROWS rows or more per pool thread heads no group:
- * tiling its rows would pack all of B again per tile, which measured slower
- * (about 3% of a training step) than the GEMM on its own followed by its
- * consumers as a generated group. */
+ * tiling its rows would pack all of B again per tile; the GEMM runs on its
+ * own and its consumers form a generated group. */
 #define GEMM_MIN_ROWS 128
 #define GEMM_COL_ALIGN 32
 #define GEMM_MAX_COLS 1024
@@ -102,8 +101,9 @@ typedef struct group_t {
 typedef struct step_t {
   int32_t node;  /* >= 0: standalone node */
   int32_t group; /* >= 0: fused group */
-  int32_t count; /* > 1: nodes [node, node + count) are one-row products of one row (batch_gemvs) */
-  int64_t cols;  /* their columns per task */
+  int32_t count;  /* > 1: nodes [node, node + count) are one-row products of one row (batch_gemvs) */
+  int64_t cols;   /* their columns per block */
+  int64_t blocks; /* blocks of all of them */
 } step_t;
 
 struct tpu_graph_t {
@@ -788,6 +788,11 @@ static bool gemv_node(const tpu_graph_t* g, const node_t* n) {
 
 static int64_t gemv_cols(const tpu_graph_t* g, const node_t* n) { return g->vals[n->out_vid[0]].meta.sizes[1]; }
 
+/* Blocks of `cols` columns of product n (the last one may be shorter). */
+static int64_t gemv_blocks(const tpu_graph_t* g, const node_t* n, int64_t cols) {
+  return (gemv_cols(g, n) + cols - 1) / cols;
+}
+
 /* Values x and y are the same elements (each linear() views its input anew). */
 static bool same_elements(const tpu_graph_t* g, int32_t x, int32_t y) {
   const val_t* a = &g->vals[x];
@@ -832,6 +837,7 @@ static void batch_gemvs(tpu_graph_t* g) {
       int64_t cols = (total + 4 * threads - 1) / (4 * threads);
       st.count = count;
       st.cols = cols < 8 ? 8 : (cols + 7) / 8 * 8;
+      for (int32_t k = 0; k < count; ++k) st.blocks += gemv_blocks(g, &g->nodes[st.node + k], st.cols);
       g->stats.gemv_batches++;
       g->stats.gemv_batched += count;
     }
@@ -1390,15 +1396,14 @@ static void run_tiles(void* ctx, int64_t begin, int64_t end) {
     int64_t nr = rows - r0 < gr->rows_per_tile ? rows - r0 : gr->rows_per_tile;
     for (int32_t m = gr->first; m < gr->first + gr->count; ++m) {
       const node_t* n = &g->nodes[m];
-      int64_t tn = nr;
       copy_args(n, vals, tens);
       for (int32_t k = 0; k < n->ntens; ++k) {
         tpu_tensor_t* t = &tens[k];
         if (n->slot_mode[k] == SLOT_SLICE) {
-          narrow(t, n->slot_dim[k], r0, tn);
+          narrow(t, n->slot_dim[k], r0, nr);
         } else if (n->slot_mode[k] == SLOT_SCRATCH) {
           t->data = scratch + n->slot_scratch[k];
-          if (gr->axis >= 0) t->sizes[n->slot_dim[k]] = tn;
+          if (gr->axis >= 0) t->sizes[n->slot_dim[k]] = nr;
           int64_t s = 1;
           for (int32_t d = t->ndim - 1; d >= 0; --d) {
             t->strides[d] = s;
@@ -1433,7 +1438,7 @@ static void run_gemv_blocks(void* ctx, int64_t begin, int64_t end) {
   for (int64_t t = begin; t < end; ++t) {
     int32_t m = c->st->node;
     int64_t b = t;
-    for (int64_t nb; b >= (nb = (gemv_cols(c->g, &c->g->nodes[m]) + cols - 1) / cols); ++m) b -= nb;
+    for (int64_t nb; b >= (nb = gemv_blocks(c->g, &c->g->nodes[m], cols)); ++m) b -= nb;
     const node_t* n = &c->g->nodes[m];
     int64_t c0 = b * cols, ncols = gemv_cols(c->g, n) - c0 < cols ? gemv_cols(c->g, n) - c0 : cols;
     copy_args(n, vals, tens);
@@ -1465,11 +1470,9 @@ static void cg_range(void* ctx, int64_t begin, int64_t end) {
 
 static tpu_status_t run_step(tpu_graph_t* g, const step_t* st, tpu_threadpool_t* pool) {
   if (st->node >= 0 && st->count > 1) {
-    int64_t blocks = 0;
-    for (int32_t k = 0; k < st->count; ++k) blocks += (gemv_cols(g, &g->nodes[st->node + k]) + st->cols - 1) / st->cols;
     tpu_status_t first_error = TPU_OK;
     gemv_ctx_t c = {g, st, &first_error};
-    tpu_parallel_for(pool, blocks, 1, run_gemv_blocks, &c);
+    tpu_parallel_for(pool, st->blocks, 1, run_gemv_blocks, &c);
     return first_error;
   }
   if (st->node >= 0) {
