@@ -7,10 +7,12 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <math.h>
 #include <string.h>
 
 #include "test_util.h"
 #include "tpu/drivers.h"
+#include "tpu/kernels.h"
 
 #define DVT(d) tpu_hal_device_vt(d)
 
@@ -210,6 +212,186 @@ static void test_events(void) {
   tpu_object_release(&e1->base);
 }
 
+
+/* ---- op-level suite: every op a driver runs itself equals the C kernel ----
+ * A case: op name, one output, up to two tensor inputs (with sizes, strides
+ * and a storage offset in elements) and scalars. Inputs are float32-valued
+ * patterns converted to each dtype; the C kernel runs on host memory, the
+ * driver on its own. */
+typedef struct {
+  int32_t dtype, ndim;
+  int64_t sizes[3], strides[3], offset, storage; /* elements */
+} tdesc_t;
+
+typedef struct {
+  const char* op;
+  int nin;
+  tdesc_t in[2];
+  tdesc_t out;
+  int nscal;
+  double scal[2];
+  bool inplace; /* outputs[0] is in[0] */
+  bool out_arg; /* the .out overload: outputs[0] is the last argument */
+} opcase_t;
+
+static size_t dsize(int32_t dt) { return tpu_dtype_size((tpu_dtype_t)dt); }
+
+static void put(void* p, int32_t dt, int64_t i, double v) {
+  switch (dt) {
+    case TPU_DTYPE_F32: ((float*)p)[i] = (float)v; break;
+    case TPU_DTYPE_F64: ((double*)p)[i] = v; break;
+    case TPU_DTYPE_I64: ((int64_t*)p)[i] = (int64_t)v; break;
+    case TPU_DTYPE_I32: ((int32_t*)p)[i] = (int32_t)v; break;
+    case TPU_DTYPE_BOOL: ((uint8_t*)p)[i] = v != 0; break;
+    case TPU_DTYPE_U8: ((uint8_t*)p)[i] = (uint8_t)v; break;
+    case TPU_DTYPE_BF16: {
+      float f = (float)v;
+      uint32_t u;
+      memcpy(&u, &f, 4);
+      ((uint16_t*)p)[i] = (uint16_t)((u + 0x7fff + ((u >> 16) & 1)) >> 16);
+      break;
+    }
+    default: break;
+  }
+}
+
+static double get(const void* p, int32_t dt, int64_t i) {
+  switch (dt) {
+    case TPU_DTYPE_F32: return ((const float*)p)[i];
+    case TPU_DTYPE_F64: return ((const double*)p)[i];
+    case TPU_DTYPE_I64: return (double)((const int64_t*)p)[i];
+    case TPU_DTYPE_I32: return ((const int32_t*)p)[i];
+    case TPU_DTYPE_BOOL:
+    case TPU_DTYPE_U8: return ((const uint8_t*)p)[i];
+    case TPU_DTYPE_BF16: {
+      uint32_t u = (uint32_t)((const uint16_t*)p)[i] << 16;
+      float f;
+      memcpy(&f, &u, 4);
+      return f;
+    }
+    default: return 0;
+  }
+}
+
+static tpu_tensor_t tview(const tdesc_t* t, void* storage) {
+  tpu_tensor_t v = {.data = (char*)storage + t->offset * (int64_t)dsize(t->dtype), .dtype = t->dtype,
+                    .ndim = t->ndim};
+  for (int d = 0; d < t->ndim; d++) {
+    v.sizes[d] = t->sizes[d];
+    v.strides[d] = t->strides[d];
+  }
+  return v;
+}
+
+/* Runs the case with storages `st[k]` (in0, in1, out) of either side. */
+static tpu_status_t run_case(const opcase_t* c, void* const st[3], tpu_hal_device_t* dev,
+                             const tpu_k_entry_t* e) {
+  tpu_tensor_t t[3];
+  tpu_k_value_t args[6];
+  int na = 0;
+  for (int k = 0; k < c->nin; k++) {
+    t[k] = tview(&c->in[k], st[k]);
+    args[na++] = (tpu_k_value_t){.kind = TPU_K_TENSOR, .v.tensor = &t[k]};
+  }
+  bool integral = !tpu_dtype_is_floating((tpu_dtype_t)c->in[0].dtype);
+  for (int k = 0; k < c->nscal; k++) {
+    args[na++] = integral ? (tpu_k_value_t){.kind = TPU_K_INT, .v.i = (int64_t)c->scal[k]}
+                          : (tpu_k_value_t){.kind = TPU_K_DOUBLE, .v.d = c->scal[k]};
+  }
+  t[2] = c->inplace ? t[0] : tview(&c->out, st[2]);
+  if (c->out_arg) args[na++] = (tpu_k_value_t){.kind = TPU_K_TENSOR, .v.tensor = &t[2]};
+  tpu_k_call_t call = {.op = c->op, .num_args = na, .args = args, .num_outputs = 1, .outputs = &t[2]};
+  if (e->check) TPU_RETURN_IF_ERROR(e->check(&call));
+  if (!dev) return e->run(&call);
+  return DVT(dev)->execute_op(dev, &call);
+}
+
+static void check_case(const opcase_t* c) {
+  tpu_hal_device_t* d = device(0);
+  const tpu_k_entry_t* e = tpu_k_lookup(c->op);
+  CHECK(e != NULL);
+  if (!e || !DVT(d)->supports_op || !DVT(d)->supports_op(d, c->op)) {
+    if (strcmp(g_name, "pjrt") == 0) CHECK(!"pjrt lowers every op of the suite");
+    return;
+  }
+  const tdesc_t* descs[3] = {&c->in[0], &c->in[1], &c->out};
+  void* host[3] = {NULL, NULL, NULL};
+  void* devp[3] = {NULL, NULL, NULL};
+  size_t bytes[3] = {0, 0, 0};
+  for (int k = 0; k < 3; k++) {
+    if ((k < 2 && k >= c->nin) || (k == 2 && c->inplace)) continue;
+    bytes[k] = (size_t)descs[k]->storage * dsize(descs[k]->dtype);
+    host[k] = calloc(1, bytes[k]);
+    for (int64_t i = 0; i < descs[k]->storage; i++)
+      put(host[k], descs[k]->dtype, i, (double)((i * 37 + k * 11) % 23) / 4.0 - 2.0);
+    CHECK_OK(DVT(d)->allocate(d, bytes[k], &devp[k]));
+    CHECK_OK(DVT(d)->copy_h2d(d, devp[k], host[k], bytes[k]));
+  }
+  if (c->inplace) {
+    host[2] = host[0];
+    devp[2] = devp[0];
+    bytes[2] = bytes[0];
+  }
+  CHECK_OK(run_case(c, devp, d, e));
+  CHECK_OK(run_case(c, host, NULL, e));
+  void* back = calloc(1, bytes[2]);
+  CHECK_OK(DVT(d)->copy_d2h(d, back, devp[2], bytes[2]));
+  int32_t dt = c->inplace ? c->in[0].dtype : c->out.dtype;
+  int64_t n = (int64_t)(bytes[2] / dsize(dt));
+  int bad = 0;
+  for (int64_t i = 0; i < n; i++) {
+    double a = get(back, dt, i), b = get(host[2], dt, i);
+    double tol = dt == TPU_DTYPE_BF16 ? 1e-2 * (1 + fabs(b)) : 1e-5 * (1 + fabs(b));
+    if (!(fabs(a - b) <= tol) && !(isnan(a) && isnan(b))) {
+      if (bad++ < 3) fprintf(stderr, "  %s: element %lld: driver %g, kernel %g\n", c->op, (long long)i, a, b);
+    }
+  }
+  CHECK(bad == 0);
+  free(back);
+  for (int k = 0; k < 3; k++) {
+    if (k == 2 && c->inplace) continue;
+    free(host[k]);
+    DVT(d)->deallocate(d, devp[k]);
+  }
+}
+
+#define T2(dt, a, b, sa, sb, off, n) {dt, 2, {a, b}, {sa, sb}, off, n}
+#define T1(dt, a, off, n) {dt, 1, {a}, {1}, off, n}
+
+static void test_ops(void) {
+  const tpu_hal_device_vtable_t* vt = DVT(device(0));
+  if (!vt->supports_op) {
+    fprintf(stderr, "  (this driver runs no ops itself)\n");
+    return;
+  }
+  const opcase_t cases[] = {
+      /* contiguous, broadcast, offsets, alpha, scalars */
+      {"aten::add.Tensor", 2, {T2(TPU_DTYPE_F32, 3, 4, 4, 1, 0, 12), T1(TPU_DTYPE_F32, 4, 2, 9)},
+       T2(TPU_DTYPE_F32, 3, 4, 4, 1, 0, 12), 1, {2.5}},
+      {"aten::sub.Tensor", 2, {T2(TPU_DTYPE_F32, 3, 4, 1, 3, 1, 13), T2(TPU_DTYPE_F32, 3, 4, 4, 1, 0, 12)},
+       T2(TPU_DTYPE_F32, 3, 4, 4, 1, 5, 20), 1, {1.0}},
+      {"aten::add.Scalar", 1, {T2(TPU_DTYPE_I64, 2, 5, 5, 1, 0, 10)}, T2(TPU_DTYPE_I64, 2, 5, 5, 1, 0, 10),
+       2, {3, 2}},
+      {"aten::mul.Tensor", 2, {T2(TPU_DTYPE_BF16, 4, 3, 3, 1, 0, 12), T2(TPU_DTYPE_BF16, 4, 3, 0, 1, 0, 3)},
+       T2(TPU_DTYPE_BF16, 4, 3, 3, 1, 0, 12), 0, {0}},
+      {"aten::div.Tensor", 2, {T1(TPU_DTYPE_F64, 7, 0, 7), T1(TPU_DTYPE_F64, 7, 0, 7)}, T1(TPU_DTYPE_F64, 7, 0, 7),
+       0, {0}},
+      {"aten::maximum", 2, {T1(TPU_DTYPE_I32, 6, 0, 6), T1(TPU_DTYPE_I32, 6, 3, 9)}, T1(TPU_DTYPE_I32, 6, 0, 6),
+       0, {0}},
+      /* strided reads (gather) and writes (scatter) */
+      {"aten::exp", 1, {T2(TPU_DTYPE_F32, 4, 3, 1, 4, 0, 12)}, T2(TPU_DTYPE_F32, 4, 3, 3, 1, 0, 12), 0, {0}},
+      {"aten::neg_", 1, {T2(TPU_DTYPE_F32, 3, 2, 4, 2, 1, 12)}, {0}, 0, {0}, true},
+      {"aten::tanh.out", 1, {T1(TPU_DTYPE_F32, 5, 0, 5)}, {TPU_DTYPE_F32, 1, {5}, {2}, 1, 10}, 0, {0},
+       false, true},
+      {"aten::sigmoid", 1, {T1(TPU_DTYPE_BF16, 9, 0, 9)}, T1(TPU_DTYPE_BF16, 9, 0, 9), 0, {0}},
+      {"aten::abs", 1, {T1(TPU_DTYPE_I64, 8, 0, 8)}, T1(TPU_DTYPE_I64, 8, 0, 8), 0, {0}},
+      {"aten::mm", 2, {T2(TPU_DTYPE_F32, 5, 7, 7, 1, 0, 35), T2(TPU_DTYPE_F32, 7, 3, 1, 7, 0, 21)},
+       T2(TPU_DTYPE_F32, 5, 3, 3, 1, 0, 15), 0, {0}},
+  };
+  for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) check_case(&cases[i]);
+  CHECK(!vt->supports_op(device(0), "aten::nonzero"));
+}
+
 static void run_suite(const char* name) {
   g_name = name;
   tpu_status_t st = tpu_drivers_create(name, NULL, &g_drv);
@@ -228,6 +410,7 @@ static void run_suite(const char* name) {
   RUN_TEST(test_peer_copy);
   RUN_TEST(test_works_and_errors);
   RUN_TEST(test_events);
+  RUN_TEST(test_ops);
   tpu_object_release(&g_drv->base);
   g_drv = NULL;
 }

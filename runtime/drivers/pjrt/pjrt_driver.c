@@ -25,6 +25,7 @@
 #include <time.h>
 
 #include "drivers/pjrt/pjrt_abi.h"
+#include "drivers/pjrt/pjrt_lower.h"
 #include "tpu/drivers.h"
 
 #define TPU_PJRT_MAX_DEVICES 1024
@@ -70,6 +71,7 @@ typedef struct tpu_pjrt_device_t {
 } tpu_pjrt_device_t;
 
 typedef struct tpu_pjrt_exe_t {
+  uint64_t hash; /* FNV-1a of key */
   char* key;
   PJRT_LoadedExecutable* exe;
 } tpu_pjrt_exe_t;
@@ -288,11 +290,18 @@ static tpu_status_t range_of(tpu_pjrt_device_t* d, const char* op, const char* w
  * without replica and partition counts. */
 static const char kCompileOptions[] = {0x1a, 0x04, 0x20, 0x01, 0x28, 0x01, 0x20, 0x01};
 
+static uint64_t fnv1a(const char* s) {
+  uint64_t h = 1469598103934665603ull;
+  for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ull;
+  return h;
+}
+
 static tpu_status_t executable(tpu_pjrt_driver_t* drv, const char* text,
                                PJRT_LoadedExecutable** out) {
+  uint64_t hash = fnv1a(text);
   pthread_mutex_lock(&drv->exe_mu);
   for (size_t i = 0; i < drv->num_exes; i++) {
-    if (strcmp(drv->exes[i].key, text) == 0) {
+    if (drv->exes[i].hash == hash && strcmp(drv->exes[i].key, text) == 0) {
       *out = drv->exes[i].exe;
       pthread_mutex_unlock(&drv->exe_mu);
       return TPU_OK;
@@ -325,7 +334,7 @@ static tpu_status_t executable(tpu_pjrt_driver_t* drv, const char* text,
   if (st) {
     free(key);
   } else {
-    drv->exes[drv->num_exes++] = (tpu_pjrt_exe_t){.key = key, .exe = a.executable};
+    drv->exes[drv->num_exes++] = (tpu_pjrt_exe_t){.hash = hash, .key = key, .exe = a.executable};
     *out = a.executable;
   }
   pthread_mutex_unlock(&drv->exe_mu);
@@ -775,6 +784,88 @@ static tpu_status_t device_copy_d2d(tpu_hal_device_t* device, void* dst, const v
   return st;
 }
 
+/* ---- device: ops (StableHLO lowerings, pjrt_lower.c) ---- */
+static bool device_supports_op(tpu_hal_device_t* device, const char* op) {
+  return tpu_pjrt_lowerable(op);
+}
+
+static int64_t span_bytes(const tpu_tensor_t* t, size_t elem) {
+  int64_t span = 1;
+  for (int32_t k = 0; k < t->ndim; k++) {
+    if (t->sizes[k] == 0) return 0;
+    span += (t->sizes[k] - 1) * t->strides[k];
+  }
+  return span * (int64_t)elem;
+}
+
+static size_t elem_size(int32_t dtype) {
+  switch (dtype) {
+    case TPU_DTYPE_F64: case TPU_DTYPE_I64: return 8;
+    case TPU_DTYPE_F32: case TPU_DTYPE_I32: return 4;
+    case TPU_DTYPE_F16: case TPU_DTYPE_BF16: case TPU_DTYPE_I16: return 2;
+    default: return 1;
+  }
+}
+
+#define TPU_PJRT_MAX_OP_TENSORS 8
+
+static tpu_status_t device_execute_op(tpu_hal_device_t* device, const tpu_k_call_t* call) {
+  tpu_pjrt_device_t* d = dev(device);
+  if (call->num_outputs != 1 || !call->outputs)
+    return TPU_ERROR(TPU_STATUS_UNIMPLEMENTED, "%s: the pjrt driver lowers one-output ops only", call->op);
+  const tpu_tensor_t* o = &call->outputs[0];
+  if (span_bytes(o, 1) == 0) return TPU_OK; /* nothing to write */
+  const tpu_tensor_t* tens[TPU_PJRT_MAX_OP_TENSORS];
+  int nt = 0;
+  for (int32_t i = 0; i < call->num_args && nt < TPU_PJRT_MAX_OP_TENSORS - 1; i++) {
+    if (call->args[i].kind == TPU_K_TENSOR) tens[nt++] = call->args[i].v.tensor;
+  }
+  tens[nt++] = o;
+  pthread_mutex_lock(&d->mu);
+  tpu_status_t st = TPU_OK;
+  tpu_pjrt_loc_t locs[TPU_PJRT_MAX_OP_TENSORS];
+  tpu_pjrt_alloc_t* allocs[TPU_PJRT_MAX_OP_TENSORS];
+  size_t arg_bytes[TPU_PJRT_MAX_OP_TENSORS];
+  int32_t nargs = 0;
+  for (int k = 0; k < nt && !st; k++) {
+    int64_t n = span_bytes(tens[k], elem_size(tens[k]->dtype));
+    tpu_pjrt_alloc_t* a = alloc_lookup(d, tens[k]->data, (size_t)n);
+    if (!a) {
+      st = TPU_ERROR(TPU_STATUS_INVALID_ARGUMENT,
+                     "tpu:%d: %s: tensor %d [%p, +%" PRId64 " bytes) is not inside a live allocation of "
+                     "this device",
+                     d->index, call->op, k, tens[k]->data, n);
+      break;
+    }
+    int32_t arg = 0;
+    while (arg < nargs && allocs[arg] != a) arg++;
+    if (arg == nargs) {
+      allocs[nargs] = a;
+      arg_bytes[nargs++] = a->size;
+    }
+    locs[k] = (tpu_pjrt_loc_t){.arg = arg, .storage_bytes = a->size,
+                               .offset = (uintptr_t)tens[k]->data - a->base};
+  }
+  char* text = NULL;
+  if (!st) st = tpu_pjrt_lower(call, locs, nargs, arg_bytes, &text);
+  PJRT_LoadedExecutable* exe = NULL;
+  if (!st) st = executable(d->driver, text, &exe);
+  free(text);
+  PJRT_Buffer* args[TPU_PJRT_MAX_OP_TENSORS];
+  for (int32_t a = 0; a < nargs && !st; a++) {
+    tpu_pjrt_buf_t* b = NULL;
+    st = alloc_buffer(d, allocs[a], &b);
+    if (!st) args[a] = b->buffer;
+  }
+  PJRT_Buffer* out = NULL;
+  if (!st) st = execute(d, exe, args, (size_t)nargs, call->op, &out);
+  tpu_pjrt_buf_t* nb = NULL;
+  if (!st) st = buf_wrap(d->driver->api, out, &nb);
+  if (!st) alloc_set(d, allocs[locs[nt - 1].arg], nb);
+  pthread_mutex_unlock(&d->mu);
+  return st ? tpu_status_annotate(st, "tpu:%d: %s", d->index, call->op) : TPU_OK;
+}
+
 /* ---- events ----
  * An event marks the device's work count at record time; it is complete
  * once every pending work issued up to then has completed. The completion
@@ -908,6 +999,8 @@ static const tpu_hal_device_vtable_t tpu_pjrt_device_vtable = {
     .wait_event = device_wait_event,
     .query_idle = device_query_idle,
     .queue_stats = device_queue_stats,
+    .supports_op = device_supports_op,
+    .execute_op = device_execute_op,
 };
 
 /* ---- driver ---- */

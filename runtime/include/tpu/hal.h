@@ -28,6 +28,7 @@
 #include <stdint.h>
 
 #include "tpu/base.h"
+#include "tpu/kernels.h"
 #include "tpu/status.h"
 
 #ifdef __cplusplus
@@ -172,6 +173,16 @@ typedef struct tpu_hal_device_vtable_t {
   /* True if every submitted work has finished. */
   bool (*query_idle)(tpu_hal_device_t* device);
   void (*queue_stats)(tpu_hal_device_t* device, tpu_hal_queue_stats_t* out_stats);
+
+  /* Ops the driver runs itself. Optional (NULL: none). A caller whose
+   * device is not host-addressable cannot run the C kernels on it; it asks
+   * supports_op(op) (a full schema name, tpu/kernels.h) and, if true, hands
+   * the described call (outputs allocated, check() passed) to execute_op,
+   * which queues it in order with the device's other work. Errors found
+   * while building the call return at once; errors while it runs surface at
+   * the next synchronize. */
+  bool (*supports_op)(tpu_hal_device_t* device, const char* op);
+  tpu_status_t (*execute_op)(tpu_hal_device_t* device, const tpu_k_call_t* call);
 } tpu_hal_device_vtable_t;
 
 struct tpu_hal_device_t {

@@ -38,6 +38,8 @@ c10::DeviceIndex current_device();
 // (pjrt): ops without a lowering of that driver take PyTorch's CPU fallback,
 // and copies the kernels would do stage through the host.
 bool host_kernels();
+// True if the driver runs `op` (a full schema name) itself (HAL supports_op).
+bool driver_runs_op(const char* op);
 
 // The device allocator (registered for PrivateUse1).
 c10::DeviceAllocator* allocator();

@@ -102,6 +102,13 @@ void submit(std::unique_ptr<Work> w, const char* op, c10::DeviceIndex index) {
     if (st != TPU_OK) throw_for_op(st, op);
   }
   tpu_hal_device_t* d = device(index);
+  if (!host_kernels()) {
+    // The driver lowers and queues the call itself; the Work dies here.
+    tpu_status_t st = tpu_hal_device_vt(d)->execute_op(d, &w->call);
+    if (st != TPU_OK) throw_for_op(st, op);
+    tpu_stats_record_native();
+    return;
+  }
   tpu_hal_work_t hw{};
   hw.name = op;
   hw.run = &run_work;
@@ -388,7 +395,10 @@ const OpPlan& plan_for(const c10::OperatorHandle& op) {
   OpPlan plan;
   plan.name = schema.name();
   if (!schema.overload_name().empty()) plan.name += "." + schema.overload_name();
-  plan.entry = host_kernels() ? tpu_k_lookup(plan.name.c_str()) : nullptr;
+  // The kernel table describes the op (check(), flags) on every driver; a
+  // driver without host kernels runs it only if it has its own lowering.
+  plan.entry = tpu_k_lookup(plan.name.c_str());
+  if (plan.entry != nullptr && !host_kernels() && !driver_runs_op(plan.name.c_str())) plan.entry = nullptr;
   plan.expand_masks = schema.name() == "aten::index" || schema.name() == "aten::index_put" ||
                       schema.name() == "aten::index_put_" || schema.name() == "aten::_index_put_impl_";
   // List ops (torch._foreach_*) may return one Tensor[].

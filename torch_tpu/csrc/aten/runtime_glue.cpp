@@ -48,6 +48,12 @@ bool host_kernels() {
   return value;
 }
 
+bool driver_runs_op(const char* op) {
+  tpu_hal_device_t* d = device(0);
+  const tpu_hal_device_vtable_t* vt = tpu_hal_device_vt(d);
+  return vt->supports_op != nullptr && vt->execute_op != nullptr && vt->supports_op(d, op);
+}
+
 c10::DeviceIndex current_device() {
   ensure_runtime();
   return static_cast<c10::DeviceIndex>(tpu_runtime_current_device());

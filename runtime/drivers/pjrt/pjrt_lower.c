@@ -1,0 +1,506 @@
+/* Eager ops as StableHLO text over byte storages (see pjrt_lower.h). */
+#define _GNU_SOURCE
+#include "drivers/pjrt/pjrt_lower.h"
+
+#include <inttypes.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- the ops ---- */
+typedef enum {
+  L_ADD, L_SUB, L_MUL, L_DIV, L_MAX, L_MIN,           /* binary */
+  L_NEG, L_EXP, L_LOG, L_SQRT, L_RSQRT, L_SIN, L_COS, /* unary */
+  L_TANH, L_ABS, L_SIGMOID, L_RELU,
+  L_MM,
+} lop_t;
+
+typedef struct {
+  const char* base; /* "add" */
+  lop_t op;
+  bool binary;      /* self, other[, alpha] */
+  bool has_alpha;
+} lspec_t;
+
+static const lspec_t kSpecs[] = {
+    {"add", L_ADD, true, true},      {"sub", L_SUB, true, true},    {"mul", L_MUL, true, false},
+    {"div", L_DIV, true, false},     {"maximum", L_MAX, true, false},
+    {"minimum", L_MIN, true, false}, {"neg", L_NEG, false, false},  {"exp", L_EXP, false, false},
+    {"log", L_LOG, false, false},    {"sqrt", L_SQRT, false, false},
+    {"rsqrt", L_RSQRT, false, false}, {"sin", L_SIN, false, false}, {"cos", L_COS, false, false},
+    {"tanh", L_TANH, false, false},  {"abs", L_ABS, false, false},
+    {"sigmoid", L_SIGMOID, false, false}, {"relu", L_RELU, false, false},
+    {"mm", L_MM, false, false},
+};
+
+/* Overloads lowered for every base: functional, in place, out=. Binary ops
+ * have Tensor and Scalar forms (maximum/minimum: Tensor only; mm: none). */
+static const lspec_t* spec_of(const char* op) {
+  if (strncmp(op, "aten::", 6) != 0) return NULL;
+  const char* name = op + 6;
+  for (size_t i = 0; i < sizeof(kSpecs) / sizeof(kSpecs[0]); i++) {
+    const lspec_t* s = &kSpecs[i];
+    size_t n = strlen(s->base);
+    if (strncmp(name, s->base, n) != 0) continue;
+    const char* rest = name + n;
+    bool scalar_ok = s->binary && s->op != L_MAX && s->op != L_MIN;
+    if (s->op == L_MM) {
+      if (!strcmp(rest, "") || !strcmp(rest, ".out")) return s;
+      continue;
+    }
+    if (!s->binary) {
+      if (!strcmp(rest, "") || !strcmp(rest, ".out") || !strcmp(rest, "_")) return s;
+      continue;
+    }
+    if (s->op == L_MAX || s->op == L_MIN) {
+      if (!strcmp(rest, "") || !strcmp(rest, ".out")) return s;
+      continue;
+    }
+    if (!strcmp(rest, ".Tensor") || !strcmp(rest, ".out") || !strcmp(rest, "_.Tensor")) return s;
+    if (scalar_ok && (!strcmp(rest, ".Scalar") || !strcmp(rest, "_.Scalar") ||
+                      !strcmp(rest, ".Scalar_out")))
+      return s;
+  }
+  return NULL;
+}
+
+bool tpu_pjrt_lowerable(const char* op) { return op && spec_of(op) != NULL; }
+
+/* ---- types ---- */
+typedef struct {
+  const char* ty;  /* StableHLO element type */
+  size_t size;
+  bool is_float;
+} ltype_t;
+
+static bool type_of(int32_t dtype, ltype_t* out) {
+  switch (dtype) {
+    case TPU_DTYPE_F32: *out = (ltype_t){"f32", 4, true}; return true;
+    case TPU_DTYPE_F64: *out = (ltype_t){"f64", 8, true}; return true;
+    case TPU_DTYPE_F16: *out = (ltype_t){"f16", 2, true}; return true;
+    case TPU_DTYPE_BF16: *out = (ltype_t){"bf16", 2, true}; return true;
+    case TPU_DTYPE_I64: *out = (ltype_t){"i64", 8, false}; return true;
+    case TPU_DTYPE_I32: *out = (ltype_t){"i32", 4, false}; return true;
+    case TPU_DTYPE_I16: *out = (ltype_t){"i16", 2, false}; return true;
+    case TPU_DTYPE_I8: *out = (ltype_t){"i8", 1, false}; return true;
+    case TPU_DTYPE_U8: *out = (ltype_t){"ui8", 1, false}; return true;
+    case TPU_DTYPE_BOOL: *out = (ltype_t){"i1", 1, false}; return true;
+    default: return false;
+  }
+}
+
+/* ---- text building ---- */
+typedef struct {
+  char* s;
+  size_t n, cap;
+  bool oom;
+  int next; /* SSA counter */
+} sb_t;
+
+static void emit(sb_t* b, const char* fmt, ...) {
+  if (b->oom) return;
+  for (;;) {
+    va_list ap;
+    va_start(ap, fmt);
+    int w = vsnprintf(b->s + b->n, b->cap - b->n, fmt, ap);
+    va_end(ap);
+    if (w < 0) {
+      b->oom = true;
+      return;
+    }
+    if ((size_t)w < b->cap - b->n) {
+      b->n += (size_t)w;
+      return;
+    }
+    size_t cap = (b->cap + (size_t)w + 1) * 2;
+    char* s = realloc(b->s, cap);
+    if (!s) {
+      b->oom = true;
+      return;
+    }
+    b->s = s;
+    b->cap = cap;
+  }
+}
+
+/* "AxBx" + elem, or just elem for rank 0, as a tensor type. */
+static void shape_str(char* buf, size_t cap, int32_t ndim, const int64_t* sizes, const char* ty) {
+  size_t n = 0;
+  n += (size_t)snprintf(buf + n, cap - n, "tensor<");
+  for (int32_t d = 0; d < ndim && n < cap; d++) n += (size_t)snprintf(buf + n, cap - n, "%" PRId64 "x", sizes[d]);
+  if (n < cap) snprintf(buf + n, cap - n, "%s>", ty);
+}
+
+typedef struct {
+  int id;                 /* SSA value %v<id> */
+  int32_t ndim;
+  int64_t sizes[TPU_MAX_DIMS];
+  const char* ty;
+} val_t;
+
+static int fresh(sb_t* b) { return b->next++; }
+
+static val_t reshaped(sb_t* b, val_t v, int32_t ndim, const int64_t* sizes) {
+  char from[256], to[256];
+  shape_str(from, sizeof(from), v.ndim, v.sizes, v.ty);
+  shape_str(to, sizeof(to), ndim, sizes, v.ty);
+  val_t r = {.id = fresh(b), .ndim = ndim, .ty = v.ty};
+  memcpy(r.sizes, sizes, sizeof(int64_t) * (size_t)ndim);
+  emit(b, "  %%v%d = stablehlo.reshape %%v%d : (%s) -> %s\n", r.id, v.id, from, to);
+  return r;
+}
+
+static val_t converted(sb_t* b, val_t v, const char* ty) {
+  if (!strcmp(v.ty, ty)) return v;
+  char from[256], to[256];
+  shape_str(from, sizeof(from), v.ndim, v.sizes, v.ty);
+  shape_str(to, sizeof(to), v.ndim, v.sizes, ty);
+  val_t r = v;
+  r.id = fresh(b);
+  r.ty = ty;
+  emit(b, "  %%v%d = stablehlo.convert %%v%d : (%s) -> %s\n", r.id, v.id, from, to);
+  return r;
+}
+
+/* A constant of type `ty` broadcast to `like`'s shape. */
+static val_t splat(sb_t* b, const val_t* like, const char* ty, double x) {
+  char t[256], lit[64];
+  shape_str(t, sizeof(t), like->ndim, like->sizes, ty);
+  if (!strcmp(ty, "i1")) {
+    snprintf(lit, sizeof(lit), "%s", x != 0 ? "true" : "false");
+  } else if (ty[0] == 'f' || ty[0] == 'b') {
+    if (isnan(x)) {
+      snprintf(lit, sizeof(lit), "0x7FF8000000000000");
+    } else if (isinf(x)) {
+      snprintf(lit, sizeof(lit), "%s", x > 0 ? "0x7FF0000000000000" : "0xFFF0000000000000");
+    } else {
+      snprintf(lit, sizeof(lit), "%.17e", x);
+    }
+  } else {
+    snprintf(lit, sizeof(lit), "%lld", (long long)x);
+  }
+  /* Hex literals are read as the type's bits: give NaN/Inf in f64 and convert. */
+  bool hex = lit[0] == '0' && lit[1] == 'x';
+  val_t r = *like;
+  r.id = fresh(b);
+  r.ty = ty;
+  if (hex && strcmp(ty, "f64") != 0) {
+    char t64[256];
+    shape_str(t64, sizeof(t64), like->ndim, like->sizes, "f64");
+    int c = fresh(b);
+    emit(b, "  %%v%d = stablehlo.constant dense<%s> : %s\n", c, lit, t64);
+    emit(b, "  %%v%d = stablehlo.convert %%v%d : (%s) -> %s\n", r.id, c, t64, t);
+  } else {
+    emit(b, "  %%v%d = stablehlo.constant dense<%s> : %s\n", r.id, lit, t);
+  }
+  return r;
+}
+
+/* Row-major dense (size-1 dims may have any stride). */
+static bool is_dense(const tpu_tensor_t* t) {
+  int64_t expected = 1;
+  for (int32_t d = t->ndim - 1; d >= 0; --d) {
+    if (t->sizes[d] == 0) return true;
+    if (t->sizes[d] != 1 && t->strides[d] != expected) return false;
+    expected *= t->sizes[d];
+  }
+  return true;
+}
+
+static int64_t span_of(const tpu_tensor_t* t) {
+  int64_t span = 1;
+  for (int32_t d = 0; d < t->ndim; d++) {
+    if (t->sizes[d] == 0) return 0;
+    span += (t->sizes[d] - 1) * t->strides[d];
+  }
+  return span;
+}
+
+/* i64 indices (into a flat array) of every element of view `t`, shape
+ * sizes x 1. */
+static int indices(sb_t* b, const tpu_tensor_t* t) {
+  char ti[256], ti1[256];
+  shape_str(ti, sizeof(ti), t->ndim, t->sizes, "i64");
+  int64_t s1[TPU_MAX_DIMS + 1];
+  memcpy(s1, t->sizes, sizeof(int64_t) * (size_t)t->ndim);
+  s1[t->ndim] = 1;
+  shape_str(ti1, sizeof(ti1), t->ndim + 1, s1, "i64");
+  int acc = -1;
+  for (int32_t d = 0; d < t->ndim; d++) {
+    if (t->sizes[d] == 1 || t->strides[d] == 0) continue;
+    int io = fresh(b), st = fresh(b), m = fresh(b);
+    emit(b, "  %%v%d = stablehlo.iota dim = %d : %s\n", io, d, ti);
+    emit(b, "  %%v%d = stablehlo.constant dense<%" PRId64 "> : %s\n", st, t->strides[d], ti);
+    emit(b, "  %%v%d = stablehlo.multiply %%v%d, %%v%d : %s\n", m, io, st, ti);
+    if (acc >= 0) {
+      int s = fresh(b);
+      emit(b, "  %%v%d = stablehlo.add %%v%d, %%v%d : %s\n", s, acc, m, ti);
+      acc = s;
+    } else {
+      acc = m;
+    }
+  }
+  if (acc < 0) {
+    acc = fresh(b);
+    emit(b, "  %%v%d = stablehlo.constant dense<0> : %s\n", acc, ti);
+  }
+  int r = fresh(b);
+  emit(b, "  %%v%d = stablehlo.reshape %%v%d : (%s) -> %s\n", r, acc, ti, ti1);
+  return r;
+}
+
+/* The span of `t` in its storage argument, as a flat typed array. */
+static val_t read_span(sb_t* b, const tpu_tensor_t* t, const tpu_pjrt_loc_t* loc, const ltype_t* lt,
+                       int64_t span) {
+  int64_t nbytes = span * (int64_t)lt->size;
+  int sl = fresh(b);
+  emit(b, "  %%v%d = stablehlo.slice %%a%d [%zu:%" PRId64 "] : (tensor<%zuxui8>) -> tensor<%" PRId64 "xui8>\n",
+       sl, loc->arg, loc->offset, (int64_t)loc->offset + nbytes, loc->storage_bytes, nbytes);
+  val_t r = {.id = fresh(b), .ndim = 1, .sizes = {span}, .ty = lt->ty};
+  if (!strcmp(lt->ty, "i1")) {
+    int z = fresh(b);
+    emit(b, "  %%v%d = stablehlo.constant dense<0> : tensor<%" PRId64 "xui8>\n", z, span);
+    emit(b, "  %%v%d = stablehlo.compare NE, %%v%d, %%v%d : (tensor<%" PRId64 "xui8>, tensor<%" PRId64
+            "xui8>) -> tensor<%" PRId64 "xi1>\n",
+         r.id, sl, z, span, span, span);
+  } else if (lt->size == 1) {
+    emit(b, "  %%v%d = stablehlo.bitcast_convert %%v%d : (tensor<%" PRId64 "xui8>) -> tensor<%" PRId64 "x%s>\n",
+         r.id, sl, span, span, lt->ty);
+  } else {
+    int rs = fresh(b);
+    emit(b, "  %%v%d = stablehlo.reshape %%v%d : (tensor<%" PRId64 "xui8>) -> tensor<%" PRId64 "x%zuxui8>\n",
+         rs, sl, nbytes, span, lt->size);
+    emit(b, "  %%v%d = stablehlo.bitcast_convert %%v%d : (tensor<%" PRId64 "x%zuxui8>) -> tensor<%" PRId64 "x%s>\n",
+         r.id, rs, span, lt->size, span, lt->ty);
+  }
+  return r;
+}
+
+/* The value of view `t` with its own sizes. */
+static val_t read_view(sb_t* b, const tpu_tensor_t* t, const tpu_pjrt_loc_t* loc, const ltype_t* lt) {
+  int64_t span = span_of(t);
+  val_t flat = read_span(b, t, loc, lt, span);
+  if (is_dense(t)) return reshaped(b, flat, t->ndim, t->sizes);
+  int idx = indices(b, t);
+  char tf[256], ti1[256], tr[256];
+  int64_t s1[TPU_MAX_DIMS + 1];
+  memcpy(s1, t->sizes, sizeof(int64_t) * (size_t)t->ndim);
+  s1[t->ndim] = 1;
+  shape_str(tf, sizeof(tf), 1, &span, lt->ty);
+  shape_str(ti1, sizeof(ti1), t->ndim + 1, s1, "i64");
+  shape_str(tr, sizeof(tr), t->ndim, t->sizes, lt->ty);
+  val_t r = {.id = fresh(b), .ndim = t->ndim, .ty = lt->ty};
+  memcpy(r.sizes, t->sizes, sizeof(int64_t) * (size_t)t->ndim);
+  emit(b,
+       "  %%v%d = \"stablehlo.gather\"(%%v%d, %%v%d) {dimension_numbers = #stablehlo.gather<"
+       "collapsed_slice_dims = [0], start_index_map = [0], index_vector_dim = %d>, slice_sizes = "
+       "array<i64: 1>, indices_are_sorted = false} : (%s, %s) -> %s\n",
+       r.id, flat.id, idx, t->ndim, tf, ti1, tr);
+  return r;
+}
+
+/* `v` broadcast to `ndim`/`sizes` (PyTorch's trailing alignment). */
+static val_t broadcast(sb_t* b, val_t v, int32_t ndim, const int64_t* sizes) {
+  bool same = v.ndim == ndim;
+  for (int32_t d = 0; same && d < ndim; d++) same = v.sizes[d] == sizes[d];
+  if (same) return v;
+  char from[256], to[256], dims[256];
+  shape_str(from, sizeof(from), v.ndim, v.sizes, v.ty);
+  shape_str(to, sizeof(to), ndim, sizes, v.ty);
+  size_t n = 0;
+  dims[0] = '\0';
+  for (int32_t d = 0; d < v.ndim; d++)
+    n += (size_t)snprintf(dims + n, sizeof(dims) - n, "%s%d", d ? ", " : "", ndim - v.ndim + d);
+  val_t r = {.id = fresh(b), .ndim = ndim, .ty = v.ty};
+  memcpy(r.sizes, sizes, sizeof(int64_t) * (size_t)ndim);
+  emit(b, "  %%v%d = stablehlo.broadcast_in_dim %%v%d, dims = [%s] : (%s) -> %s\n", r.id, v.id, dims,
+       from, to);
+  return r;
+}
+
+static val_t binary(sb_t* b, const char* op, val_t x, val_t y) {
+  char t[256];
+  shape_str(t, sizeof(t), x.ndim, x.sizes, x.ty);
+  val_t r = x;
+  r.id = fresh(b);
+  emit(b, "  %%v%d = stablehlo.%s %%v%d, %%v%d : %s\n", r.id, op, x.id, y.id, t);
+  return r;
+}
+
+static val_t unary(sb_t* b, const char* op, val_t x) {
+  char t[256];
+  shape_str(t, sizeof(t), x.ndim, x.sizes, x.ty);
+  val_t r = x;
+  r.id = fresh(b);
+  emit(b, "  %%v%d = stablehlo.%s %%v%d : %s\n", r.id, op, x.id, t);
+  return r;
+}
+
+static double scalar_of(const tpu_k_value_t* v) {
+  switch (v->kind) {
+    case TPU_K_INT: return (double)v->v.i;
+    case TPU_K_DOUBLE: return v->v.d;
+    case TPU_K_BOOL: return v->v.b ? 1.0 : 0.0;
+    default: return 1.0;
+  }
+}
+
+/* Writes `res` (the output's value, output dtype) into the output storage;
+ * returns the SSA id of the new storage. */
+static int write_out(sb_t* b, val_t res, const tpu_tensor_t* o, const tpu_pjrt_loc_t* loc,
+                     const ltype_t* lt) {
+  int64_t numel = 1;
+  for (int32_t d = 0; d < o->ndim; d++) numel *= o->sizes[d];
+  val_t flat;
+  int64_t base_off = (int64_t)loc->offset;
+  if (is_dense(o)) {
+    flat = reshaped(b, res, 1, &numel);
+  } else {
+    /* Scatter into the output's span, read back first. */
+    int64_t span = span_of(o);
+    val_t cur = read_span(b, o, loc, lt, span);
+    int idx = indices(b, o);
+    char tf[256], ti1[256], tu[256];
+    int64_t s1[TPU_MAX_DIMS + 1];
+    memcpy(s1, o->sizes, sizeof(int64_t) * (size_t)o->ndim);
+    s1[o->ndim] = 1;
+    shape_str(tf, sizeof(tf), 1, &span, lt->ty);
+    shape_str(ti1, sizeof(ti1), o->ndim + 1, s1, "i64");
+    shape_str(tu, sizeof(tu), o->ndim, o->sizes, lt->ty);
+    char scal[64];
+    snprintf(scal, sizeof(scal), "tensor<%s>", lt->ty);
+    flat = cur;
+    flat.id = fresh(b);
+    emit(b,
+         "  %%v%d = \"stablehlo.scatter\"(%%v%d, %%v%d, %%v%d) ({\n"
+         "  ^bb0(%%old: %s, %%new: %s):\n"
+         "    stablehlo.return %%new : %s\n"
+         "  }) {scatter_dimension_numbers = #stablehlo.scatter<inserted_window_dims = [0], "
+         "scatter_dims_to_operand_dims = [0], index_vector_dim = %d>, indices_are_sorted = false, "
+         "unique_indices = false} : (%s, %s, %s) -> %s\n",
+         flat.id, cur.id, idx, res.id, scal, scal, scal, o->ndim, tf, ti1, tu, tf);
+    numel = span;
+  }
+  /* Back to bytes. */
+  int64_t nbytes = numel * (int64_t)lt->size;
+  int bytes = fresh(b);
+  if (!strcmp(lt->ty, "i1")) {
+    emit(b, "  %%v%d = stablehlo.convert %%v%d : (tensor<%" PRId64 "xi1>) -> tensor<%" PRId64 "xui8>\n",
+         bytes, flat.id, numel, numel);
+  } else if (lt->size == 1) {
+    emit(b, "  %%v%d = stablehlo.bitcast_convert %%v%d : (tensor<%" PRId64 "x%s>) -> tensor<%" PRId64 "xui8>\n",
+         bytes, flat.id, numel, lt->ty, numel);
+  } else {
+    int bc = fresh(b);
+    emit(b, "  %%v%d = stablehlo.bitcast_convert %%v%d : (tensor<%" PRId64 "x%s>) -> tensor<%" PRId64 "x%zuxui8>\n",
+         bc, flat.id, numel, lt->ty, numel, lt->size);
+    emit(b, "  %%v%d = stablehlo.reshape %%v%d : (tensor<%" PRId64 "x%zuxui8>) -> tensor<%" PRId64 "xui8>\n",
+         bytes, bc, numel, lt->size, nbytes);
+  }
+  int off = fresh(b), out = fresh(b);
+  emit(b, "  %%v%d = stablehlo.constant dense<%" PRId64 "> : tensor<i64>\n", off, base_off);
+  emit(b, "  %%v%d = stablehlo.dynamic_update_slice %%a%d, %%v%d, %%v%d : (tensor<%zuxui8>, tensor<%" PRId64
+          "xui8>, tensor<i64>) -> tensor<%zuxui8>\n",
+       out, loc->arg, bytes, off, loc->storage_bytes, nbytes, loc->storage_bytes);
+  return out;
+}
+
+tpu_status_t tpu_pjrt_lower(const tpu_k_call_t* call, const tpu_pjrt_loc_t* locs, int32_t num_args,
+                            const size_t* arg_bytes, char** out_text) {
+  *out_text = NULL;
+  const lspec_t* spec = spec_of(call->op);
+  if (!spec || call->num_outputs != 1 || !call->outputs)
+    return TPU_ERROR(TPU_STATUS_UNIMPLEMENTED, "%s: no StableHLO lowering", call->op);
+  const tpu_tensor_t* o = &call->outputs[0];
+  ltype_t ot;
+  if (!type_of(o->dtype, &ot))
+    return TPU_ERROR(TPU_STATUS_UNIMPLEMENTED, "%s: output dtype %d has no StableHLO type", call->op, o->dtype);
+  /* Tensor arguments in schema order, each with its location. */
+  const tpu_tensor_t* tens[4];
+  const tpu_pjrt_loc_t* tlocs[4];
+  const tpu_k_value_t* scalars[4];
+  int nt = 0, ns = 0, li = 0;
+  for (int32_t i = 0; i < call->num_args; i++) {
+    const tpu_k_value_t* v = &call->args[i];
+    if (v->kind == TPU_K_TENSOR) {
+      if (nt == 4) return TPU_ERROR(TPU_STATUS_UNIMPLEMENTED, "%s: too many tensors", call->op);
+      tens[nt] = v->v.tensor;
+      tlocs[nt++] = &locs[li++];
+    } else if (v->kind == TPU_K_INT || v->kind == TPU_K_DOUBLE || v->kind == TPU_K_BOOL) {
+      if (ns < 4) scalars[ns++] = v;
+    }
+  }
+  const tpu_pjrt_loc_t* oloc = &locs[li];
+  /* out= overloads list the output among the tensors: inputs are the rest. */
+  int nin = spec->binary ? 2 : 1;
+  bool scalar_other = spec->binary && nt < 2;
+  if (scalar_other) nin = 1;
+  if (spec->op == L_MM) nin = 2;
+  if (nt < nin) return TPU_ERROR(TPU_STATUS_UNIMPLEMENTED, "%s: unexpected arguments", call->op);
+
+  sb_t b = {0};
+  emit(&b, "func.func public @main(");
+  for (int32_t a = 0; a < num_args; a++) emit(&b, "%s%%a%d: tensor<%zuxui8>", a ? ", " : "", a, arg_bytes[a]);
+  emit(&b, ") -> tensor<%zuxui8> {\n", oloc->storage_bytes);
+
+  /* Compute type: the output's, half types in float32 (PyTorch's opmath). */
+  const char* ct = (!strcmp(ot.ty, "f16") || !strcmp(ot.ty, "bf16")) ? "f32" : ot.ty;
+  val_t in[2];
+  for (int k = 0; k < nin; k++) {
+    ltype_t it;
+    if (!type_of(tens[k]->dtype, &it)) {
+      free(b.s);
+      return TPU_ERROR(TPU_STATUS_UNIMPLEMENTED, "%s: input dtype %d has no StableHLO type", call->op,
+                       tens[k]->dtype);
+    }
+    in[k] = converted(&b, read_view(&b, tens[k], tlocs[k], &it), ct);
+    if (spec->op != L_MM) in[k] = broadcast(&b, in[k], o->ndim, o->sizes);
+  }
+  val_t r;
+  if (spec->op == L_MM) {
+    char ta[256], tb[256], tr[256];
+    shape_str(ta, sizeof(ta), in[0].ndim, in[0].sizes, ct);
+    shape_str(tb, sizeof(tb), in[1].ndim, in[1].sizes, ct);
+    shape_str(tr, sizeof(tr), o->ndim, o->sizes, ct);
+    r = (val_t){.id = fresh(&b), .ndim = o->ndim, .ty = ct};
+    memcpy(r.sizes, o->sizes, sizeof(int64_t) * (size_t)o->ndim);
+    emit(&b, "  %%v%d = stablehlo.dot_general %%v%d, %%v%d, contracting_dims = [1] x [0] : (%s, %s) -> %s\n",
+         r.id, in[0].id, in[1].id, ta, tb, tr);
+  } else if (spec->binary) {
+    val_t y = scalar_other ? splat(&b, &in[0], ct, scalar_of(scalars[0])) : in[1];
+    double alpha = 1.0;
+    if (spec->has_alpha) {
+      int ai = scalar_other ? 1 : 0;
+      if (ns > ai) alpha = scalar_of(scalars[ai]);
+    }
+    if (alpha != 1.0) y = binary(&b, "multiply", y, splat(&b, &y, ct, alpha));
+    static const char* kOps[] = {"add", "subtract", "multiply", "divide", "maximum", "minimum"};
+    r = binary(&b, kOps[spec->op], in[0], y);
+  } else {
+    val_t x = in[0];
+    switch (spec->op) {
+      case L_NEG: r = unary(&b, "negate", x); break;
+      case L_EXP: r = unary(&b, "exponential", x); break;
+      case L_LOG: r = unary(&b, "log", x); break;
+      case L_SQRT: r = unary(&b, "sqrt", x); break;
+      case L_RSQRT: r = unary(&b, "rsqrt", x); break;
+      case L_SIN: r = unary(&b, "sine", x); break;
+      case L_COS: r = unary(&b, "cosine", x); break;
+      case L_TANH: r = unary(&b, "tanh", x); break;
+      case L_ABS: r = unary(&b, "abs", x); break;
+      case L_SIGMOID: r = unary(&b, "logistic", x); break;
+      default: r = binary(&b, "maximum", x, splat(&b, &x, ct, 0.0)); break; /* relu */
+    }
+  }
+  r = converted(&b, r, ot.ty);
+  int out = write_out(&b, r, o, oloc, &ot);
+  emit(&b, "  return %%v%d : tensor<%zuxui8>\n}\n", out, oloc->storage_bytes);
+  if (b.oom) {
+    free(b.s);
+    return TPU_ERROR(TPU_STATUS_OUT_OF_MEMORY, "%s: cannot build the StableHLO program", call->op);
+  }
+  *out_text = b.s;
+  return TPU_OK;
+}
