@@ -201,3 +201,36 @@ def test_lowered_ops_run_on_the_device():
         for op in ("aten::add.Tensor", "aten::mul.Tensor", "aten::exp", "aten::mm", "aten::tanh", "aten::mul_.Tensor"):
             assert op not in rep, (op, rep)
     """)
+
+
+@pytest.mark.slow
+def test_tiny_llama_forward_backward_generate_equal_cpu():
+    check_ok("""
+        import torch, torch_tpu
+        from transformers import LlamaConfig, LlamaForCausalLM
+        torch.manual_seed(0)
+        cfg = LlamaConfig(vocab_size=97, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                          num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64)
+        cpu = LlamaForCausalLM(cfg).eval()
+        dev = LlamaForCausalLM(cfg).eval()
+        dev.load_state_dict(cpu.state_dict())
+        dev.to("tpu")
+        ids = torch.randint(0, 97, (2, 7))
+        with torch.no_grad():
+            want = cpu(ids).logits
+            got = dev(ids.to("tpu")).logits
+        torch.testing.assert_close(got.cpu(), want, rtol=1e-4, atol=1e-4)
+        loss_c = cpu(ids, labels=ids).loss
+        loss_c.backward()
+        loss_t = dev(ids.to("tpu"), labels=ids.to("tpu")).loss
+        loss_t.backward()
+        torch.testing.assert_close(loss_t.cpu(), loss_c, rtol=1e-4, atol=1e-4)
+        g_c = cpu.model.layers[0].mlp.down_proj.weight.grad
+        g_t = dev.model.layers[0].mlp.down_proj.weight.grad
+        torch.testing.assert_close(g_t.cpu(), g_c, rtol=1e-3, atol=1e-4)
+        with torch.no_grad():
+            a = cpu.generate(ids[:1], max_new_tokens=5, do_sample=False)
+            b = dev.generate(ids[:1].to("tpu"), max_new_tokens=5, do_sample=False)
+        assert torch.equal(a, b.cpu()), (a, b)
+        print("on device", torch_tpu._C.native_count(), "fallback", sum(torch_tpu.fallback_report().values()))
+    """)
