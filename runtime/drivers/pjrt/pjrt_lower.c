@@ -251,6 +251,23 @@ static int indices(sb_t* b, const tpu_tensor_t* t) {
   return r;
 }
 
+/* What a gather from, or a scatter into, the flat span of a strided view
+ * needs: the indices' SSA id and the types of span, indices and view. */
+typedef struct {
+  int idx;
+  char flat[256], index[256], view[256];
+} strided_t;
+
+static void strided(sb_t* b, const tpu_tensor_t* t, const ltype_t* lt, int64_t span, strided_t* out) {
+  out->idx = indices(b, t);
+  int64_t s1[TPU_MAX_DIMS + 1];
+  memcpy(s1, t->sizes, sizeof(int64_t) * (size_t)t->ndim);
+  s1[t->ndim] = 1;
+  shape_str(out->flat, sizeof(out->flat), 1, &span, lt->ty);
+  shape_str(out->index, sizeof(out->index), t->ndim + 1, s1, "i64");
+  shape_str(out->view, sizeof(out->view), t->ndim, t->sizes, lt->ty);
+}
+
 /* The span of `t` in its storage argument, as a flat typed array. */
 static val_t read_span(sb_t* b, const tpu_tensor_t* t, const tpu_pjrt_loc_t* loc, const ltype_t* lt,
                        int64_t span) {
@@ -283,21 +300,15 @@ static val_t read_view(sb_t* b, const tpu_tensor_t* t, const tpu_pjrt_loc_t* loc
   int64_t span = span_of(t);
   val_t flat = read_span(b, t, loc, lt, span);
   if (is_dense(t)) return reshaped(b, flat, t->ndim, t->sizes);
-  int idx = indices(b, t);
-  char tf[256], ti1[256], tr[256];
-  int64_t s1[TPU_MAX_DIMS + 1];
-  memcpy(s1, t->sizes, sizeof(int64_t) * (size_t)t->ndim);
-  s1[t->ndim] = 1;
-  shape_str(tf, sizeof(tf), 1, &span, lt->ty);
-  shape_str(ti1, sizeof(ti1), t->ndim + 1, s1, "i64");
-  shape_str(tr, sizeof(tr), t->ndim, t->sizes, lt->ty);
+  strided_t g;
+  strided(b, t, lt, span, &g);
   val_t r = {.id = fresh(b), .ndim = t->ndim, .ty = lt->ty};
   memcpy(r.sizes, t->sizes, sizeof(int64_t) * (size_t)t->ndim);
   emit(b,
        "  %%v%d = \"stablehlo.gather\"(%%v%d, %%v%d) {dimension_numbers = #stablehlo.gather<"
        "collapsed_slice_dims = [0], start_index_map = [0], index_vector_dim = %d>, slice_sizes = "
        "array<i64: 1>, indices_are_sorted = false} : (%s, %s) -> %s\n",
-       r.id, flat.id, idx, t->ndim, tf, ti1, tr);
+       r.id, flat.id, g.idx, t->ndim, g.flat, g.index, g.view);
   return r;
 }
 
@@ -361,14 +372,8 @@ static int write_out(sb_t* b, val_t res, const tpu_tensor_t* o, const tpu_pjrt_l
     /* Scatter into the output's span, read back first. */
     int64_t span = span_of(o);
     val_t cur = read_span(b, o, loc, lt, span);
-    int idx = indices(b, o);
-    char tf[256], ti1[256], tu[256];
-    int64_t s1[TPU_MAX_DIMS + 1];
-    memcpy(s1, o->sizes, sizeof(int64_t) * (size_t)o->ndim);
-    s1[o->ndim] = 1;
-    shape_str(tf, sizeof(tf), 1, &span, lt->ty);
-    shape_str(ti1, sizeof(ti1), o->ndim + 1, s1, "i64");
-    shape_str(tu, sizeof(tu), o->ndim, o->sizes, lt->ty);
+    strided_t g;
+    strided(b, o, lt, span, &g);
     char scal[64];
     snprintf(scal, sizeof(scal), "tensor<%s>", lt->ty);
     flat = cur;
@@ -380,7 +385,7 @@ static int write_out(sb_t* b, val_t res, const tpu_tensor_t* o, const tpu_pjrt_l
          "  }) {scatter_dimension_numbers = #stablehlo.scatter<inserted_window_dims = [0], "
          "scatter_dims_to_operand_dims = [0], index_vector_dim = %d>, indices_are_sorted = false, "
          "unique_indices = false} : (%s, %s, %s) -> %s\n",
-         flat.id, cur.id, idx, res.id, scal, scal, scal, o->ndim, tf, ti1, tu, tf);
+         flat.id, cur.id, g.idx, res.id, scal, scal, scal, o->ndim, g.flat, g.index, g.view, g.flat);
     numel = span;
   }
   /* Back to bytes. */
