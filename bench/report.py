@@ -52,6 +52,14 @@ def sections(res):
                     ["op", "tpu µs/op", "CPU µs/op", "tpu/CPU", "tpu fallbacks"],
                     [[r["op"], _f(r["tpu_us"], 2), _f(r["cpu_us"], 2), _f(r["ratio"], 2),
                       _fb(r["fallbacks"])] for r in o]))
+    pj = res.get("pjrt")
+    if pj:
+        out.append(("pjrt driver vs host driver (for information)",
+                    "microseconds per eager op, lower is better; pjrt runs on XLA's CPU PJRT plugin, not a "
+                    "TPU: each op is a compiled StableHLO program over byte storages (softmax: the CPU "
+                    "fallback); best of the chunks, the drivers' child processes taking turns",
+                    ["op", "host µs/op", "pjrt µs/op", "pjrt/host"],
+                    [[r["op"], _f(r["host_us"], 1), _f(r["pjrt_us"], 1), _f(r["ratio"], 1)] for r in pj]))
     md = res.get("models")
     if md:
         out.append(("Models: eager tokens/s",

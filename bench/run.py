@@ -17,7 +17,7 @@ import sys
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SECTIONS = ("machine", "gemm", "overhead", "models", "compile")
+SECTIONS = ("machine", "gemm", "overhead", "models", "compile", "pjrt")
 MODELS = ("smollm2", "qwen3", "moe")
 
 
@@ -135,6 +135,13 @@ def main(argv=None):
 
         res["compile"] = C.measure(args.quick, bw_all, log=log)
         done("compile")
+
+    if "pjrt" not in skip:
+        log("[bench] pjrt driver (XLA's CPU plugin) vs host driver, per op, for information")
+        from . import pjrt
+
+        res["pjrt"] = pjrt.measure(args.quick, log=log)
+        done("pjrt")
 
     if "machine" not in skip:
         if not args.quick:
