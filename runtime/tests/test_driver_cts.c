@@ -232,6 +232,11 @@ typedef struct {
   double scal[2];
   bool inplace; /* outputs[0] is in[0] */
   bool out_arg; /* the .out overload: outputs[0] is the last argument */
+  int nin_extra; /* a third tensor input (where's other), in in[1]'s place after it */
+  tdesc_t in3;
+  int ndims;     /* reductions: the dim list (ndims < 0: None) and keepdim */
+  int64_t dims[2];
+  bool keepdim;
 } opcase_t;
 
 static size_t dsize(int32_t dt) { return tpu_dtype_size((tpu_dtype_t)dt); }
@@ -284,14 +289,25 @@ static tpu_tensor_t tview(const tdesc_t* t, void* storage) {
 }
 
 /* Runs the case with storages `st[k]` (in0, in1, out) of either side. */
-static tpu_status_t run_case(const opcase_t* c, void* const st[3], tpu_hal_device_t* dev,
+static tpu_status_t run_case(const opcase_t* c, void* const st[4], tpu_hal_device_t* dev,
                              const tpu_k_entry_t* e) {
   tpu_tensor_t t[3];
   tpu_k_value_t args[6];
   int na = 0;
+  tpu_tensor_t t3;
   for (int k = 0; k < c->nin; k++) {
     t[k] = tview(&c->in[k], st[k]);
     args[na++] = (tpu_k_value_t){.kind = TPU_K_TENSOR, .v.tensor = &t[k]};
+  }
+  if (c->nin_extra) {
+    t3 = tview(&c->in3, st[3]);
+    args[na++] = (tpu_k_value_t){.kind = TPU_K_TENSOR, .v.tensor = &t3};
+  }
+  if (c->ndims != 0) {
+    args[na++] = c->ndims < 0 ? (tpu_k_value_t){.kind = TPU_K_NONE}
+                              : (tpu_k_value_t){.kind = TPU_K_INTS, .v.ints = {c->dims, c->ndims}};
+    args[na++] = (tpu_k_value_t){.kind = TPU_K_BOOL, .v.b = c->keepdim};
+    args[na++] = (tpu_k_value_t){.kind = TPU_K_NONE};
   }
   bool integral = !tpu_dtype_is_floating((tpu_dtype_t)c->in[0].dtype);
   for (int k = 0; k < c->nscal; k++) {
@@ -314,12 +330,12 @@ static void check_case(const opcase_t* c) {
     if (strcmp(g_name, "pjrt") == 0) CHECK(!"pjrt lowers every op of the suite");
     return;
   }
-  const tdesc_t* descs[3] = {&c->in[0], &c->in[1], &c->out};
-  void* host[3] = {NULL, NULL, NULL};
-  void* devp[3] = {NULL, NULL, NULL};
-  size_t bytes[3] = {0, 0, 0};
-  for (int k = 0; k < 3; k++) {
-    if ((k < 2 && k >= c->nin) || (k == 2 && c->inplace)) continue;
+  const tdesc_t* descs[4] = {&c->in[0], &c->in[1], &c->out, &c->in3};
+  void* host[4] = {NULL, NULL, NULL, NULL};
+  void* devp[4] = {NULL, NULL, NULL, NULL};
+  size_t bytes[4] = {0, 0, 0, 0};
+  for (int k = 0; k < 4; k++) {
+    if ((k < 2 && k >= c->nin) || (k == 2 && c->inplace) || (k == 3 && !c->nin_extra)) continue;
     bytes[k] = (size_t)descs[k]->storage * dsize(descs[k]->dtype);
     host[k] = calloc(1, bytes[k]);
     for (int64_t i = 0; i < descs[k]->storage; i++)
@@ -348,7 +364,7 @@ static void check_case(const opcase_t* c) {
   }
   CHECK(bad == 0);
   free(back);
-  for (int k = 0; k < 3; k++) {
+  for (int k = 0; k < 4; k++) {
     if (k == 2 && c->inplace) continue;
     free(host[k]);
     DVT(d)->deallocate(d, devp[k]);
@@ -387,6 +403,21 @@ static void test_ops(void) {
       {"aten::abs", 1, {T1(TPU_DTYPE_I64, 8, 0, 8)}, T1(TPU_DTYPE_I64, 8, 0, 8), 0, {0}},
       {"aten::mm", 2, {T2(TPU_DTYPE_F32, 5, 7, 7, 1, 0, 35), T2(TPU_DTYPE_F32, 7, 3, 1, 7, 0, 21)},
        T2(TPU_DTYPE_F32, 5, 3, 3, 1, 0, 15), 0, {0}},
+      /* comparisons (inputs' promoted type), where, pow, reductions */
+      {"aten::lt.Tensor", 2, {T2(TPU_DTYPE_F32, 3, 4, 4, 1, 0, 12), T1(TPU_DTYPE_F32, 4, 0, 4)},
+       T2(TPU_DTYPE_BOOL, 3, 4, 4, 1, 0, 12), 0, {0}},
+      {"aten::eq.Tensor", 2, {T1(TPU_DTYPE_I64, 8, 0, 8), T1(TPU_DTYPE_I32, 8, 1, 9)}, T1(TPU_DTYPE_BOOL, 8, 0, 8),
+       0, {0}},
+      {"aten::ge.Scalar", 1, {T1(TPU_DTYPE_F32, 8, 0, 8)}, T1(TPU_DTYPE_BOOL, 8, 0, 8), 1, {0.25}},
+      {"aten::where.self", 2, {T2(TPU_DTYPE_BOOL, 3, 4, 4, 1, 0, 12), T2(TPU_DTYPE_F32, 3, 4, 4, 1, 0, 12)},
+       T2(TPU_DTYPE_F32, 3, 4, 4, 1, 0, 12), 0, {0}, false, false, 1, T1(TPU_DTYPE_F32, 4, 0, 4)},
+      {"aten::pow.Tensor_Scalar", 1, {T1(TPU_DTYPE_F32, 9, 0, 9)}, T1(TPU_DTYPE_F32, 9, 0, 9), 1, {2}},
+      {"aten::sum.dim_IntList", 1, {T2(TPU_DTYPE_F32, 4, 5, 5, 1, 0, 20)}, T2(TPU_DTYPE_F32, 4, 1, 1, 1, 0, 4),
+       0, {0}, false, false, 0, {0}, 1, {-1}, true},
+      {"aten::mean.dim", 1, {T2(TPU_DTYPE_BF16, 4, 5, 1, 4, 0, 20)}, T1(TPU_DTYPE_BF16, 5, 0, 5), 0, {0},
+       false, false, 0, {0}, 1, {0}, false},
+      {"aten::sum.dim_IntList", 1, {T2(TPU_DTYPE_F64, 3, 3, 3, 1, 0, 9)}, {TPU_DTYPE_F64, 0, {0}, {0}, 0, 1},
+       0, {0}, false, false, 0, {0}, -1, {0}, false},
   };
   for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) check_case(&cases[i]);
   CHECK(!vt->supports_op(device(0), "aten::nonzero"));

@@ -11,57 +11,72 @@
 
 /* ---- the ops ---- */
 typedef enum {
-  L_ADD, L_SUB, L_MUL, L_DIV, L_MAX, L_MIN,           /* binary */
+  L_ADD, L_SUB, L_MUL, L_DIV, L_MAX, L_MIN,           /* binary arithmetic */
   L_NEG, L_EXP, L_LOG, L_SQRT, L_RSQRT, L_SIN, L_COS, /* unary */
   L_TANH, L_ABS, L_SIGMOID, L_RELU,
   L_MM,
+  L_EQ, L_NE, L_LT, L_LE, L_GT, L_GE, /* comparisons */
+  L_WHERE, L_POW, L_SUM, L_MEAN,
 } lop_t;
+
+typedef enum {
+  F_ARITH,  /* self, other (Tensor or Scalar)[, alpha] */
+  F_UNARY,  /* self */
+  F_MM,     /* self, mat2 */
+  F_CMP,    /* self, other (Tensor or Scalar): computed in the inputs' type */
+  F_WHERE,  /* condition, self, other */
+  F_POW,    /* self, exponent Scalar */
+  F_REDUCE, /* self, dim[], keepdim, dtype */
+} lfamily_t;
 
 typedef struct {
   const char* base; /* "add" */
   lop_t op;
-  bool binary;      /* self, other[, alpha] */
-  bool has_alpha;
+  lfamily_t family;
+  const char* overloads; /* accepted suffixes after base, '|'-separated */
 } lspec_t;
 
+#define ARITH_T "|.Tensor|.out|_.Tensor"
+#define ARITH_TS ARITH_T "|.Scalar|_.Scalar|.Scalar_out"
+#define UNARY_O "||.out|_"
+#define CMP_O "|.Tensor|.Scalar|.Tensor_out|.Scalar_out|_.Tensor|_.Scalar"
+
 static const lspec_t kSpecs[] = {
-    {"add", L_ADD, true, true},      {"sub", L_SUB, true, true},    {"mul", L_MUL, true, false},
-    {"div", L_DIV, true, false},     {"maximum", L_MAX, true, false},
-    {"minimum", L_MIN, true, false}, {"neg", L_NEG, false, false},  {"exp", L_EXP, false, false},
-    {"log", L_LOG, false, false},    {"sqrt", L_SQRT, false, false},
-    {"rsqrt", L_RSQRT, false, false}, {"sin", L_SIN, false, false}, {"cos", L_COS, false, false},
-    {"tanh", L_TANH, false, false},  {"abs", L_ABS, false, false},
-    {"sigmoid", L_SIGMOID, false, false}, {"relu", L_RELU, false, false},
-    {"mm", L_MM, false, false},
+    {"add", L_ADD, F_ARITH, ARITH_TS},     {"sub", L_SUB, F_ARITH, ARITH_TS},
+    {"mul", L_MUL, F_ARITH, ARITH_TS},     {"div", L_DIV, F_ARITH, ARITH_TS},
+    {"maximum", L_MAX, F_ARITH, "||.out"}, {"minimum", L_MIN, F_ARITH, "||.out"},
+    {"neg", L_NEG, F_UNARY, UNARY_O},      {"exp", L_EXP, F_UNARY, UNARY_O},
+    {"log", L_LOG, F_UNARY, UNARY_O},      {"sqrt", L_SQRT, F_UNARY, UNARY_O},
+    {"rsqrt", L_RSQRT, F_UNARY, UNARY_O},  {"sin", L_SIN, F_UNARY, UNARY_O},
+    {"cos", L_COS, F_UNARY, UNARY_O},      {"tanh", L_TANH, F_UNARY, UNARY_O},
+    {"abs", L_ABS, F_UNARY, UNARY_O},      {"sigmoid", L_SIGMOID, F_UNARY, UNARY_O},
+    {"relu", L_RELU, F_UNARY, UNARY_O},    {"mm", L_MM, F_MM, "||.out"},
+    {"eq", L_EQ, F_CMP, CMP_O},            {"ne", L_NE, F_CMP, CMP_O},
+    {"lt", L_LT, F_CMP, CMP_O},            {"le", L_LE, F_CMP, CMP_O},
+    {"gt", L_GT, F_CMP, CMP_O},            {"ge", L_GE, F_CMP, CMP_O},
+    {"where", L_WHERE, F_WHERE, "|.self|.self_out"},
+    {"pow", L_POW, F_POW, "|.Tensor_Scalar|.Tensor_Scalar_out|_.Scalar"},
+    {"sum", L_SUM, F_REDUCE, "|.dim_IntList"}, {"mean", L_MEAN, F_REDUCE, "|.dim"},
 };
 
-/* Overloads lowered for every base: functional, in place, out=. Binary ops
- * have Tensor and Scalar forms (maximum/minimum: Tensor only; mm: none). */
+static bool overload_in(const char* list, const char* rest) {
+  size_t n = strlen(rest);
+  for (const char* p = list; p;) {
+    const char* bar = strchr(p + 1, '|');
+    size_t len = bar ? (size_t)(bar - p - 1) : strlen(p + 1);
+    if (*p == '|' && len == n && strncmp(p + 1, rest, n) == 0) return true;
+    p = bar;
+  }
+  return false;
+}
+
 static const lspec_t* spec_of(const char* op) {
   if (strncmp(op, "aten::", 6) != 0) return NULL;
   const char* name = op + 6;
   for (size_t i = 0; i < sizeof(kSpecs) / sizeof(kSpecs[0]); i++) {
     const lspec_t* s = &kSpecs[i];
     size_t n = strlen(s->base);
-    if (strncmp(name, s->base, n) != 0) continue;
-    const char* rest = name + n;
-    bool scalar_ok = s->binary && s->op != L_MAX && s->op != L_MIN;
-    if (s->op == L_MM) {
-      if (!strcmp(rest, "") || !strcmp(rest, ".out")) return s;
-      continue;
-    }
-    if (!s->binary) {
-      if (!strcmp(rest, "") || !strcmp(rest, ".out") || !strcmp(rest, "_")) return s;
-      continue;
-    }
-    if (s->op == L_MAX || s->op == L_MIN) {
-      if (!strcmp(rest, "") || !strcmp(rest, ".out")) return s;
-      continue;
-    }
-    if (!strcmp(rest, ".Tensor") || !strcmp(rest, ".out") || !strcmp(rest, "_.Tensor")) return s;
-    if (scalar_ok && (!strcmp(rest, ".Scalar") || !strcmp(rest, "_.Scalar") ||
-                      !strcmp(rest, ".Scalar_out")))
-      return s;
+    if (strncmp(name, s->base, n) == 0 && overload_in(s->overloads, name + n)) return s;
   }
   return NULL;
 }
@@ -340,6 +355,103 @@ static val_t binary(sb_t* b, const char* op, val_t x, val_t y) {
   return r;
 }
 
+/* `x op y` with a result of element type `ty` ("compare LT," and the like). */
+static val_t binary_to(sb_t* b, const char* op, val_t x, val_t y, const char* ty) {
+  char tx[256], tr[256];
+  shape_str(tx, sizeof(tx), x.ndim, x.sizes, x.ty);
+  shape_str(tr, sizeof(tr), x.ndim, x.sizes, ty);
+  val_t r = x;
+  r.id = fresh(b);
+  r.ty = ty;
+  emit(b, "  %%v%d = stablehlo.%s %%v%d, %%v%d : (%s, %s) -> %s\n", r.id, op, x.id, y.id, tx, tx, tr);
+  return r;
+}
+
+/* PyTorch's result type of two tensors (categories bool < integer < float;
+ * within a category a 0-dim tensor does not widen a dimensioned one). */
+static int category(int32_t dt) {
+  if (dt == TPU_DTYPE_BOOL) return 0;
+  return (dt == TPU_DTYPE_F32 || dt == TPU_DTYPE_F64 || dt == TPU_DTYPE_F16 || dt == TPU_DTYPE_BF16) ? 2 : 1;
+}
+
+static int32_t wider(int32_t a, int32_t c) {
+  if (a == c) return a;
+  ltype_t ta, tc;
+  type_of(a, &ta);
+  type_of(c, &tc);
+  if (category(a) == 2) {
+    if (ta.size == tc.size) return TPU_DTYPE_F32; /* f16 with bf16 */
+    return ta.size > tc.size ? a : c;
+  }
+  bool au = a == TPU_DTYPE_U8, cu = c == TPU_DTYPE_U8;
+  if (au != cu) { /* uint8 with a signed type */
+    int32_t other = au ? c : a;
+    return other == TPU_DTYPE_I8 ? TPU_DTYPE_I16 : other;
+  }
+  return ta.size > tc.size ? a : c;
+}
+
+static const char* promote(const tpu_tensor_t* x, const tpu_tensor_t* y) {
+  int32_t a = x->dtype, c = y->dtype, r;
+  int ka = category(a), kc = category(c);
+  if (ka != kc) {
+    r = ka > kc ? a : c;
+  } else if ((x->ndim == 0) != (y->ndim == 0)) {
+    r = x->ndim == 0 ? c : a;
+  } else {
+    r = wider(a, c);
+  }
+  ltype_t t;
+  type_of(r, &t);
+  return t.ty;
+}
+
+/* Compute type of a tensor compared with a Python scalar. */
+static const char* scalar_compute_type(const tpu_tensor_t* x, const tpu_k_value_t* s) {
+  ltype_t t;
+  type_of(x->dtype, &t);
+  int k = category(x->dtype);
+  int ks = s->kind == TPU_K_DOUBLE ? 2 : s->kind == TPU_K_INT ? 1 : 0;
+  if (ks <= k) return t.ty;
+  return ks == 2 ? "f32" : "i64";
+}
+
+/* Sum (or mean) of `x` over the call's dim list (none or empty: all dims). */
+static val_t reduce_sum(sb_t* b, const tpu_k_call_t* call, val_t x, bool mean) {
+  bool dims[TPU_MAX_DIMS] = {false};
+  const tpu_k_value_t* dv = call->num_args > 1 ? &call->args[1] : NULL;
+  bool all = !dv || dv->kind != TPU_K_INTS || dv->v.ints.len == 0;
+  for (int64_t i = 0; !all && i < dv->v.ints.len; i++) {
+    int64_t d = dv->v.ints.data[i];
+    if (x.ndim == 0) continue;
+    if (d < 0) d += x.ndim;
+    if (d >= 0 && d < x.ndim) dims[d] = true;
+  }
+  char list[128] = "";
+  size_t n = 0;
+  int64_t count = 1;
+  val_t r = {.id = fresh(b), .ndim = 0, .ty = x.ty};
+  for (int32_t d = 0; d < x.ndim; d++) {
+    if (all || dims[d]) {
+      n += (size_t)snprintf(list + n, sizeof(list) - n, "%s%d", n ? ", " : "", d);
+      count *= x.sizes[d];
+    } else {
+      r.sizes[r.ndim++] = x.sizes[d];
+    }
+  }
+  char tx[256], tr[256];
+  shape_str(tx, sizeof(tx), x.ndim, x.sizes, x.ty);
+  shape_str(tr, sizeof(tr), r.ndim, r.sizes, x.ty);
+  int z = fresh(b);
+  const char* zero = !strcmp(x.ty, "i1") ? "false" : (x.ty[0] == 'f' || x.ty[0] == 'b') ? "0.0" : "0";
+  emit(b, "  %%v%d = stablehlo.constant dense<%s> : tensor<%s>\n", z, zero, x.ty);
+  emit(b, "  %%v%d = stablehlo.reduce(%%v%d init: %%v%d) applies stablehlo.add across dimensions = [%s] : "
+          "(%s, tensor<%s>) -> %s\n",
+       r.id, x.id, z, list, tx, x.ty, tr);
+  if (mean) r = binary(b, "divide", r, splat(b, &r, r.ty, (double)count));
+  return r;
+}
+
 static val_t unary(sb_t* b, const char* op, val_t x) {
   char t[256];
   shape_str(t, sizeof(t), x.ndim, x.sizes, x.ty);
@@ -438,65 +550,104 @@ tpu_status_t tpu_pjrt_lower(const tpu_k_call_t* call, const tpu_pjrt_loc_t* locs
     }
   }
   const tpu_pjrt_loc_t* oloc = &locs[li];
-  /* out= overloads list the output among the tensors: inputs are the rest. */
-  int nin = spec->binary ? 2 : 1;
-  bool scalar_other = spec->binary && nt < 2;
-  if (scalar_other) nin = 1;
-  if (spec->op == L_MM) nin = 2;
+  /* Inputs are the first tensors (out= overloads list the output last). */
+  bool scalar_form = (spec->family == F_ARITH || spec->family == F_CMP) && strstr(call->op, "Scalar");
+  int nin = 1;
+  if (spec->family == F_MM || ((spec->family == F_ARITH || spec->family == F_CMP) && !scalar_form)) nin = 2;
+  if (spec->family == F_WHERE) nin = 3;
   if (nt < nin) return TPU_ERROR(TPU_STATUS_UNIMPLEMENTED, "%s: unexpected arguments", call->op);
+  ltype_t it[3];
+  for (int k = 0; k < nin; k++) {
+    if (!type_of(tens[k]->dtype, &it[k]))
+      return TPU_ERROR(TPU_STATUS_UNIMPLEMENTED, "%s: input dtype %d has no StableHLO type", call->op,
+                       tens[k]->dtype);
+  }
 
   sb_t b = {0};
   emit(&b, "func.func public @main(");
   for (int32_t a = 0; a < num_args; a++) emit(&b, "%s%%a%d: tensor<%zuxui8>", a ? ", " : "", a, arg_bytes[a]);
   emit(&b, ") -> tensor<%zuxui8> {\n", oloc->storage_bytes);
 
-  /* Compute type: the output's, half types in float32 (PyTorch's opmath). */
-  const char* ct = (!strcmp(ot.ty, "f16") || !strcmp(ot.ty, "bf16")) ? "f32" : ot.ty;
-  val_t in[2];
+  /* Compute type: the output's (comparisons: the inputs' promoted type),
+   * half types in float32 (PyTorch's opmath). */
+  const char* ct = ot.ty;
+  if (spec->family == F_CMP) {
+    ct = scalar_form ? scalar_compute_type(tens[0], scalars[0]) : promote(tens[0], tens[1]);
+  }
+  if (!strcmp(ct, "f16") || !strcmp(ct, "bf16")) ct = "f32";
+  val_t in[3];
   for (int k = 0; k < nin; k++) {
-    ltype_t it;
-    if (!type_of(tens[k]->dtype, &it)) {
-      free(b.s);
-      return TPU_ERROR(TPU_STATUS_UNIMPLEMENTED, "%s: input dtype %d has no StableHLO type", call->op,
-                       tens[k]->dtype);
+    const char* want = spec->family == F_WHERE && k == 0 ? "i1" : ct;
+    in[k] = read_view(&b, tens[k], tlocs[k], &it[k]);
+    if (!strcmp(want, "i1") && strcmp(in[k].ty, "i1") != 0) {
+      in[k] = binary_to(&b, "compare NE,", in[k], splat(&b, &in[k], in[k].ty, 0.0), "i1");
+    } else {
+      in[k] = converted(&b, in[k], want);
     }
-    in[k] = converted(&b, read_view(&b, tens[k], tlocs[k], &it), ct);
-    if (spec->op != L_MM) in[k] = broadcast(&b, in[k], o->ndim, o->sizes);
+    if (spec->family != F_MM && spec->family != F_REDUCE) in[k] = broadcast(&b, in[k], o->ndim, o->sizes);
   }
   val_t r;
-  if (spec->op == L_MM) {
-    char ta[256], tb[256], tr[256];
-    shape_str(ta, sizeof(ta), in[0].ndim, in[0].sizes, ct);
-    shape_str(tb, sizeof(tb), in[1].ndim, in[1].sizes, ct);
-    shape_str(tr, sizeof(tr), o->ndim, o->sizes, ct);
-    r = (val_t){.id = fresh(&b), .ndim = o->ndim, .ty = ct};
-    memcpy(r.sizes, o->sizes, sizeof(int64_t) * (size_t)o->ndim);
-    emit(&b, "  %%v%d = stablehlo.dot_general %%v%d, %%v%d, contracting_dims = [1] x [0] : (%s, %s) -> %s\n",
-         r.id, in[0].id, in[1].id, ta, tb, tr);
-  } else if (spec->binary) {
-    val_t y = scalar_other ? splat(&b, &in[0], ct, scalar_of(scalars[0])) : in[1];
-    double alpha = 1.0;
-    if (spec->has_alpha) {
-      int ai = scalar_other ? 1 : 0;
-      if (ns > ai) alpha = scalar_of(scalars[ai]);
+  switch (spec->family) {
+    case F_MM: {
+      char ta[256], tb[256], tr[256];
+      shape_str(ta, sizeof(ta), in[0].ndim, in[0].sizes, ct);
+      shape_str(tb, sizeof(tb), in[1].ndim, in[1].sizes, ct);
+      shape_str(tr, sizeof(tr), o->ndim, o->sizes, ct);
+      r = (val_t){.id = fresh(&b), .ndim = o->ndim, .ty = ct};
+      memcpy(r.sizes, o->sizes, sizeof(int64_t) * (size_t)o->ndim);
+      emit(&b, "  %%v%d = stablehlo.dot_general %%v%d, %%v%d, contracting_dims = [1] x [0] : (%s, %s) -> %s\n",
+           r.id, in[0].id, in[1].id, ta, tb, tr);
+      break;
     }
-    if (alpha != 1.0) y = binary(&b, "multiply", y, splat(&b, &y, ct, alpha));
-    static const char* kOps[] = {"add", "subtract", "multiply", "divide", "maximum", "minimum"};
-    r = binary(&b, kOps[spec->op], in[0], y);
-  } else {
-    val_t x = in[0];
-    switch (spec->op) {
-      case L_NEG: r = unary(&b, "negate", x); break;
-      case L_EXP: r = unary(&b, "exponential", x); break;
-      case L_LOG: r = unary(&b, "log", x); break;
-      case L_SQRT: r = unary(&b, "sqrt", x); break;
-      case L_RSQRT: r = unary(&b, "rsqrt", x); break;
-      case L_SIN: r = unary(&b, "sine", x); break;
-      case L_COS: r = unary(&b, "cosine", x); break;
-      case L_TANH: r = unary(&b, "tanh", x); break;
-      case L_ABS: r = unary(&b, "abs", x); break;
-      case L_SIGMOID: r = unary(&b, "logistic", x); break;
-      default: r = binary(&b, "maximum", x, splat(&b, &x, ct, 0.0)); break; /* relu */
+    case F_ARITH: {
+      val_t y = scalar_form ? splat(&b, &in[0], ct, scalar_of(scalars[0])) : in[1];
+      int ai = scalar_form ? 1 : 0;
+      double alpha = (spec->op == L_ADD || spec->op == L_SUB) && ns > ai ? scalar_of(scalars[ai]) : 1.0;
+      if (alpha != 1.0) y = binary(&b, "multiply", y, splat(&b, &y, ct, alpha));
+      static const char* kOps[] = {"add", "subtract", "multiply", "divide", "maximum", "minimum"};
+      r = binary(&b, kOps[spec->op], in[0], y);
+      break;
+    }
+    case F_CMP: {
+      static const char* kDir[] = {"EQ", "NE", "LT", "LE", "GT", "GE"};
+      val_t y = scalar_form ? splat(&b, &in[0], ct, scalar_of(scalars[0])) : in[1];
+      char op[32];
+      snprintf(op, sizeof(op), "compare %s,", kDir[spec->op - L_EQ]);
+      r = binary_to(&b, op, in[0], y, "i1");
+      break;
+    }
+    case F_WHERE: {
+      char tc[256], tv[256];
+      shape_str(tc, sizeof(tc), o->ndim, o->sizes, "i1");
+      shape_str(tv, sizeof(tv), o->ndim, o->sizes, ct);
+      r = in[1];
+      r.id = fresh(&b);
+      emit(&b, "  %%v%d = stablehlo.select %%v%d, %%v%d, %%v%d : (%s, %s, %s) -> %s\n", r.id, in[0].id,
+           in[1].id, in[2].id, tc, tv, tv, tv);
+      break;
+    }
+    case F_POW:
+      r = binary(&b, "power", in[0], splat(&b, &in[0], ct, ns > 0 ? scalar_of(scalars[0]) : 1.0));
+      break;
+    case F_REDUCE:
+      r = reduce_sum(&b, call, in[0], spec->op == L_MEAN);
+      r = reshaped(&b, r, o->ndim, o->sizes);
+      break;
+    default: {
+      val_t x = in[0];
+      switch (spec->op) {
+        case L_NEG: r = unary(&b, "negate", x); break;
+        case L_EXP: r = unary(&b, "exponential", x); break;
+        case L_LOG: r = unary(&b, "log", x); break;
+        case L_SQRT: r = unary(&b, "sqrt", x); break;
+        case L_RSQRT: r = unary(&b, "rsqrt", x); break;
+        case L_SIN: r = unary(&b, "sine", x); break;
+        case L_COS: r = unary(&b, "cosine", x); break;
+        case L_TANH: r = unary(&b, "tanh", x); break;
+        case L_ABS: r = unary(&b, "abs", x); break;
+        case L_SIGMOID: r = unary(&b, "logistic", x); break;
+        default: r = binary(&b, "maximum", x, splat(&b, &x, ct, 0.0)); break; /* relu */
+      }
     }
   }
   r = converted(&b, r, ot.ty);
