@@ -35,6 +35,10 @@ if not hasattr(torch, "tpu"):
 
 _C.init()
 
+from . import _compile_setup  # noqa: E402
+
+_compile_setup.install()  # torch.compile(model) on tpu: backend "tpu"; dynamo's device interface
+
 from . import _accelerate  # noqa: E402
 
 _accelerate.install()  # Accelerate's device pick and get_max_memory see "tpu" (see _accelerate.py)
