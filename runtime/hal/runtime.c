@@ -40,21 +40,25 @@ tpu_status_t tpu_runtime_initialize(void) {
   tpu_hal_driver_t* driver = NULL;
   if (g_initialized) goto done;
 
+  /* configuration errors name the variable and its value first: not annotated */
+  bool forbidden;
+  st = tpu_runtime_fallback_forbidden(&forbidden);
+  if (st) goto config_error;
   int64_t devices = 1;
   const char* v = env_value("TORCH_TPU_HOST_DEVICES");
   if (v) {
     st = tpu_parse_int("TORCH_TPU_HOST_DEVICES", v, 1, TPU_RUNTIME_MAX_DEVICES, &devices);
-    if (st) goto done;
+    if (st) goto config_error;
   }
   uint64_t memory = 0;
   v = env_value("TORCH_TPU_HOST_MEMORY");
   if (v) {
     st = tpu_parse_bytes("TORCH_TPU_HOST_MEMORY", v, &memory);
-    if (st) goto done;
+    if (st) goto config_error;
     if (memory == 0) {
       st = TPU_ERROR(TPU_STATUS_INVALID_ARGUMENT,
                      "invalid byte size for TORCH_TPU_HOST_MEMORY: '%s' (must be > 0)", v);
-      goto done;
+      goto config_error;
     }
   } else {
     memory = tpu_host_physical_memory() / 4 / (uint64_t)devices;
@@ -64,14 +68,14 @@ tpu_status_t tpu_runtime_initialize(void) {
   v = env_value("TORCH_TPU_NUM_THREADS");
   if (v) {
     st = tpu_parse_int("TORCH_TPU_NUM_THREADS", v, 1, TPU_RUNTIME_MAX_THREADS, &threads);
-    if (st) goto done;
+    if (st) goto config_error;
   }
 
   int64_t spin_us = TPU_SPIN_DEFAULT_NS / 1000;
   v = env_value("TORCH_TPU_SPIN_US");
   if (v) {
     st = tpu_parse_int("TORCH_TPU_SPIN_US", v, 0, 100000, &spin_us);
-    if (st) goto done;
+    if (st) goto config_error;
   }
   tpu_spin_set_budget_ns(spin_us * 1000);
 
@@ -80,7 +84,7 @@ tpu_status_t tpu_runtime_initialize(void) {
   if (v) {
     int64_t on = 1;
     st = tpu_parse_int("TORCH_TPU_LIST_FUSION", v, 0, 1, &on);
-    if (st) goto done;
+    if (st) goto config_error;
     group_lists = on != 0;
   }
 
@@ -106,6 +110,18 @@ tpu_status_t tpu_runtime_initialize(void) {
 done:
   pthread_mutex_unlock(&g_mu);
   return st ? tpu_status_annotate(st, "torch-tpu runtime initialisation failed") : TPU_OK;
+config_error:
+  pthread_mutex_unlock(&g_mu);
+  return st;
+}
+
+tpu_status_t tpu_runtime_fallback_forbidden(bool* out_forbidden) {
+  static const char* const kValues[] = {"error"};
+  if (!out_forbidden) return TPU_ERROR(TPU_STATUS_INVALID_ARGUMENT, "fallback_forbidden: NULL out_forbidden");
+  int32_t index;
+  TPU_RETURN_IF_ERROR(tpu_env_choice("TORCH_TPU_FALLBACK", kValues, 1, &index));
+  *out_forbidden = index == 0;
+  return TPU_OK;
 }
 
 bool tpu_runtime_is_initialized(void) { return __atomic_load_n(&g_initialized, __ATOMIC_ACQUIRE); }
