@@ -519,3 +519,119 @@ def test_cat_with_empty_parts_is_its_producer_in_the_cat_layout(dtype, no_fallba
     for a, b in zip(out, f(x, empty.to(dtype))):
         assert a.stride() == b.stride()
         torch.testing.assert_close(a.cpu(), b)
+
+
+# ---- torch.compile with no backend, options, the device interface ------------------------------
+
+
+def test_default_backend_compiles_tpu_graphs_with_tpu(no_fallback):
+    """torch.compile(model) (backend "inductor") on tpu inputs runs backend
+    "tpu", forward and backward; Inductor's mode is accepted and ignored."""
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.SiLU(), torch.nn.Linear(16, 4)).to("tpu")
+    x = torch.randn(5, 8, device="tpu")
+    want = model(x)
+    want.sum().backward()
+    want_grad = model[0].weight.grad.cpu()
+    model.zero_grad()
+    before = compile_stats()["graphs"]
+    got = torch.compile(model)(x)
+    got.sum().backward()
+    assert compile_stats()["graphs"] == before + 2  # forward and backward graphs
+    torch.testing.assert_close(got.cpu(), want.cpu())
+    torch.testing.assert_close(model[0].weight.grad.cpu(), want_grad)
+    before = compile_stats()["graphs"]
+    out = torch.compile(lambda a: (a * 2).sin(), mode="reduce-overhead")(x)
+    assert compile_stats()["graphs"] == before + 1
+    torch.testing.assert_close(out.cpu(), (x.cpu() * 2).sin())
+
+
+def test_default_backend_keeps_other_devices_on_inductor(monkeypatch):
+    """Graphs without tpu values still reach Inductor (its compile_fx,
+    replaced here by a stub to keep the test fast)."""
+    import torch._inductor.compile_fx as cfx
+
+    from torch_tpu._compile_setup import on_tpu
+
+    seen = []
+
+    def stub(gm, example_inputs, **kwargs):
+        seen.append([t.device.type for t in example_inputs])
+        return gm.forward
+
+    monkeypatch.setattr(cfx, "compile_fx", stub)
+    torch._dynamo.reset()
+    before = compile_stats()["graphs"]
+    out = torch.compile(lambda a: a * 3 + 1)(torch.ones(4))
+    torch.testing.assert_close(out, torch.full((4,), 4.0))
+    assert seen == [["cpu"]] and compile_stats()["graphs"] == before
+    gm = torch.fx.symbolic_trace(lambda a: a + 1)
+    assert not on_tpu(gm, [torch.ones(1)]) and on_tpu(gm, [torch.ones(1, device="tpu")])
+
+
+def test_options_are_applied(no_fallback):
+    from torch_tpu._compile_options import compile_options
+
+    torch._dynamo.reset()
+    x = torch.randn(64, 32, device="tpu")
+
+    def f(a):
+        return torch.tanh(a * 3) + a
+
+    s0 = compile_stats()
+    out = torch.compile(f, backend="tpu", options={"graph": "eager"})(x)
+    s1 = compile_stats()
+    assert s1["graphs"] == s0["graphs"] + 1 and s1["compiles"] == s0["compiles"]  # nothing lowered to C
+    torch.testing.assert_close(out.cpu(), f(x.cpu()))
+    torch._dynamo.reset()
+    out = torch.compile(f, backend="tpu", options={"codegen": False, "profile": True})(x)
+    s2 = compile_stats()
+    assert s2["compiles"] == s1["compiles"] + 1 and s2["codegen_groups"] == s1["codegen_groups"]
+    torch.testing.assert_close(out.cpu(), f(x.cpu()))
+    o = compile_options({"gemm_epilogue": False, "fuse_rotary": False})
+    assert o.gemm_epilogue is False and o.fuse_rotary is False and o.graph == "c" and o.codegen_mode == 1
+
+
+@pytest.mark.parametrize("options, message", [
+    ({"xla_flags": 1}, r"unknown option 'xla_flags'; valid options: codegen, fuse_rotary, gemm_epilogue, graph, "
+                       r"profile"),
+    ({"codegen": "yes"}, r"option 'codegen' must be one of 'auto', True, False, got 'yes'"),
+    ({"profile": 1}, r"option 'profile' must be one of True, False, got 1"),
+])
+def test_bad_options_are_named(options, message):
+    torch._dynamo.reset()
+    with pytest.raises(Exception, match=message):
+        torch.compile(lambda a: a + 1, backend="tpu", options=options)(torch.ones(2, device="tpu"))
+    with pytest.raises(Exception, match="unknown mode 'fastest'"):
+        torch.compile(lambda a: a + 2, backend="tpu", mode="fastest")(torch.ones(2, device="tpu"))
+
+
+def test_device_interface_is_this_projects():
+    from torch._dynamo.device_interface import get_interface_for_device
+
+    from torch_tpu._device_interface import TpuInterface
+
+    di = get_interface_for_device("tpu")
+    assert di is TpuInterface
+    assert all(di.is_dtype_supported(d) for d in (torch.float64, torch.float16, torch.bfloat16, torch.int8))
+    assert not di.is_dtype_supported(torch.complex64)
+    assert di.device_count() == torch.tpu.device_count() and di.is_available() and not di.is_gpu()
+    assert di.Worker.get_device_properties(0).multi_processor_count >= 1
+    with di.device(1):
+        assert di.current_device() == 1
+    assert di.current_device() == 0
+
+
+def test_import_leaves_dynamo_alone_and_registers_when_it_loads():
+    """`import torch` does not import torch._dynamo; importing it later
+    registers this project's device interface, replacing PyTorch's."""
+    import subprocess
+    import sys
+
+    code = ("import sys, torch, torch_tpu; assert 'torch._dynamo' not in sys.modules, 'dynamo imported'; "
+            "from torch._dynamo.device_interface import get_interface_for_device as g; "
+            "print(g('tpu').__module__)")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip().splitlines()[-1] == "torch_tpu._device_interface"

@@ -17,6 +17,8 @@ def _autoload():
     imports torch, which autoloads this entry point)."""
 
 
+import sys  # noqa: E402
+
 import torch  # noqa: E402
 
 from . import _C  # the C runtime binding
@@ -33,10 +35,31 @@ if not hasattr(torch, "tpu"):
     torch._register_device_module("tpu", _tpu_module)
     torch.utils.generate_methods_for_privateuse1_backend(for_tensor=True, for_module=True, for_storage=True)
 
-from . import _pjrt  # noqa: E402
 
-_pjrt.configure()  # the PJRT plugin for TORCH_TPU_DRIVER=pjrt (see _pjrt.py)
-_C.init()
+
+def _init_runtime():
+    """Starts the runtime after checking the environment variables. A bad value
+    raises ValueError whose message starts with the variable and its value.
+    When `import torch` autoloads this package, torch re-raises any error as
+    "Failed to load the backend extension" with ours only as its cause, so the
+    message is also written first, as the first line the user sees."""
+    from . import _compile_options, _pjrt
+
+    try:
+        _compile_options.check_environment()
+        _pjrt.configure()  # the PJRT plugin for TORCH_TPU_DRIVER=pjrt (see _pjrt.py)
+        _C.init()
+    except (ValueError, RuntimeError) as e:
+        if getattr(torch.__spec__, "_initializing", False):  # inside torch's autoload
+            print(f"torch_tpu: {e}", file=sys.stderr)
+        raise
+
+
+_init_runtime()
+
+from . import _compile_setup  # noqa: E402
+
+_compile_setup.install()  # torch.compile(model) on tpu: backend "tpu"; dynamo's device interface
 
 from . import _accelerate  # noqa: E402
 

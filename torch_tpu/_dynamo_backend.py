@@ -6,13 +6,15 @@ graph to the C graph compiler (runtime/graph): pointwise chains fused into
 tiles, one planned arena per graph, one device submission per graph run.
 Nodes C cannot run execute eagerly between C segments (graph_stats()).
 
-TORCH_TPU_GRAPH=eager runs the ATen graphs op by op instead (for comparison
-and as a fallback).
+Options (torch.compile(..., options={...}), defaults from environment
+variables): _compile_options.py. TORCH_TPU_GRAPH=eager or options={"graph":
+"eager"} runs the ATen graphs op by op instead (for comparison and as a
+fallback).
 
 Registered through the `torch_dynamo_backends` entry point, so importing
 torch_tpu does not import torch._dynamo.
 """
-import os
+import functools
 import warnings
 
 import torch
@@ -21,6 +23,7 @@ from torch._functorch.aot_autograd import make_boxed_func
 
 import torch_tpu
 from torch_tpu import _graph
+from torch_tpu._compile_options import MODES, CompileOptions, compile_options
 from torch_tpu._rotary import fuse_rotary
 
 _STATS = {"graphs": 0, "rope_fusions": 0, "eager_graphs": 0}
@@ -30,21 +33,15 @@ def _host_addressable():
     return torch_tpu._C.device_properties(0)["host_addressable"]
 
 
-def _compile_graph(gm: torch.fx.GraphModule, example_inputs):
+def _compile_graph(gm: torch.fx.GraphModule, example_inputs, opts: CompileOptions):
     _STATS["graphs"] += 1
-    mode = os.environ.get("TORCH_TPU_GRAPH", "c")
-    if mode not in ("c", "eager"):
-        raise ValueError(f"TORCH_TPU_GRAPH must be 'c' or 'eager', got {mode!r}")
-    if mode == "eager" or not _host_addressable():
+    if opts.graph == "eager" or not _host_addressable():
         # The C graph compiler runs on host-addressable memory only; other
         # drivers run the ATen graph op by op (no whole-graph lowering yet).
         _STATS["eager_graphs"] += 1
         return make_boxed_func(gm.forward)
-    codegen = os.environ.get("TORCH_TPU_CODEGEN", "auto")
-    if codegen not in ("auto", "0", "1"):
-        raise ValueError(f"TORCH_TPU_CODEGEN must be 'auto', '0' or '1', got {codegen!r}")
     before = _graph.graph_stats()["codegen_unavailable"]
-    runner = _graph.lower(gm, example_inputs)
+    runner = _graph.lower(gm, example_inputs, opts)
     if before == 0 and _graph.graph_stats()["codegen_unavailable"]:
         warnings.warn("torch.compile(backend='tpu'): no working C compiler, fused groups run on the tile "
                       "interpreter (slower); TORCH_TPU_CODEGEN=1 shows the compiler's error, TORCH_TPU_CC "
@@ -52,25 +49,32 @@ def _compile_graph(gm: torch.fx.GraphModule, example_inputs):
     return runner
 
 
+@functools.cache
 def _decompositions():
     from torch._decomp import core_aten_decompositions
 
     return core_aten_decompositions()
 
 
-# keep_inference_input_mutations: input updates (a static KV cache) stay in
-# the graph as copy_ nodes, which the lowering turns into in-place updates.
-_aot_backend = aot_autograd(fw_compiler=_compile_graph, bw_compiler=_compile_graph,
-                            decompositions=_decompositions(), keep_inference_input_mutations=True)
-
-
-def tpu_backend(gm: torch.fx.GraphModule, example_inputs):
+def tpu_backend(gm: torch.fx.GraphModule, example_inputs, options=None, mode=None, name=None):
     """The dynamo backend: rewrites done on dynamo's graph (Transformers'
     rotary embedding -> torch.ops.tpu.rope, torch_tpu/_rotary.py), then
-    aot_autograd with the C graph compiler for the forward and backward."""
-    if os.environ.get("TORCH_TPU_GRAPH", "c") == "c":
+    aot_autograd with the C graph compiler for the forward and backward.
+
+    `options` (torch.compile(..., options={...})): see _compile_options.py and
+    the README; unknown keys or values raise ValueError. `mode` may be one of
+    Inductor's mode names, which change nothing here; `name` is ignored."""
+    if mode is not None and mode not in MODES:
+        raise ValueError(f"torch.compile(backend='tpu'): unknown mode {mode!r}; valid modes: {', '.join(MODES)} "
+                         "(none changes what this backend does)")
+    opts = compile_options(options)
+    if opts.graph == "c" and opts.fuse_rotary:
         _STATS["rope_fusions"] += fuse_rotary(gm)
-    return _aot_backend(gm, example_inputs)
+    compiler = functools.partial(_compile_graph, opts=opts)
+    # keep_inference_input_mutations: input updates (a static KV cache) stay in
+    # the graph as copy_ nodes, which the lowering turns into in-place updates.
+    return aot_autograd(fw_compiler=compiler, bw_compiler=compiler, decompositions=_decompositions(),
+                        keep_inference_input_mutations=True)(gm, example_inputs)
 
 
 def compile_stats():

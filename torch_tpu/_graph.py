@@ -12,7 +12,6 @@ other devices, dtypes the runtime lacks. `graph_stats()` counts them.
 """
 import math
 import operator
-import os
 import time
 import weakref
 
@@ -31,8 +30,8 @@ _MEMORY_FORMAT = {torch.contiguous_format: 0, torch.preserve_format: 1, torch.ch
 POINTWISE = 1
 REDUCTION = 2
 GEMM = 4  # may head a fused group whose pointwise epilogue runs on its tiles
-# TORCH_TPU_GEMM_EPILOGUE=0 leaves matrix multiplies out of fused groups (for comparisons)
-_GEMMS = ("aten::mm", "aten::addmm") if os.environ.get("TORCH_TPU_GEMM_EPILOGUE", "1") != "0" else ()
+# options["gemm_epilogue"] False (TORCH_TPU_GEMM_EPILOGUE=0) leaves them out of fused groups (comparisons)
+_GEMMS = ("aten::mm", "aten::addmm")
 
 _STATS = {"compiles": 0, "hits": 0, "compile_seconds": 0.0, "segments": 0, "c_nodes": 0,
           "eager_nodes": 0, "fused_groups": 0, "fused_nodes": 0, "gemm_epilogues": 0, "gemv_batches": 0,
@@ -619,18 +618,19 @@ class _Segment:
         self.graph = None
 
 
-def _flags(op):
+def _flags(op, opts):
     tags = op.tags
     return ((POINTWISE if torch.Tag.pointwise in tags else 0) | (REDUCTION if torch.Tag.reduction in tags else 0)
-            | (GEMM if _schema_name(op) in _GEMMS else 0))
+            | (GEMM if opts.gemm_epilogue and _schema_name(op) in _GEMMS else 0))
 
 
 def _storage_delta(out, base):
     return out.storage_offset() * out.element_size() - base.storage_offset() * base.element_size()
 
 
-def _build_segment(seg, device, users_outside):
+def _build_segment(seg, device, users_outside, opts):
     g = _bridge.Graph(device)
+    g.set_codegen(opts.codegen_mode)
     vid = {}
     members = set(seg.nodes)
     for n in seg.nodes:
@@ -642,7 +642,7 @@ def _build_segment(seg, device, users_outside):
     multi = {}
     for n in _schedule(seg.nodes):
         try:
-            _build_node(g, n, vid, multi)
+            _build_node(g, n, vid, multi, opts)
         except (NotImplementedError, _NotLowerable, ValueError) as e:
             raise _Retry(n) from e
     for n in seg.nodes:
@@ -650,13 +650,13 @@ def _build_segment(seg, device, users_outside):
             g.output(vid[n])
             seg.outputs.append(n)
     g.compile()
-    if os.environ.get("TORCH_TPU_GRAPH_PROFILE", "0") == "1":
+    if opts.profile:
         g.set_profiling(True)
     seg.graph = g
     return g.stats()
 
 
-def _build_node(g, n, vid, multi):
+def _build_node(g, n, vid, multi, opts):
     kind = n.meta["tpu_kind"]
     out = _val(n)
     if kind == "getitem":
@@ -679,7 +679,7 @@ def _build_node(g, n, vid, multi):
         # a fill's tensor argument gives only its shape (it may be built before that tensor)
         args = None if name in _FILLS and name not in _NATIVE else [_encode(a, v, vid) for a, v in zip(s.arguments, vals)]
         outs = out if isinstance(out, (list, tuple)) else [out]
-        flags = _flags(n.target)
+        flags = _flags(n.target, opts)
         override = n.meta.get("tpu_out_meta")
         metas = (lambda: [override]) if override else (lambda: [_meta(o) for o in outs])
         if name in _DECOMPOSE and _DECOMPOSE[name][0](n):
@@ -789,8 +789,9 @@ def use_gqa_in_attention(gm):
     return done
 
 
-def lower(gm: torch.fx.GraphModule, example_inputs):
-    """Returns a boxed callable running `gm` through the C graph compiler."""
+def lower(gm: torch.fx.GraphModule, example_inputs, opts):
+    """Returns a boxed callable running `gm` through the C graph compiler
+    (`opts`: a torch_tpu._compile_options.CompileOptions)."""
     t0 = time.perf_counter()
     _STATS["reinplaced"] += reinplace_input_updates(gm)
     _STATS["gqa_rewrites"] += use_gqa_in_attention(gm)
@@ -800,7 +801,7 @@ def lower(gm: torch.fx.GraphModule, example_inputs):
     forced_eager = set()
     while True:
         try:
-            runner, stats = _lower_once(gm, nodes, native, forced_eager)
+            runner, stats = _lower_once(gm, nodes, native, forced_eager, opts)
             break
         except _Retry as r:  # a node C refused at build time: run it eagerly
             forced_eager.add(r.node)
@@ -818,7 +819,7 @@ class _Retry(Exception):
         self.node = node
 
 
-def _lower_once(gm, nodes, native, forced_eager):
+def _lower_once(gm, nodes, native, forced_eager, opts):
     device = None
     for n in nodes:
         v = _val(n)
@@ -876,7 +877,7 @@ def _lower_once(gm, nodes, native, forced_eager):
         for n in s.nodes:
             if any(seg_of.get(u) is not s for u in n.users):
                 outside.add(n)
-        st = _build_segment(s, device, outside)
+        st = _build_segment(s, device, outside, opts)
         stats["segments"] += 1
         stats["c_nodes"] += st["nodes"]
         for k in ("fused_groups", "fused_nodes", "gemv_batches", "gemv_batched", "arena_bytes", "codegen_groups",

@@ -1,8 +1,9 @@
 /* Environment parsing and host facts. */
 #define _GNU_SOURCE
 #include <ctype.h>
-#include <stdlib.h>
 #include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
@@ -110,6 +111,32 @@ range:
 const char* tpu_env_value(const char* name) {
   const char* v = getenv(name);
   return v && !rest_is_space(v) ? v : NULL;
+}
+
+tpu_status_t tpu_env_choice(const char* name, const char* const* choices, int32_t n,
+                            int32_t* out_index) {
+  if (!name || !out_index || (n > 0 && !choices))
+    return TPU_ERROR(TPU_STATUS_INVALID_ARGUMENT, "tpu_env_choice: NULL argument");
+  *out_index = -1;
+  const char* v = getenv(name);
+  if (!v) return TPU_OK;
+  const char* p = skip_space(v);
+  size_t len = strlen(p);
+  while (len > 0 && isspace((unsigned char)p[len - 1])) len--;
+  if (len == 0) return TPU_OK;
+  char expected[256];
+  size_t used = 0;
+  expected[0] = '\0';
+  for (int32_t i = 0; i < n; i++) {
+    if (strlen(choices[i]) == len && strncmp(choices[i], p, len) == 0) {
+      *out_index = i;
+      return TPU_OK;
+    }
+    int w = snprintf(expected + used, sizeof(expected) - used, "%s'%s'", i ? ", " : "", choices[i]);
+    if (w > 0) used = used + (size_t)w < sizeof(expected) ? used + (size_t)w : sizeof(expected) - 1;
+  }
+  return TPU_ERROR(TPU_STATUS_INVALID_ARGUMENT, "invalid value for %s: '%s' (expected one of %s)", name, v,
+                   expected);
 }
 
 uint64_t tpu_host_physical_memory(void) {

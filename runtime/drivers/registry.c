@@ -93,19 +93,15 @@ bool tpu_drivers_tpu_present(void) {
 }
 
 tpu_status_t tpu_drivers_selected(const char** out_name) {
-  const char* v = tpu_env_value("TORCH_TPU_DRIVER");
-  if (!v) {
+  static const char* const kNames[] = {"host", "pjrt"};
+  int32_t index = -1;
+  TPU_RETURN_IF_ERROR(tpu_env_choice("TORCH_TPU_DRIVER", kNames, 2, &index));
+  if (index < 0) {
     *out_name = tpu_drivers_tpu_present() ? "pjrt" : "host";
-    return TPU_OK;
+  } else {
+    *out_name = kNames[index];
   }
-  for (size_t i = 0; i < sizeof(kFactories) / sizeof(kFactories[0]); i++) {
-    if (strcmp(v, kFactories[i].name) == 0) {
-      *out_name = kFactories[i].name;
-      return TPU_OK;
-    }
-  }
-  return TPU_ERROR(TPU_STATUS_INVALID_ARGUMENT,
-                   "invalid value for TORCH_TPU_DRIVER: '%s' (expected 'host' or 'pjrt')", v);
+  return TPU_OK;
 }
 
 tpu_status_t tpu_drivers_create(const char* name, tpu_threadpool_t* pool,

@@ -29,21 +29,25 @@ tpu_status_t tpu_runtime_initialize(void) {
   tpu_hal_driver_t* driver = NULL;
   if (g_initialized) goto done;
 
+  /* configuration errors name the variable and its value first: not annotated */
+  bool forbidden;
+  st = tpu_runtime_fallback_forbidden(&forbidden);
+  if (st) goto config_error;
   const char* driver_name = NULL;
   st = tpu_drivers_selected(&driver_name);
-  if (st) goto done;
+  if (st) goto config_error;
   int64_t threads = tpu_host_cpu_count();
   const char* v = tpu_env_value("TORCH_TPU_NUM_THREADS");
   if (v) {
     st = tpu_parse_int("TORCH_TPU_NUM_THREADS", v, 1, TPU_RUNTIME_MAX_THREADS, &threads);
-    if (st) goto done;
+    if (st) goto config_error;
   }
 
   int64_t spin_us = TPU_SPIN_DEFAULT_NS / 1000;
   v = tpu_env_value("TORCH_TPU_SPIN_US");
   if (v) {
     st = tpu_parse_int("TORCH_TPU_SPIN_US", v, 0, 100000, &spin_us);
-    if (st) goto done;
+    if (st) goto config_error;
   }
   tpu_spin_set_budget_ns(spin_us * 1000);
 
@@ -52,6 +56,8 @@ tpu_status_t tpu_runtime_initialize(void) {
   st = tpu_drivers_create(driver_name, pool, &driver);
   if (st) {
     tpu_threadpool_destroy(pool);
+    /* a driver's own configuration error names its variable first */
+    if (tpu_status_code(st) == TPU_STATUS_INVALID_ARGUMENT) goto config_error;
     goto done;
   }
   g_pool = pool;
@@ -60,6 +66,18 @@ tpu_status_t tpu_runtime_initialize(void) {
 done:
   pthread_mutex_unlock(&g_mu);
   return st ? tpu_status_annotate(st, "torch-tpu runtime initialisation failed") : TPU_OK;
+config_error:
+  pthread_mutex_unlock(&g_mu);
+  return st;
+}
+
+tpu_status_t tpu_runtime_fallback_forbidden(bool* out_forbidden) {
+  static const char* const kValues[] = {"error"};
+  if (!out_forbidden) return TPU_ERROR(TPU_STATUS_INVALID_ARGUMENT, "fallback_forbidden: NULL out_forbidden");
+  int32_t index;
+  TPU_RETURN_IF_ERROR(tpu_env_choice("TORCH_TPU_FALLBACK", kValues, 1, &index));
+  *out_forbidden = index == 0;
+  return TPU_OK;
 }
 
 bool tpu_runtime_is_initialized(void) { return __atomic_load_n(&g_initialized, __ATOMIC_ACQUIRE); }

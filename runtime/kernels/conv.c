@@ -427,11 +427,11 @@ static void cv_p3_gemm_par(void* ctx, int64_t b, int64_t e) {
 /* ---- drivers ------------------------------------------------------------------ */
 
 static int cv_path_env(void) {
-  const char* e = getenv("TORCH_TPU_CONV_PATH");
-  if (!e) return CV_PATH_AUTO;
-  if (strcmp(e, "direct") == 0) return CV_PATH_DIRECT;
-  if (strcmp(e, "gemm") == 0) return CV_PATH_GEMM;
-  return CV_PATH_AUTO;
+  switch (tpu_ku_env(TPU_KU_ENV_CONV_PATH)) {
+    case 0: return CV_PATH_DIRECT;
+    case 1: return CV_PATH_GEMM;
+    default: return CV_PATH_AUTO;
+  }
 }
 
 static bool cv_gemm_ok(const cv_prob_t* q, int out_dt, int path) {

@@ -430,10 +430,38 @@ void tpu_ku_iter_parallel(const tpu_ku_iter_t* it, tpu_threadpool_t* pool, int64
   tpu_parallel_for(pool, it->numel, grain, ku_par_body, &c);
 }
 
+static const char* const kIsaValues[] = {"generic", "avx2"};
+static const char* const kConvPathValues[] = {"direct", "gemm"};
+static const struct {
+  const char* name;
+  const char* const* values;
+  int32_t n;
+} kEnv[] = {
+    [TPU_KU_ENV_KERNEL_ISA] = {"TORCH_TPU_KERNEL_ISA", kIsaValues, 2},
+    [TPU_KU_ENV_CONV_PATH] = {"TORCH_TPU_CONV_PATH", kConvPathValues, 2},
+};
+
+int32_t tpu_ku_env(tpu_ku_env_t var) {
+  int32_t index = -1;
+  tpu_status_t st = tpu_env_choice(kEnv[var].name, kEnv[var].values, kEnv[var].n, &index);
+  if (st) {
+    tpu_status_free(st);
+    return -1;
+  }
+  return index;
+}
+
+tpu_status_t tpu_k_check_environment(void) {
+  for (size_t i = 0; i < sizeof(kEnv) / sizeof(kEnv[0]); i++) {
+    int32_t index;
+    TPU_RETURN_IF_ERROR(tpu_env_choice(kEnv[i].name, kEnv[i].values, kEnv[i].n, &index));
+  }
+  return TPU_OK;
+}
+
 bool tpu_ku_use_avx2(void) {
 #if defined(__x86_64__) && defined(__GNUC__)
-  const char* isa = getenv("TORCH_TPU_KERNEL_ISA");
-  if (isa && strcmp(isa, "generic") == 0) return false;
+  if (tpu_ku_env(TPU_KU_ENV_KERNEL_ISA) == 0) return false; /* "generic" */
   __builtin_cpu_init();
 #if defined(__clang__) /* older clang cannot query f16c; every AVX2+FMA CPU has it */
   return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
@@ -447,8 +475,7 @@ bool tpu_ku_use_avx2(void) {
 
 bool tpu_ku_use_avx512bf16(void) {
 #if defined(__x86_64__) && defined(__GNUC__) && defined(TPU_HAVE_AVX512BF16)
-  const char* isa = getenv("TORCH_TPU_KERNEL_ISA");
-  if (isa && (strcmp(isa, "generic") == 0 || strcmp(isa, "avx2") == 0)) return false;
+  if (tpu_ku_env(TPU_KU_ENV_KERNEL_ISA) >= 0) return false; /* "generic" or "avx2" */
   if (!tpu_ku_use_avx2()) return false;
   /* avx512f/bw: the CPU has them and the OS saves zmm state (libgcc checks
    * XCR0). AVX512_BF16 is CPUID leaf 7 subleaf 1, EAX bit 5. */

@@ -105,6 +105,38 @@ static void test_parse_int(void) {
   CHECK(v == 99);
 }
 
+static void test_env_choice(void) {
+  static const char* const kValues[] = {"generic", "avx2"};
+  int32_t i = 99;
+  unsetenv("TPU_TEST_CHOICE");
+  CHECK_OK(tpu_env_choice("TPU_TEST_CHOICE", kValues, 2, &i));
+  CHECK(i == -1);
+  setenv("TPU_TEST_CHOICE", "  ", 1);
+  CHECK_OK(tpu_env_choice("TPU_TEST_CHOICE", kValues, 2, &i));
+  CHECK(i == -1);
+  setenv("TPU_TEST_CHOICE", " avx2 ", 1);
+  CHECK_OK(tpu_env_choice("TPU_TEST_CHOICE", kValues, 2, &i));
+  CHECK(i == 1);
+  setenv("TPU_TEST_CHOICE", "avx9000", 1);
+  CHECK_STATUS(tpu_env_choice("TPU_TEST_CHOICE", kValues, 2, &i), TPU_STATUS_INVALID_ARGUMENT,
+               "invalid value for TPU_TEST_CHOICE: 'avx9000' (expected one of 'generic', 'avx2')");
+  setenv("TPU_TEST_CHOICE", "avx", 1); /* a prefix is not a match */
+  CHECK_STATUS(tpu_env_choice("TPU_TEST_CHOICE", kValues, 2, &i), TPU_STATUS_INVALID_ARGUMENT, "'avx'");
+  unsetenv("TPU_TEST_CHOICE");
+  CHECK_STATUS(tpu_env_choice(NULL, kValues, 2, &i), TPU_STATUS_INVALID_ARGUMENT, NULL);
+  bool forbidden = true;
+  unsetenv("TORCH_TPU_FALLBACK");
+  CHECK_OK(tpu_runtime_fallback_forbidden(&forbidden));
+  CHECK(!forbidden);
+  setenv("TORCH_TPU_FALLBACK", "error", 1);
+  CHECK_OK(tpu_runtime_fallback_forbidden(&forbidden));
+  CHECK(forbidden);
+  setenv("TORCH_TPU_FALLBACK", "maybe", 1);
+  CHECK_STATUS(tpu_runtime_fallback_forbidden(&forbidden), TPU_STATUS_INVALID_ARGUMENT,
+               "invalid value for TORCH_TPU_FALLBACK: 'maybe'");
+  unsetenv("TORCH_TPU_FALLBACK");
+}
+
 static void test_host_facts(void) {
   CHECK(tpu_host_physical_memory() > 64 * MiB);
   CHECK(tpu_host_cpu_count() >= 1);
@@ -120,6 +152,7 @@ static void clear_env(void) {
   unsetenv("TORCH_TPU_HOST_DEVICES");
   unsetenv("TORCH_TPU_HOST_MEMORY");
   unsetenv("TORCH_TPU_NUM_THREADS");
+  unsetenv("TORCH_TPU_FALLBACK");
 }
 
 static void test_before_init(void) {
@@ -142,6 +175,10 @@ static void expect_init_error(const char* var, const char* value) {
   tpu_status_t st = tpu_runtime_initialize();
   CHECK(tpu_status_code(st) == TPU_STATUS_INVALID_ARGUMENT);
   CHECK(strstr(tpu_status_message(st), var) != NULL);
+  char quoted[64];
+  snprintf(quoted, sizeof(quoted), "'%s'", value);
+  CHECK(strstr(tpu_status_message(st), quoted) != NULL); /* the value, and no prefix before them: */
+  CHECK(strstr(tpu_status_message(st), "initialisation failed") == NULL);
   if (tpu_status_code(st) != TPU_STATUS_INVALID_ARGUMENT)
     fprintf(stderr, "  %s=%s gave '%s'\n", var, value, tpu_status_message(st));
   tpu_status_free(st);
@@ -159,6 +196,7 @@ static void test_init_bad_env(void) {
   expect_init_error("TORCH_TPU_HOST_MEMORY", "-8G");
   expect_init_error("TORCH_TPU_NUM_THREADS", "0");
   expect_init_error("TORCH_TPU_NUM_THREADS", "many");
+  expect_init_error("TORCH_TPU_FALLBACK", "maybe");
   clear_env();
 }
 
@@ -457,6 +495,7 @@ static void test_concurrent_init(void) {
 int main(void) {
   RUN_TEST(test_parse_bytes);
   RUN_TEST(test_parse_int);
+  RUN_TEST(test_env_choice);
   RUN_TEST(test_host_facts);
   RUN_TEST(test_before_init);
   RUN_TEST(test_init_bad_env);

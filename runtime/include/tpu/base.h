@@ -40,6 +40,12 @@ tpu_status_t tpu_parse_bytes(const char* name, const char* text,
 /* Parses a non-negative integer in [min, max]; INVALID_ARGUMENT otherwise. */
 tpu_status_t tpu_parse_int(const char* name, const char* text, int64_t min,
                            int64_t max, int64_t* out_value);
+/* Reads environment variable `name` whose value must be one of `choices[0..n)`
+ * (exact text, surrounding blanks ignored): *out_index is the matching index,
+ * or -1 when the variable is unset or blank. INVALID_ARGUMENT naming the
+ * variable, its value and the choices otherwise. */
+tpu_status_t tpu_env_choice(const char* name, const char* const* choices, int32_t n,
+                            int32_t* out_index);
 
 /* Value of environment variable `name`, or NULL when unset or blank. */
 const char* tpu_env_value(const char* name);

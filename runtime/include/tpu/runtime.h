@@ -10,8 +10,9 @@
  *                           physical memory divided by the chip count,
  *                           at least 256 MiB)
  *   TORCH_TPU_NUM_THREADS   kernel threads (default: number of cores)
+ *   TORCH_TPU_SPIN_US, TORCH_TPU_LIST_FUSION, TORCH_TPU_FALLBACK (see below)
  * Bad values make initialize() fail with INVALID_ARGUMENT naming the
- * variable.
+ * variable and the value (the message starts with them).
  */
 #ifndef TPU_RUNTIME_H_
 #define TPU_RUNTIME_H_
@@ -72,6 +73,11 @@ void tpu_stats_fallback_foreach(void (*fn)(void* ctx, const char* name,
                                            uint64_t count),
                                 void* ctx);
 void tpu_stats_fallback_reset(void);
+/* TORCH_TPU_FALLBACK, read at each call: *out_forbidden is true for "error"
+ * (an op without a native kernel must raise instead of running on the CPU),
+ * false when unset. INVALID_ARGUMENT naming the variable and its value for
+ * anything else. */
+tpu_status_t tpu_runtime_fallback_forbidden(bool* out_forbidden);
 
 /* Native dispatch counters (how many ops ran on C kernels). */
 void tpu_stats_record_native(void);

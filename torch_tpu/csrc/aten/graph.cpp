@@ -210,6 +210,9 @@ class Graph {
 
   void set_profiling(bool on) { tpu_graph_set_profiling(g_, on); }
 
+  // 0 off, 1 auto, 2 required (tpu_graph_set_codegen); before compile().
+  void set_codegen(int32_t mode) { tpu_graph_set_codegen(g_, mode); }
+
   // [(op, seconds, fused group or -1)] per node; a fused group's time is on
   // its first node. Waits for queued runs first.
   py::list profile() const {
@@ -282,6 +285,7 @@ void register_graph(py::module& m) {
       .def("run", &Graph::run)
       .def("stats", &Graph::stats)
       .def("set_profiling", &Graph::set_profiling)
+      .def("set_codegen", &Graph::set_codegen)
       .def("profile", &Graph::profile);
 }
 

@@ -147,8 +147,29 @@ at::Tensor empty_like_contiguous(const at::Tensor& t, c10::ScalarType dtype, c10
 }
 
 bool fallback_is_error() {
-  const char* v = std::getenv("TORCH_TPU_FALLBACK");
-  return v != nullptr && std::strcmp(v, "error") == 0;
+  bool forbidden = false;
+  check(tpu_runtime_fallback_forbidden(&forbidden));
+  return forbidden;
+}
+
+// "float32, int64": the dtypes of an op call's tensor arguments (error messages).
+std::string argument_dtypes(const c10::OperatorHandle& op, const torch::jit::Stack* stack) {
+  std::string out;
+  auto add = [&](const at::Tensor& t) {
+    if (!t.defined()) return;
+    if (!out.empty()) out += ", ";
+    tpu_dtype_t d = to_tpu_dtype(t.scalar_type());
+    out += d != TPU_DTYPE_INVALID ? tpu_dtype_name(d) : c10::toString(t.scalar_type());
+  };
+  for (const c10::IValue& v : torch::jit::last(*stack, op.schema().arguments().size())) {
+    if (v.isTensor()) {
+      add(v.toTensor());
+    } else if (v.isList()) {
+      for (const c10::IValue& e : v.toListRef())
+        if (e.isTensor()) add(e.toTensor());
+    }
+  }
+  return out.empty() ? "no tensors" : out;
 }
 
 }  // namespace
@@ -897,8 +918,8 @@ void tpu_boxed_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack)
     run_native(op, plan, stack);
     return;
   }
-  TORCH_CHECK_NOT_IMPLEMENTED(!fallback_is_error(), plan.name,
-                              " has no native tpu kernel and TORCH_TPU_FALLBACK=error forbids the CPU fallback");
+  TORCH_CHECK_NOT_IMPLEMENTED(!fallback_is_error(), plan.name, " (tensor arguments: ", argument_dtypes(op, stack),
+                              ") has no native tpu kernel and TORCH_TPU_FALLBACK=error forbids the CPU fallback");
   tpu_stats_record_fallback(plan.name.c_str());
   at::native::cpu_fallback(op, stack, /*error_on_views=*/true);
 }

@@ -55,7 +55,8 @@ static tpu_hal_device_t* device_arg(PyObject* arg) {
 }
 
 static PyObject* py_init(PyObject* self, PyObject* noargs) {
-  tpu_status_t st = ensure_init();
+  tpu_status_t st = tpu_k_check_environment();
+  if (st == TPU_OK) st = ensure_init();
   if (st != TPU_OK) return raise_status(st);
   Py_RETURN_NONE;
 }
