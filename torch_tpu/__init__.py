@@ -19,7 +19,11 @@ def _autoload():
 
 import torch  # noqa: E402
 
-from . import _C  # the C runtime binding
+from . import distributed  # noqa: E402  (c10d backend "tpu_dist"; the torchrun chip default below)
+
+distributed.local_chips_default()  # before the runtime reads TORCH_TPU_HOST_DEVICES
+
+from . import _C  # noqa: E402  (the C runtime binding)
 from . import _bridge  # registers allocator, guard, hooks and ATen kernels
 
 __all__ = ["fallback_report", "reset_fallback_report", "native_ops", "optimize"]
@@ -34,6 +38,8 @@ if not hasattr(torch, "tpu"):
     torch.utils.generate_methods_for_privateuse1_backend(for_tensor=True, for_module=True, for_storage=True)
 
 _C.init()
+distributed.select_local_chip(_C.set_device, _C.device_count())  # torchrun: process LOCAL_RANK on tpu:LOCAL_RANK
+distributed.register()
 
 from . import _accelerate  # noqa: E402
 
