@@ -245,6 +245,7 @@ def expect_error(fn, *words):
         msg = str(e)
         assert all(w in msg for w in words), (words, msg)
         assert time.time() - t0 < 30, "the error took too long"
+        print(f"rank {RANK} raised: {msg}", flush=True)
         return msg
     raise AssertionError(f"no error (expected one naming {words})")
 
