@@ -84,21 +84,15 @@ def test_registered():
     assert dist.Backend.default_device_backend_map["tpu"] == "tpu_dist"
 
 
-def test_collectives_and_errors():
-    """Every collective on tpu tensors equals gloo's on the same CPU data
-    (init_process_group("tpu_dist")); mismatched sizes, dtypes, collectives and
-    arguments raise ValueError on both ranks, and the group still works after."""
-    cases = ["collectives", "errors"]
-    check_passed(ranks("tpu_dist", cases), cases)
-
-
-def test_dtensor_tensor_parallel():
-    """init_process_group("cpu:gloo,tpu:tpu_dist"): LOCAL_RANK's chip is current
-    (LOCAL_WORLD_SIZE chips per process), cpu and tpu collectives; DeviceMesh (1-D
-    and 2x1), distribute_tensor/redistribute, functional collectives,
-    Colwise/Rowwise MLP forward and gradients equal to one process."""
-    cases = ["launch", "dtensor"]
-    results = ranks("cpu:gloo,tpu:tpu_dist", cases)
+def test_collectives_dtensor_errors():
+    """init_process_group("tpu_dist"), LOCAL_WORLD_SIZE=2: LOCAL_RANK's chip is
+    current; every collective on tpu tensors equals gloo's on the same CPU data;
+    DeviceMesh (1-D and 2x1), distribute_tensor/redistribute, functional
+    collectives, a Colwise/Rowwise MLP's forward and gradients equal one
+    process's; mismatched sizes, dtypes, collectives and arguments raise
+    ValueError on both ranks, and the group still works after."""
+    cases = ["launch", "collectives", "dtensor", "errors"]
+    results = ranks("tpu_dist", cases)
     check_passed(results, cases)
     assert "rank 1 local 1 on tpu:1 of 2" in results[1][1], results[1][1]
 
@@ -135,7 +129,8 @@ def test_torchrun_one_node():
 
 def test_torchrun_two_nodes_on_loopback():
     """Two torchrun invocations (--nnodes 2, --node-rank 0/1) on 127.0.0.1, one
-    process each: the collectives cross "hosts" over Gloo's TCP."""
+    process each, init_process_group("cpu:gloo,tpu:tpu_dist"): tpu and cpu
+    collectives cross "hosts" over Gloo's TCP."""
     port = free_port()
     results = run_all([torchrun(1, nnodes=2, node_rank=n, port=port) for n in (0, 1)])
     check_passed(results, ["launch"])

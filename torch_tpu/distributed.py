@@ -45,7 +45,7 @@ _ReduceOp = dist.ReduceOp
 
 # Every collective's descriptor has this many ints before the split columns.
 _HEAD = 13
-_FIELDS = ("collective", "dtype", "reduce op", "root", "sizes", "arguments")
+_FIELDS = ("collective", "dtype", "reduce op", "root", "sizes")  # descriptor columns 0-4; 5 is "bad arguments"
 _KINDS = (
     "all_reduce", "all_reduce_coalesced", "broadcast", "reduce", "all_gather", "all_gather_into_tensor",
     "all_gather_coalesced", "all_gather_into_tensor_coalesced", "reduce_scatter", "reduce_scatter_tensor",
@@ -73,10 +73,11 @@ def _key(t):
 
 
 class _Job:
-    """One collective: `launch(stage)` runs on the issuing thread, builds the host
-    tensors through `stage` and returns (gloo work, host post-processing or None)."""
+    """One collective: `launch(job)` runs on the issuing thread, makes the host tensors
+    with job.read/write/inout and returns (gloo work, host post-processing or None)."""
 
-    def __init__(self, name, desc, launch, results, local_error):
+    def __init__(self, backend, name, desc, launch, results, local_error):
+        self.backend = backend
         self.name = name
         self.desc = desc
         self.launch = launch
@@ -91,11 +92,11 @@ class _Job:
         self.future = torch.futures.Future()
 
     # Staging, called by `launch` on the issuing thread.
-    def read(self, t, backend):
+    def read(self, t):
         """A host tensor holding t's data (t itself when t is on the CPU)."""
         if t.device.type == "cpu":
             return t
-        backend._wait_writers(_key(t))
+        self.backend._wait_writers(_key(t))
         h = torch.empty(t.shape, dtype=t.dtype)
         h.copy_(t)
         return h
@@ -110,6 +111,9 @@ class _Job:
         self.writes.add(_key(t))
         return h
 
+    def inout(self, t):
+        return self.write(t, self.read(t))
+
     def finish(self, error=None):
         self.error = error
         if error is None:
@@ -117,22 +121,6 @@ class _Job:
         else:
             self.future.set_exception(error)
         self.done.set()
-
-
-class _Stage:
-    """What `launch` sees: read/write/inout staging bound to one job and backend."""
-
-    def __init__(self, job, backend):
-        self.job, self.backend = job, backend
-
-    def read(self, t):
-        return self.job.read(t, self.backend)
-
-    def write(self, t):
-        return self.job.write(t)
-
-    def inout(self, t):
-        return self.job.write(t, self.job.read(t, self.backend))
 
 
 class _Work(dist.Work):
@@ -186,6 +174,7 @@ class ProcessGroupTPU(_c10d.Backend):
         self._lock = threading.Lock()
         self._inflight = []  # jobs staged but not finished, in order
         self._coalesced = None
+        self._closed = False
         self._threads = [
             threading.Thread(target=self._issue_loop, name="tpu_dist-issue", daemon=True),
             threading.Thread(target=self._finish_loop, name="tpu_dist-finish", daemon=True),
@@ -222,7 +211,9 @@ class ProcessGroupTPU(_c10d.Backend):
         return "tpu_dist"
 
     def shutdown(self):
-        self._issue_q.put(None)
+        if not self._closed:
+            self._closed = True
+            self._issue_q.put(None)
 
     def abort(self):
         self.shutdown()
@@ -245,7 +236,7 @@ class ProcessGroupTPU(_c10d.Backend):
             try:
                 if self._check and job.desc is not None:
                     self._agree(job)
-                job.gloo_work, job.post = job.launch(_Stage(job, self))
+                job.gloo_work, job.post = job.launch(job)
             except BaseException as e:  # noqa: BLE001 - handed to the caller's wait()
                 job.finish(e)
                 continue
@@ -289,7 +280,7 @@ class ProcessGroupTPU(_c10d.Backend):
             kind = _KINDS[row[0]] if 0 <= row[0] < len(_KINDS) else f"op {row[0]}"
             return f"rank {r}: {kind} {_DTYPE_NAMES.get(row[1], row[1])} {shape if ndim >= 0 else ''}"
 
-        for f, field in enumerate(_FIELDS[:5]):
+        for f, field in enumerate(_FIELDS):
             if len({row[f] for row in rows}) > 1:
                 detail = "; ".join(show(r) for r in range(self._size_))
                 raise ValueError(f"tpu_dist {job.name}: ranks disagree on the {field} ({detail})")
@@ -305,6 +296,8 @@ class ProcessGroupTPU(_c10d.Backend):
                 splits=None, local_error=None):
         """Queues one collective; returns its Work. `counts` are the element counts
         every rank must agree on; `splits` (all_to_all) is (sent, received) per peer."""
+        if self._closed:
+            raise RuntimeError(f"tpu_dist {name}: the process group was shut down")
         w = self._size_
         desc = None
         if name != "send/recv":
@@ -314,7 +307,7 @@ class ProcessGroupTPU(_c10d.Backend):
             desc += (dims + [-1] * 6)[:6]
             sent, got = splits if splits is not None else ([0] * w, [0] * w)
             desc += list(sent) + list(got)
-        job = _Job(name, desc, launch, results, local_error)
+        job = _Job(self, name, desc, launch, results, local_error)
         if local_error is not None:
             if self._check:
                 self._issue_q.put(job)  # the others learn of it through the descriptor exchange
@@ -356,8 +349,8 @@ class ProcessGroupTPU(_c10d.Backend):
         gopts.reduceOp, gopts.timeout = gop, opts.timeout
         run = self._gloo.allreduce_coalesced if coalesced else self._gloo.allreduce
 
-        def launch(s):
-            hs = [s.inout(t) for t in tensors]
+        def launch(job):
+            hs = [job.inout(t) for t in tensors]
             return run(hs, gopts), self._divide(hs, divisor)
 
         return self._submit(name, launch, tensors, dtype=tensors[0].dtype, counts=[t.numel() for t in tensors],
@@ -366,8 +359,8 @@ class ProcessGroupTPU(_c10d.Backend):
                                                   f"tensors of several dtypes {[t.dtype for t in tensors]}"))
 
     def broadcast(self, tensors, opts):
-        def launch(s):
-            return self._gloo.broadcast([s.inout(t) for t in tensors], opts), None
+        def launch(job):
+            return self._gloo.broadcast([job.inout(t) for t in tensors], opts), None
 
         return self._submit("broadcast", launch, tensors, dtype=tensors[0].dtype,
                             counts=[t.numel() for t in tensors], root=opts.rootRank, shape=tensors[0].shape)
@@ -378,8 +371,8 @@ class ProcessGroupTPU(_c10d.Backend):
         gopts.reduceOp, gopts.rootRank, gopts.rootTensor, gopts.timeout = gop, opts.rootRank, opts.rootTensor, opts.timeout
         is_root = self._rank_ == opts.rootRank
 
-        def launch(s):
-            hs = [s.inout(t) for t in tensors]
+        def launch(job):
+            hs = [job.inout(t) for t in tensors]
             return self._gloo.reduce(hs, gopts), self._divide(hs, divisor if is_root else None)
 
         return self._submit("reduce", launch, tensors, dtype=tensors[0].dtype, counts=[t.numel() for t in tensors],
@@ -395,16 +388,16 @@ class ProcessGroupTPU(_c10d.Backend):
     def allgather(self, output_tensors, input_tensors, opts):
         inp, outs = input_tensors[0], output_tensors[0]
 
-        def launch(s):
-            return self._gloo.allgather([[s.write(o) for o in outs]], [s.read(inp)], opts), None
+        def launch(job):
+            return self._gloo.allgather([[job.write(o) for o in outs]], [job.read(inp)], opts), None
 
         return self._submit("all_gather", launch, outs, dtype=inp.dtype, counts=[inp.numel()], shape=inp.shape,
                             local_error=self._check_parts("all_gather", outs, inp, inp.dtype))
 
     def allgather_coalesced(self, output_lists, input_tensors, opts):
-        def launch(s):
-            return self._gloo.allgather_coalesced([[s.write(o) for o in outs] for outs in output_lists],
-                                                  [s.read(t) for t in input_tensors], opts), None
+        def launch(job):
+            return self._gloo.allgather_coalesced([[job.write(o) for o in outs] for outs in output_lists],
+                                                  [job.read(t) for t in input_tensors], opts), None
 
         err = next((e for outs, t in zip(output_lists, input_tensors)
                     if (e := self._check_parts("all_gather_coalesced", outs, t, t.dtype))), None)
@@ -418,16 +411,16 @@ class ProcessGroupTPU(_c10d.Backend):
                          f"{tuple(whole.shape)} {whole.dtype} is not {self._size_} x {tuple(part.shape)} {part.dtype}")
 
     def all_gather_single(self, output, input, opts):
-        def launch(s):
-            return self._gloo.all_gather_single(s.write(output), s.read(input), opts), None
+        def launch(job):
+            return self._gloo.all_gather_single(job.write(output), job.read(input), opts), None
 
         return self._submit("all_gather_into_tensor", launch, [output], dtype=input.dtype, counts=[input.numel()],
                             shape=input.shape, local_error=self._check_whole("all_gather_into_tensor", output, input))
 
     def all_gather_single_coalesced(self, outputs, inputs, opts):
-        def launch(s):
-            return self._gloo.all_gather_single_coalesced([s.write(o) for o in outputs],
-                                                          [s.read(i) for i in inputs], opts), None
+        def launch(job):
+            return self._gloo.all_gather_single_coalesced([job.write(o) for o in outputs],
+                                                          [job.read(i) for i in inputs], opts), None
 
         name = "all_gather_into_tensor_coalesced"
         err = next((e for o, i in zip(outputs, inputs) if (e := self._check_whole(name, o, i))), None)
@@ -439,9 +432,9 @@ class ProcessGroupTPU(_c10d.Backend):
         gopts = _c10d.ReduceScatterOptions()
         gopts.reduceOp, gopts.timeout = gop, opts.timeout
 
-        def launch(s):
-            hs = [s.write(o) for o in outputs]
-            return run(hs, inputs(s), gopts), self._divide(hs, divisor)
+        def launch(job):
+            hs = [job.write(o) for o in outputs]
+            return run(hs, inputs(job), gopts), self._divide(hs, divisor)
 
         return self._submit(name, launch, outputs, dtype=outputs[0].dtype, counts=[o.numel() for o in outputs],
                             op=opts.reduceOp, shape=outputs[0].shape, local_error=next(filter(None, errors), None))
@@ -449,18 +442,18 @@ class ProcessGroupTPU(_c10d.Backend):
     def reduce_scatter(self, output_tensors, input_lists, opts):
         return self._reduce_scatter(
             "reduce_scatter", lambda hs, ins, o: self._gloo.reduce_scatter(hs, ins, o), output_tensors,
-            lambda s: [[s.read(t) for t in ts] for ts in input_lists], opts,
+            lambda job: [[job.read(t) for t in ts] for ts in input_lists], opts,
             [self._check_parts("reduce_scatter", ts, o, o.dtype) for o, ts in zip(output_tensors, input_lists)])
 
     def reduce_scatter_single(self, output, input, opts):
         return self._reduce_scatter(
             "reduce_scatter_tensor", lambda hs, ins, o: self._gloo.reduce_scatter_single(hs[0], ins, o), [output],
-            lambda s: s.read(input), opts, [self._check_whole("reduce_scatter_tensor", input, output)])
+            lambda job: job.read(input), opts, [self._check_whole("reduce_scatter_tensor", input, output)])
 
     def reduce_scatter_single_coalesced(self, outputs, inputs, opts):
         name = "reduce_scatter_tensor_coalesced"
         return self._reduce_scatter(
-            name, self._gloo.reduce_scatter_single_coalesced, outputs, lambda s: [s.read(i) for i in inputs], opts,
+            name, self._gloo.reduce_scatter_single_coalesced, outputs, lambda job: [job.read(i) for i in inputs], opts,
             [self._check_whole(name, i, o) for o, i in zip(outputs, inputs)])
 
     def alltoall(self, output_tensors, input_tensors, opts):
@@ -468,10 +461,10 @@ class ProcessGroupTPU(_c10d.Backend):
         all_to_all_single over the flattened, concatenated host tensors."""
         sent, got = [t.numel() for t in input_tensors], [t.numel() for t in output_tensors]
 
-        def launch(s):
-            flat_in = torch.cat([s.read(t).reshape(-1) for t in input_tensors])
+        def launch(job):
+            flat_in = torch.cat([job.read(t).reshape(-1) for t in input_tensors])
             flat_out = torch.empty(sum(got), dtype=flat_in.dtype)
-            hs = [s.write(o) for o in output_tensors]
+            hs = [job.write(o) for o in output_tensors]
             work = self._gloo.all_to_all_single(flat_out, flat_in, got, sent, opts)
             return work, lambda: [h.view(-1).copy_(piece) for h, piece in zip(hs, flat_out.split(got))]
 
@@ -502,8 +495,8 @@ class ProcessGroupTPU(_c10d.Backend):
         if err is None:
             splits = ([n * row(input) for n in in_rows], [n * row(output) for n in out_rows])
 
-        def launch(s):
-            return self._gloo.all_to_all_single(s.write(output), s.read(input), list(output_split_sizes),
+        def launch(job):
+            return self._gloo.all_to_all_single(job.write(output), job.read(input), list(output_split_sizes),
                                                 list(input_split_sizes), opts), None
 
         return self._submit(name, launch, [output], dtype=input.dtype, counts=[row(input)], splits=splits,
@@ -514,8 +507,8 @@ class ProcessGroupTPU(_c10d.Backend):
         is_root = self._rank_ == opts.rootRank
         outs = output_lists[0] if is_root and output_lists else []
 
-        def launch(s):
-            return self._gloo.gather([[s.write(o) for o in outs]] if is_root else [], [s.read(inp)], opts), None
+        def launch(job):
+            return self._gloo.gather([[job.write(o) for o in outs]] if is_root else [], [job.read(inp)], opts), None
 
         return self._submit("gather", launch, outs, dtype=inp.dtype, counts=[inp.numel()], root=opts.rootRank,
                             shape=inp.shape, local_error=self._check_parts("gather", outs, inp, inp.dtype) if is_root
@@ -526,27 +519,27 @@ class ProcessGroupTPU(_c10d.Backend):
         is_root = self._rank_ == opts.rootRank
         ins = input_lists[0] if is_root and input_lists else []
 
-        def launch(s):
-            return self._gloo.scatter([s.write(out)], [[s.read(t) for t in ins]] if is_root else [], opts), None
+        def launch(job):
+            return self._gloo.scatter([job.write(out)], [[job.read(t) for t in ins]] if is_root else [], opts), None
 
         return self._submit("scatter", launch, [out], dtype=out.dtype, counts=[out.numel()], root=opts.rootRank,
                             shape=out.shape, local_error=self._check_parts("scatter", ins, out, out.dtype) if is_root
                             else None)
 
     def send(self, tensors, dst, tag):
-        def launch(s):
-            return self._gloo.send([s.read(t) for t in tensors], dst, tag), None
+        def launch(job):
+            return self._gloo.send([job.read(t) for t in tensors], dst, tag), None
 
         return self._submit("send/recv", launch, tensors)
 
     def recv(self, tensors, src, tag):
-        def launch(s):
-            return self._gloo.recv([s.write(t) for t in tensors], src, tag), None
+        def launch(job):
+            return self._gloo.recv([job.write(t) for t in tensors], src, tag), None
 
         return self._submit("send/recv", launch, tensors)
 
     def barrier(self, opts):
-        def launch(s):
+        def launch(job):
             gopts = _c10d.BarrierOptions()
             gopts.timeout = opts.timeout
             return self._gloo.barrier(gopts), None
