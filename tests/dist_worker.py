@@ -354,6 +354,31 @@ def case_launch():
     print(f"rank {RANK} local {local} on tpu:{want} of {torch.tpu.device_count()}", flush=True)
 
 
+def case_tp_plan():
+    """Transformers tensor parallelism: a tiny Llama loaded with tp_plan="auto"
+    gives the logits and greedy tokens of the whole model on the CPU."""
+    from transformers import AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM
+
+    path = os.environ["DIST_TEST_DIR"]
+    torch.manual_seed(0)
+    cfg = LlamaConfig(vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64)
+    ref = LlamaForCausalLM(cfg).eval()
+    if RANK == 0:
+        ref.save_pretrained(path)
+    dist.barrier()
+    model = AutoModelForCausalLM.from_pretrained(path, tp_plan="auto").eval()
+    assert model.device.type == "tpu", model.device
+    ids = torch.tensor([[1, 5, 9, 12, 7]])
+    with torch.no_grad():
+        torch.testing.assert_close(model(ids.to(model.device)).logits.cpu(), ref(ids).logits, rtol=1e-5, atol=1e-5)
+        got = model.generate(ids.to(model.device), max_new_tokens=6, do_sample=False).cpu()
+        want = ref.generate(ids, max_new_tokens=6, do_sample=False)
+    assert torch.equal(got, want), (got, want)
+    whole = sum(p.numel() * p.element_size() for p in ref.parameters())
+    print(f"rank {RANK}: tp_plan peak {torch.tpu.max_memory_allocated()} bytes, whole model {whole}", flush=True)
+
+
 TIMEOUT = float(os.environ.get("DIST_TEST_TIMEOUT", "60"))
 GLOO = None
 BACKEND = sys.argv[1] if len(sys.argv) > 1 else ""

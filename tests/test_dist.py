@@ -137,6 +137,12 @@ def test_torchrun_two_nodes_on_loopback():
     assert "rank 1 local 0 on tpu:0" in results[1][1], results[1][1]
 
 
+@pytest.mark.slow
+def test_transformers_tp_plan(tmp_path):
+    pytest.importorskip("transformers")
+    check_passed(ranks("tpu_dist", ["tp_plan"], DIST_TEST_DIR=tmp_path), ["tp_plan"])
+
+
 def test_device_helpers():
     from torch_tpu import distributed as td
 
