@@ -68,6 +68,38 @@ def _sig(numels):
     return h
 
 
+class _HostPool:
+    """Host staging buffers reused across collectives. A fresh large CPU tensor costs
+    a page fault per page on first touch (64 MiB: about 70 ms here, five times the
+    copy itself). Keeps at most `limit` bytes of free buffers, by exact size."""
+
+    def __init__(self, limit=1 << 30):
+        self._free = {}
+        self._bytes = 0
+        self._limit = limit
+        self._lock = threading.Lock()
+
+    def take(self, shape, dtype):
+        """(raw byte buffer to give back, a view of it with `shape` and `dtype`)."""
+        n = math.prod(shape) * dtype.itemsize
+        with self._lock:
+            free = self._free.get(n)
+            raw = free.pop() if free else None
+            if raw is not None:
+                self._bytes -= n
+        if raw is None:
+            raw = torch.empty(n, dtype=torch.uint8)
+        return raw, raw.view(dtype).view(shape)
+
+    def give(self, raws):
+        with self._lock:
+            for raw in raws:
+                n = raw.numel()
+                if self._bytes + n <= self._limit:
+                    self._free.setdefault(n, []).append(raw)
+                    self._bytes += n
+
+
 def _key(t):
     return (t.device.type, t.device.index, t.untyped_storage().data_ptr())
 
@@ -84,6 +116,7 @@ class _Job:
         self.results = results
         self.local_error = local_error
         self.back = []  # (device tensor, host tensor) copied after Gloo finishes
+        self.host = []  # pool buffers this job took
         self.writes = set()
         self.gloo_work = None
         self.post = None
@@ -97,8 +130,13 @@ class _Job:
         if t.device.type == "cpu":
             return t
         self.backend._wait_writers(_key(t))
-        h = torch.empty(t.shape, dtype=t.dtype)
+        h = self._host(t)
         h.copy_(t)
+        return h
+
+    def _host(self, t):
+        raw, h = self.backend._pool.take(t.shape, t.dtype)
+        self.host.append(raw)
         return h
 
     def write(self, t, h=None):
@@ -106,7 +144,7 @@ class _Job:
         if t.device.type == "cpu":
             return t
         if h is None:
-            h = torch.empty(t.shape, dtype=t.dtype)
+            h = self._host(t)
         self.back.append((t, h))
         self.writes.add(_key(t))
         return h
@@ -117,9 +155,11 @@ class _Job:
     def finish(self, error=None):
         self.error = error
         if error is None:
+            self.backend._pool.give(self.host)  # after a failure Gloo may still touch them: dropped
             self.future.set_result(self.results)
         else:
             self.future.set_exception(error)
+        self.host = []
         self.done.set()
 
 
@@ -169,6 +209,7 @@ class ProcessGroupTPU(_c10d.Backend):
         self._timeout = timeout
         self._gloo = dist.ProcessGroupGloo(dist.PrefixStore("tpu_dist_gloo/", store), rank, size, timeout)
         self._check = os.environ.get("TORCH_TPU_DIST_CHECK", "1") != "0"
+        self._pool = _HostPool()
         self._issue_q = queue.SimpleQueue()
         self._finish_q = queue.SimpleQueue()
         self._lock = threading.Lock()
