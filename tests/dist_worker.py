@@ -338,6 +338,44 @@ def case_dtensor():
         torch.testing.assert_close(p.grad.full_tensor().cpu(), q.grad, rtol=1e-5, atol=1e-5, msg=n)
 
 
+def case_train():
+    """DDP and FSDP2 (fully_shard) SGD steps on per-rank halves of each batch end
+    with the weights of one process training on the whole batches."""
+    from torch import nn
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+
+    xs = torch.randn(3, 2 * WORLD, 8, generator=torch.Generator().manual_seed(1))
+
+    def train(model, params):
+        opt = torch.optim.SGD(params, lr=0.1)
+        for x in xs:
+            x = x.chunk(WORLD)[RANK].to("tpu") if next(model.parameters()).device.type == "tpu" else x
+            model(x).pow(2).mean().backward()
+            opt.step()
+            opt.zero_grad()
+
+    for wrap in ("ddp", "fsdp2"):
+        torch.manual_seed(0)
+        ref = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4))
+        model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4))
+        model.load_state_dict(ref.state_dict())
+        model.to("tpu")
+        if wrap == "ddp":
+            model = nn.parallel.DistributedDataParallel(model)
+            inner = model.module
+        else:
+            mesh = init_device_mesh("tpu", (WORLD,))
+            for layer in (model[0], model[2]):
+                fully_shard(layer, mesh=mesh)
+            inner = fully_shard(model, mesh=mesh)
+        train(model, model.parameters())
+        train(ref, ref.parameters())
+        for (n, p), q in zip(inner.named_parameters(), ref.parameters()):
+            p = p.full_tensor() if wrap == "fsdp2" else p
+            torch.testing.assert_close(p.detach().cpu(), q.detach(), rtol=1e-5, atol=1e-6, msg=f"{wrap} {n}")
+
+
 def case_launch():
     """Under torchrun: the chip this process uses, and a collective on it and on the CPU."""
     local = int(os.environ["LOCAL_RANK"])

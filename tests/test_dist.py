@@ -89,9 +89,10 @@ def test_collectives_dtensor_errors():
     current; every collective on tpu tensors equals gloo's on the same CPU data;
     DeviceMesh (1-D and 2x1), distribute_tensor/redistribute, functional
     collectives, a Colwise/Rowwise MLP's forward and gradients equal one
-    process's; mismatched sizes, dtypes, collectives and arguments raise
-    ValueError on both ranks, and the group still works after."""
-    cases = ["launch", "collectives", "dtensor", "errors"]
+    process's; DDP and FSDP2 SGD steps equal one process's; mismatched sizes,
+    dtypes, collectives and arguments raise ValueError on both ranks, and the
+    group still works after."""
+    cases = ["launch", "collectives", "dtensor", "train", "errors"]
     results = ranks("tpu_dist", cases)
     check_passed(results, cases)
     assert "rank 1 local 1 on tpu:1 of 2" in results[1][1], results[1][1]
