@@ -291,6 +291,26 @@ def case_die():
     os._exit(0)  # the group cannot shut down cleanly without its peer
 
 
+def case_hang():
+    """Rank 1 stops calling collectives (alive); rank 0's fails after the group timeout."""
+    t = torch.ones(4, device=dev())
+    dist.all_reduce(t)
+    if RANK == 1:
+        time.sleep(TIMEOUT + 5)
+        os._exit(3)
+    t0 = time.time()
+    try:
+        dist.all_reduce(t)
+    except RuntimeError as e:
+        took = time.time() - t0
+        print(f"rank 0 failed after {took:.1f} s: {str(e).splitlines()[0][:200]}", flush=True)
+    else:
+        raise AssertionError("a collective without its peer succeeded")
+    assert TIMEOUT - 1 < took < TIMEOUT + 30, took
+    print("PASS hang", flush=True)
+    os._exit(0)
+
+
 def case_dtensor():
     from torch import nn
     from torch.distributed.device_mesh import init_device_mesh

@@ -107,6 +107,14 @@ def test_dead_rank_fails_within_timeout():
     assert time.time() - t0 < LIMIT
 
 
+@pytest.mark.slow
+def test_silent_rank_times_out():
+    """A live rank that stops calling collectives: the other's fails after the 5 s group timeout."""
+    results = ranks("tpu_dist", ["hang"], DIST_TEST_TIMEOUT=5)
+    code, out = results[0]
+    assert code == 0 and "PASS hang" in out, out
+
+
 def torchrun(nproc, nnodes=1, node_rank=0, port=None, **extra):
     exe = shutil.which("torchrun")
     argv = [exe] if exe else [sys.executable, "-m", "torch.distributed.run"]
