@@ -252,13 +252,24 @@ class ProcessGroupTPU(_c10d.Backend):
         return "tpu_dist"
 
     def shutdown(self):
-        if not self._closed:
-            self._closed = True
-            self._issue_q.put(None)
+        """Finishes the queued collectives (each within the group's timeout), then
+        releases the inner Gloo group now rather than at interpreter exit."""
+        if self._closed:
+            return
+        self._closed = True
+        self._issue_q.put(None)
+        for t in self._threads:
+            t.join(self._timeout.total_seconds() + 30)
+        if not any(t.is_alive() for t in self._threads):
+            with self._lock:
+                self._inflight = []
+            self._gloo = None
 
     def abort(self):
+        gloo = self._gloo
+        if gloo is not None:
+            gloo.abort()
         self.shutdown()
-        self._gloo.abort()
 
     # -- machinery
     def _wait_writers(self, key):
