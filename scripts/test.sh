@@ -7,6 +7,9 @@ PY=${PYTHON:-python3}
 bash scripts/setup.sh
 
 echo "== C runtime tests (AddressSanitizer + UndefinedBehaviorSanitizer)"
+# The driver conformance suite runs on the pjrt driver too, on XLA's CPU plugin.
+TORCH_TPU_PJRT_PLUGIN=$("$PY" -c "import os, xla_plugins.xla_cpu_pjrt as m; print(os.path.join(os.path.dirname(m.__file__), 'xla_cpu_pjrt.so'))")
+export TORCH_TPU_PJRT_PLUGIN TORCH_TPU_CTS_REQUIRE_PJRT=1
 cmake -S . -B build/c-san -DTPU_SANITIZE=ON -DTPU_BUILD_PYTHON=OFF -DCMAKE_BUILD_TYPE=Debug >/dev/null
 cmake --build build/c-san -j "$(nproc)" >/dev/null
 ctest --test-dir build/c-san --output-on-failure

@@ -37,6 +37,9 @@ if not hasattr(torch, "tpu"):
     torch._register_device_module("tpu", _tpu_module)
     torch.utils.generate_methods_for_privateuse1_backend(for_tensor=True, for_module=True, for_storage=True)
 
+from . import _pjrt  # noqa: E402
+
+_pjrt.configure()  # the PJRT plugin for TORCH_TPU_DRIVER=pjrt (see _pjrt.py)
 _C.init()
 distributed.select_local_chip(_C.set_device, _C.device_count())  # torchrun: process LOCAL_RANK on tpu:LOCAL_RANK
 distributed.register()

@@ -19,19 +19,27 @@ import torch
 from torch._dynamo.backends.common import aot_autograd
 from torch._functorch.aot_autograd import make_boxed_func
 
+import torch_tpu
 from torch_tpu import _graph
 from torch_tpu._rotary import fuse_rotary
 
-_STATS = {"graphs": 0, "rope_fusions": 0}
+_STATS = {"graphs": 0, "rope_fusions": 0, "eager_graphs": 0}
+
+
+def _host_addressable():
+    return torch_tpu._C.device_properties(0)["host_addressable"]
 
 
 def _compile_graph(gm: torch.fx.GraphModule, example_inputs):
     _STATS["graphs"] += 1
     mode = os.environ.get("TORCH_TPU_GRAPH", "c")
-    if mode == "eager":
-        return make_boxed_func(gm.forward)
-    if mode != "c":
+    if mode not in ("c", "eager"):
         raise ValueError(f"TORCH_TPU_GRAPH must be 'c' or 'eager', got {mode!r}")
+    if mode == "eager" or not _host_addressable():
+        # The C graph compiler runs on host-addressable memory only; other
+        # drivers run the ATen graph op by op (no whole-graph lowering yet).
+        _STATS["eager_graphs"] += 1
+        return make_boxed_func(gm.forward)
     codegen = os.environ.get("TORCH_TPU_CODEGEN", "auto")
     if codegen not in ("auto", "0", "1"):
         raise ValueError(f"TORCH_TPU_CODEGEN must be 'auto', '0' or '1', got {codegen!r}")
@@ -74,8 +82,10 @@ def compile_stats():
     'gemv_batches'/'gemv_batched': steps running several one-row products of
     the same row as one parallel loop and the products in them,
     'rope_fusions': q/k rotary embeddings made one tpu.rope call, arena
-    bytes)."""
+    bytes, 'eager_graphs': graphs run op by op, by TORCH_TPU_GRAPH=eager or
+    because the device's memory is not host-addressable)."""
     out = _graph.graph_stats()
     out["graphs"] = _STATS["graphs"]
     out["rope_fusions"] = _STATS["rope_fusions"]
+    out["eager_graphs"] = _STATS["eager_graphs"]
     return out

@@ -91,12 +91,14 @@ class _DeviceProperties:
         self.total_memory = props["total_memory"]
         self.multi_processor_count = props["compute_units"]
         self.driver = props["driver"]
+        self.platform = props["platform"]  # the PJRT platform ("tpu", "cpu"), "host" on the host driver
         self.index = props["index"]
         self.type = "tpu"
 
     def __repr__(self):
         return (f"_TpuDeviceProperties(name='{self.name}', total_memory={self.total_memory // (1024 * 1024)}MB, "
-                f"multi_processor_count={self.multi_processor_count}, driver='{self.driver}')")
+                f"multi_processor_count={self.multi_processor_count}, driver='{self.driver}', "
+                f"platform='{self.platform}')")
 
 
 def get_device_properties(device: _DeviceLike = None) -> _DeviceProperties:

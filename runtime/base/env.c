@@ -1,6 +1,7 @@
 /* Environment parsing and host facts. */
 #define _GNU_SOURCE
 #include <ctype.h>
+#include <stdlib.h>
 #include <sched.h>
 #include <string.h>
 #include <time.h>
@@ -104,6 +105,11 @@ range:
   return TPU_ERROR(TPU_STATUS_INVALID_ARGUMENT,
                    "value for %s is out of range: '%s' (expected an integer in [%lld, %lld])",
                    name, text, (long long)min, (long long)max);
+}
+
+const char* tpu_env_value(const char* name) {
+  const char* v = getenv(name);
+  return v && !rest_is_space(v) ? v : NULL;
 }
 
 uint64_t tpu_host_physical_memory(void) {

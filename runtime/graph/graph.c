@@ -256,6 +256,12 @@ tpu_status_t tpu_graph_create(int32_t device_index, tpu_graph_t** out_graph) {
   *out_graph = NULL;
   tpu_hal_device_t* device = NULL;
   TPU_RETURN_IF_ERROR(tpu_runtime_device(device_index, &device));
+  tpu_hal_device_properties_t props;
+  tpu_hal_device_vt(device)->query_properties(device, &props);
+  if (!props.host_addressable)
+    return TPU_ERROR(TPU_STATUS_UNIMPLEMENTED,
+                     "graph: tpu:%d (%s driver) has memory the C graph compiler cannot address",
+                     device_index, props.driver);
   tpu_graph_t* g = calloc(1, sizeof(*g));
   if (!g) return TPU_ERROR(TPU_STATUS_OUT_OF_MEMORY, "graph: out of host memory");
   tpu_object_init(&g->object, &kGraphVtable);

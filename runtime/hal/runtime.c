@@ -3,34 +3,23 @@
 #define _GNU_SOURCE
 #include "tpu/runtime.h"
 
+#include "tpu/drivers.h"
+
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
-#define TPU_RUNTIME_MAX_DEVICES 64
 #define TPU_RUNTIME_MAX_THREADS 1024
-#define TPU_RUNTIME_MIN_DEFAULT_MEMORY ((uint64_t)256 << 20)
 
 static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
 static bool g_initialized;               /* atomic loads outside g_mu */
 static tpu_hal_driver_t* g_driver;       /* atomic loads outside g_mu */
 static tpu_threadpool_t* g_pool;
-static int32_t g_device_count;
 
 static _Thread_local int32_t t_current_device;
 
 /* ---- initialisation ---- */
-
-/* Value of an environment variable, or NULL if unset or blank. */
-static const char* env_value(const char* name) {
-  const char* v = getenv(name);
-  if (!v) return NULL;
-  for (const char* p = v; *p; p++) {
-    if (*p != ' ' && *p != '\t' && *p != '\n' && *p != '\r') return v;
-  }
-  return NULL;
-}
 
 tpu_status_t tpu_runtime_initialize(void) {
   if (__atomic_load_n(&g_initialized, __ATOMIC_ACQUIRE)) return TPU_OK;
@@ -40,67 +29,32 @@ tpu_status_t tpu_runtime_initialize(void) {
   tpu_hal_driver_t* driver = NULL;
   if (g_initialized) goto done;
 
-  int64_t devices = 1;
-  const char* v = env_value("TORCH_TPU_HOST_DEVICES");
-  if (v) {
-    st = tpu_parse_int("TORCH_TPU_HOST_DEVICES", v, 1, TPU_RUNTIME_MAX_DEVICES, &devices);
-    if (st) goto done;
-  }
-  uint64_t memory = 0;
-  v = env_value("TORCH_TPU_HOST_MEMORY");
-  if (v) {
-    st = tpu_parse_bytes("TORCH_TPU_HOST_MEMORY", v, &memory);
-    if (st) goto done;
-    if (memory == 0) {
-      st = TPU_ERROR(TPU_STATUS_INVALID_ARGUMENT,
-                     "invalid byte size for TORCH_TPU_HOST_MEMORY: '%s' (must be > 0)", v);
-      goto done;
-    }
-  } else {
-    memory = tpu_host_physical_memory() / 4 / (uint64_t)devices;
-    if (memory < TPU_RUNTIME_MIN_DEFAULT_MEMORY) memory = TPU_RUNTIME_MIN_DEFAULT_MEMORY;
-  }
+  const char* driver_name = NULL;
+  st = tpu_drivers_selected(&driver_name);
+  if (st) goto done;
   int64_t threads = tpu_host_cpu_count();
-  v = env_value("TORCH_TPU_NUM_THREADS");
+  const char* v = tpu_env_value("TORCH_TPU_NUM_THREADS");
   if (v) {
     st = tpu_parse_int("TORCH_TPU_NUM_THREADS", v, 1, TPU_RUNTIME_MAX_THREADS, &threads);
     if (st) goto done;
   }
 
   int64_t spin_us = TPU_SPIN_DEFAULT_NS / 1000;
-  v = env_value("TORCH_TPU_SPIN_US");
+  v = tpu_env_value("TORCH_TPU_SPIN_US");
   if (v) {
     st = tpu_parse_int("TORCH_TPU_SPIN_US", v, 0, 100000, &spin_us);
     if (st) goto done;
   }
   tpu_spin_set_budget_ns(spin_us * 1000);
 
-  bool group_lists = true;
-  v = env_value("TORCH_TPU_LIST_FUSION");
-  if (v) {
-    int64_t on = 1;
-    st = tpu_parse_int("TORCH_TPU_LIST_FUSION", v, 0, 1, &on);
-    if (st) goto done;
-    group_lists = on != 0;
-  }
-
   st = tpu_threadpool_create((int)threads, &pool);
   if (st) goto done;
-  tpu_host_driver_options_t options = {
-      .struct_size = sizeof(options),
-      .device_count = (int32_t)devices,
-      .memory_per_device = memory,
-      .compute_units = (int32_t)threads,
-      .pool = pool,
-      .group_list_works = group_lists,
-  };
-  st = tpu_host_driver_create(&options, &driver);
+  st = tpu_drivers_create(driver_name, pool, &driver);
   if (st) {
     tpu_threadpool_destroy(pool);
     goto done;
   }
   g_pool = pool;
-  g_device_count = (int32_t)devices;
   __atomic_store_n(&g_driver, driver, __ATOMIC_RELEASE);
   __atomic_store_n(&g_initialized, true, __ATOMIC_RELEASE);
 done:
@@ -123,7 +77,6 @@ void tpu_runtime_shutdown(void) {
     tpu_object_release(&driver->base); /* drains every queue */
     tpu_threadpool_destroy(g_pool);
     g_pool = NULL;
-    g_device_count = 0;
   }
   pinned_release_all();
   fallback_release_all();
@@ -152,9 +105,8 @@ tpu_status_t tpu_runtime_device(int32_t index, tpu_hal_device_t** out_device) {
   int32_t count = tpu_hal_driver_vt(d)->device_count(d);
   if (index < 0 || index >= count)
     return TPU_ERROR(TPU_STATUS_INVALID_ARGUMENT,
-                     "invalid device tpu:%d: only %d tpu device(s) available (set "
-                     "TORCH_TPU_HOST_DEVICES)",
-                     index, count);
+                     "invalid device tpu:%d: only %d tpu device(s) available (%s driver)", index,
+                     count, tpu_hal_driver_vt(d)->name(d));
   *out_device = tpu_hal_driver_vt(d)->device(d, index);
   return TPU_OK;
 }

@@ -186,7 +186,7 @@ static void test_init_defaults(void) {
   tpu_status_t st = tpu_runtime_device(7, &bad);
   CHECK(tpu_status_code(st) == TPU_STATUS_INVALID_ARGUMENT);
   CHECK_STREQ(tpu_status_message(st),
-              "invalid device tpu:7: only 1 tpu device(s) available (set TORCH_TPU_HOST_DEVICES)");
+              "invalid device tpu:7: only 1 tpu device(s) available (host driver)");
   tpu_status_free(st);
   CHECK(bad == NULL);
   CHECK_STATUS(tpu_runtime_device(-1, &bad), TPU_STATUS_INVALID_ARGUMENT, "tpu:-1");

@@ -43,6 +43,8 @@ static void device_query_properties(tpu_hal_device_t* device, tpu_hal_device_pro
   memset(out, 0, sizeof(*out));
   snprintf(out->name, sizeof(out->name), "TPU host virtual chip");
   snprintf(out->driver, sizeof(out->driver), "host");
+  snprintf(out->platform, sizeof(out->platform), "host");
+  out->host_addressable = true;
   out->index = d->index;
   out->compute_units = d->compute_units;
   out->total_memory = d->allocator.stats.budget_bytes;

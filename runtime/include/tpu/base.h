@@ -41,6 +41,9 @@ tpu_status_t tpu_parse_bytes(const char* name, const char* text,
 tpu_status_t tpu_parse_int(const char* name, const char* text, int64_t min,
                            int64_t max, int64_t* out_value);
 
+/* Value of environment variable `name`, or NULL when unset or blank. */
+const char* tpu_env_value(const char* name);
+
 /* Total physical memory of the host in bytes (0 if unknown). */
 uint64_t tpu_host_physical_memory(void);
 /* Number of online CPU cores (>= 1). */

@@ -6,9 +6,11 @@
  * Model
  * - A driver owns N devices ("chips"). Devices are borrowed from the driver
  *   and live as long as it does.
- * - Device memory is addressed by `void*` device pointers. For the host
- *   driver these are dereferenceable host addresses inside the chip's budget;
- *   for other drivers they are opaque and only HAL calls may touch them.
+ * - Device memory is addressed by `void*` device pointers; pointer
+ *   arithmetic inside an allocation is valid on every driver. Where
+ *   properties.host_addressable is true (the host driver) they are host
+ *   addresses; elsewhere (pjrt) they are opaque and only HAL calls may touch
+ *   them.
  * - Each device has ONE in-order asynchronous queue. submit() returns before
  *   the work runs; works run one after another on the device's worker. Errors
  *   returned by a work are kept (the first one, with the work's name) and
@@ -90,10 +92,15 @@ typedef struct tpu_hal_memory_stats_t {
 
 typedef struct tpu_hal_device_properties_t {
   char name[64];           /* e.g. "TPU host virtual chip" */
-  char driver[16];         /* e.g. "host" */
+  char driver[16];         /* "host" or "pjrt" */
+  char platform[32];       /* PJRT platform name ("tpu", "cpu"); "host" */
   int32_t index;           /* ordinal within its driver */
   int32_t compute_units;   /* threads kernels may use */
   uint64_t total_memory;   /* budget in bytes */
+  /* True if device pointers are host addresses that host code (the C
+   * kernels, the graph compiler) may dereference. False: memory is opaque,
+   * only HAL calls reach it, and ops must run where the driver runs them. */
+  bool host_addressable;
 } tpu_hal_device_properties_t;
 
 /* ---- Event ---------------------------------------------------------------

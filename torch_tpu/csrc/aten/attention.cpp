@@ -83,7 +83,7 @@ int64_t tpu_fused_sdp_choice(const at::Tensor& query, const at::Tensor& key, con
                              const std::optional<at::Tensor>& attn_mask, double dropout_p, bool is_causal,
                              std::optional<double> scale, bool enable_gqa) {
   auto& ctx = at::globalContext();
-  if (ctx.userEnabledOverrideableSDP() &&
+  if (ctx.userEnabledOverrideableSDP() && host_kernels() &&
       fused_supported(query, key, value, attn_mask, dropout_p, is_causal, enable_gqa)) {
     return static_cast<int64_t>(at::SDPBackend::overrideable);
   }

@@ -33,6 +33,11 @@ void ensure_runtime();
 // Borrowed device `index` (throws on a bad index).
 tpu_hal_device_t* device(c10::DeviceIndex index);
 c10::DeviceIndex current_device();
+// True if the driver's device memory is host-addressable, so the C kernel
+// table and the graph compiler can run on it (the host driver). False
+// (pjrt): ops without a lowering of that driver take PyTorch's CPU fallback,
+// and copies the kernels would do stage through the host.
+bool host_kernels();
 
 // The device allocator (registered for PrivateUse1).
 c10::DeviceAllocator* allocator();

@@ -152,8 +152,41 @@ at::Tensor empty_strided_tpu(c10::IntArrayRef size, c10::IntArrayRef stride, c10
   return at::detail::empty_strided_generic(size, stride, allocator(), kTpuKeys, dtype);
 }
 
+namespace {
+
+// The bytes of tensor `t` (on tpu) from its first to its last element, read
+// into a CPU buffer; returns that buffer and, in *view, a CPU view of it
+// with t's sizes and strides.
+at::Tensor read_span(const at::Tensor& t, at::Tensor* view) {
+  int64_t span = 1;
+  for (int64_t i = 0; i < t.dim(); ++i) span += (t.size(i) - 1) * t.stride(i);
+  at::Tensor buf = at::empty({span}, t.options().device(c10::DeviceType::CPU));
+  tpu_hal_device_t* d = device(t.device().index());
+  check(tpu_hal_device_vt(d)->copy_d2h(d, buf.data_ptr(), t.data_ptr(), span * t.element_size()));
+  *view = buf.as_strided(t.sizes(), t.strides(), 0);
+  return buf;
+}
+
+// native_copy on a driver without host kernels: both spans stage through the
+// host, the CPU does the strided, casting, broadcasting copy, and dst's span
+// is written back whole (its gaps with the bytes just read).
+void staged_copy(const at::Tensor& dst, const at::Tensor& src) {
+  at::Tensor s, d;
+  read_span(src, &s);
+  at::Tensor dbuf = read_span(dst, &d);
+  d.copy_(s);
+  tpu_hal_device_t* dev = device(dst.device().index());
+  check(tpu_hal_device_vt(dev)->copy_h2d(dev, dst.data_ptr(), dbuf.data_ptr(), dbuf.numel() * dbuf.element_size()));
+}
+
+}  // namespace
+
 void native_copy(const at::Tensor& dst, const at::Tensor& src) {
   if (dst.numel() == 0) return;
+  if (!host_kernels()) {
+    staged_copy(dst, src);
+    return;
+  }
   submit_kernel("aten::copy_", {dst, src, false}, {dst}, dst.device().index());
 }
 
@@ -355,7 +388,7 @@ const OpPlan& plan_for(const c10::OperatorHandle& op) {
   OpPlan plan;
   plan.name = schema.name();
   if (!schema.overload_name().empty()) plan.name += "." + schema.overload_name();
-  plan.entry = tpu_k_lookup(plan.name.c_str());
+  plan.entry = host_kernels() ? tpu_k_lookup(plan.name.c_str()) : nullptr;
   plan.expand_masks = schema.name() == "aten::index" || schema.name() == "aten::index_put" ||
                       schema.name() == "aten::index_put_" || schema.name() == "aten::_index_put_impl_";
   // List ops (torch._foreach_*) may return one Tensor[].
@@ -864,6 +897,8 @@ void tpu_boxed_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack)
 
 void submit_kernel(const char* name, c10::ArrayRef<c10::IValue> args, const std::vector<at::Tensor>& outputs,
                    c10::DeviceIndex index, std::optional<at::Generator> gen) {
+  TORCH_CHECK_NOT_IMPLEMENTED(host_kernels(), name, " is not supported yet on the tpu device's ",
+                              "driver (its memory is not host-addressable and it has no lowering of this op)");
   const tpu_k_entry_t* entry = tpu_k_lookup(name);
   TORCH_CHECK_NOT_IMPLEMENTED(entry != nullptr, "torch_tpu: the runtime has no kernel named ", name);
   auto w = new_work(entry);

@@ -38,6 +38,16 @@ tpu_hal_device_t* device(c10::DeviceIndex index) {
   return d;
 }
 
+bool host_kernels() {
+  static const bool value = [] {
+    tpu_hal_device_t* d = device(0);
+    tpu_hal_device_properties_t p;
+    tpu_hal_device_vt(d)->query_properties(d, &p);
+    return p.host_addressable;
+  }();
+  return value;
+}
+
 c10::DeviceIndex current_device() {
   ensure_runtime();
   return static_cast<c10::DeviceIndex>(tpu_runtime_current_device());

@@ -144,8 +144,10 @@ static PyObject* py_device_properties(PyObject* self, PyObject* arg) {
   tpu_hal_device_properties_t p;
   memset(&p, 0, sizeof(p));
   tpu_hal_device_vt(d)->query_properties(d, &p);
-  return Py_BuildValue("{s:s,s:s,s:i,s:i,s:K}", "name", p.name, "driver", p.driver, "index", p.index,
-                       "compute_units", p.compute_units, "total_memory", (unsigned long long)p.total_memory);
+  return Py_BuildValue("{s:s,s:s,s:s,s:i,s:i,s:K,s:O}", "name", p.name, "driver", p.driver,
+                       "platform", p.platform, "index", p.index, "compute_units", p.compute_units,
+                       "total_memory", (unsigned long long)p.total_memory, "host_addressable",
+                       p.host_addressable ? Py_True : Py_False);
 }
 
 static PyObject* py_mem_get_info(PyObject* self, PyObject* arg) {

@@ -1,0 +1,1145 @@
+/* PJRT driver: chips of any PJRT plugin behind the HAL.
+ *
+ * Storage model: an allocation is a range of addresses reserved with no
+ * access (PROT_NONE), so pointer arithmetic above the HAL works and any host
+ * dereference faults at once; its bytes live in one PJRT buffer u8[size] on
+ * the chip. PJRT buffers are never written in place: a write makes a new
+ * buffer (a whole-range upload, or a compiled StableHLO dynamic_update_slice
+ * for a part), which replaces the allocation's buffer. Buffers are counted
+ * references, so a whole-allocation device copy shares its source's buffer.
+ *
+ * Ordering: every call is issued in program order on the calling thread
+ * under the device's lock; PJRT orders work through each buffer's
+ * definition events. The events of issued work (uploads, executions) are
+ * kept until they complete; synchronize() awaits them and returns the first
+ * error. Host works (tpu_hal_work_t) run on the calling thread once earlier
+ * device work has completed. */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <time.h>
+
+#include "drivers/pjrt/pjrt_abi.h"
+#include "tpu/drivers.h"
+
+#define TPU_PJRT_MAX_DEVICES 1024
+#define TPU_PJRT_MAX_OPTIONS 16
+
+typedef struct tpu_pjrt_driver_t tpu_pjrt_driver_t;
+
+/* A PJRT buffer shared by the allocations that hold it. */
+typedef struct tpu_pjrt_buf_t {
+  int64_t refs;
+  PJRT_Buffer* buffer;
+} tpu_pjrt_buf_t;
+
+typedef struct tpu_pjrt_alloc_t {
+  uintptr_t base;
+  size_t size;         /* bytes asked */
+  size_t reserved;     /* bytes of address space (page multiple) */
+  tpu_pjrt_buf_t* buf; /* NULL until first written */
+} tpu_pjrt_alloc_t;
+
+typedef struct tpu_pjrt_pending_t {
+  PJRT_Event* event;
+  void* staging; /* host bytes to free once the event is ready */
+  uint64_t seq;
+  char what[48];
+} tpu_pjrt_pending_t;
+
+typedef struct tpu_pjrt_device_t {
+  tpu_hal_device_t base;
+  tpu_pjrt_driver_t* driver;
+  int32_t index;
+  PJRT_Device* device;
+  char kind[64];
+  pthread_mutex_t mu;
+  tpu_pjrt_alloc_t* allocs; /* sorted by base */
+  size_t num_allocs, cap_allocs;
+  tpu_pjrt_pending_t* pending; /* issue order */
+  size_t num_pending, cap_pending;
+  uint64_t seq; /* work items issued */
+  tpu_status_t error; /* first asynchronous error since the last take */
+  tpu_hal_memory_stats_t stats;
+  uint64_t works;
+} tpu_pjrt_device_t;
+
+typedef struct tpu_pjrt_exe_t {
+  char* key;
+  PJRT_LoadedExecutable* exe;
+} tpu_pjrt_exe_t;
+
+struct tpu_pjrt_driver_t {
+  tpu_hal_driver_t base;
+  void* library;
+  const PJRT_Api* api;
+  PJRT_Client* client;
+  char platform[32];
+  char platform_version[64];
+  int32_t device_count;
+  tpu_pjrt_device_t** devices;
+  pthread_mutex_t exe_mu;
+  tpu_pjrt_exe_t* exes;
+  size_t num_exes, cap_exes;
+};
+
+static const tpu_hal_device_vtable_t tpu_pjrt_device_vtable;
+static const tpu_hal_driver_vtable_t tpu_pjrt_driver_vtable;
+static const tpu_hal_event_vtable_t tpu_pjrt_event_vtable;
+
+static tpu_pjrt_device_t* dev(tpu_hal_device_t* d) {
+  return d && d->base.vtable == (const void*)&tpu_pjrt_device_vtable ? (tpu_pjrt_device_t*)d
+                                                                    : NULL;
+}
+
+/* ---- errors ---- */
+static tpu_status_code_t code_of(PJRT_Error_Code c) {
+  switch (c) {
+    case PJRT_Error_Code_INVALID_ARGUMENT: return TPU_STATUS_INVALID_ARGUMENT;
+    case PJRT_Error_Code_RESOURCE_EXHAUSTED: return TPU_STATUS_OUT_OF_MEMORY;
+    case PJRT_Error_Code_UNIMPLEMENTED: return TPU_STATUS_UNIMPLEMENTED;
+    case PJRT_Error_Code_FAILED_PRECONDITION: return TPU_STATUS_FAILED_PRECONDITION;
+    case PJRT_Error_Code_UNAVAILABLE: return TPU_STATUS_UNAVAILABLE;
+    case PJRT_Error_Code_NOT_FOUND: return TPU_STATUS_FAILED_PRECONDITION;
+    default: return TPU_STATUS_INTERNAL;
+  }
+}
+
+/* Converts (and destroys) a PJRT error; TPU_OK for NULL. */
+static tpu_status_t take(const PJRT_Api* api, PJRT_Error* e, const char* what) {
+  if (!e) return TPU_OK;
+  PJRT_Error_Message_Args m = {.struct_size = TPU_PJRT_SIZE(PJRT_Error_Message_Args, message_size),
+                               .error = e};
+  api->PJRT_Error_Message(&m);
+  PJRT_Error_GetCode_Args g = {.struct_size = TPU_PJRT_SIZE(PJRT_Error_GetCode_Args, code),
+                               .error = e};
+  PJRT_Error* ge = api->PJRT_Error_GetCode(&g);
+  tpu_status_code_t code = ge ? TPU_STATUS_INTERNAL : code_of(g.code);
+  tpu_status_t st = TPU_ERROR(code, "%s: PJRT: %.*s", what, (int)m.message_size,
+                              m.message ? m.message : "");
+  PJRT_Error_Destroy_Args d = {.struct_size = TPU_PJRT_SIZE(PJRT_Error_Destroy_Args, error),
+                               .error = e};
+  api->PJRT_Error_Destroy(&d);
+  if (ge) {
+    d.error = ge;
+    api->PJRT_Error_Destroy(&d);
+  }
+  return st;
+}
+
+#define EVARGS(ev) {.struct_size = TPU_PJRT_SIZE(PJRT_Event_Args, event), .event = (ev)}
+
+static void event_destroy(const PJRT_Api* api, PJRT_Event* ev) {
+  if (!ev) return;
+  PJRT_Event_Args a = EVARGS(ev);
+  tpu_status_free(take(api, api->PJRT_Event_Destroy(&a), "event"));
+}
+
+/* Waits for `ev`, returns its error, destroys it. */
+static tpu_status_t event_finish(const PJRT_Api* api, PJRT_Event* ev, const char* what) {
+  if (!ev) return TPU_OK;
+  PJRT_Event_Args a = EVARGS(ev);
+  tpu_status_t st = take(api, api->PJRT_Event_Await(&a), what);
+  event_destroy(api, ev);
+  return st;
+}
+
+static bool event_ready(const PJRT_Api* api, PJRT_Event* ev) {
+  PJRT_Event_IsReady_Args a = {.struct_size = TPU_PJRT_SIZE(PJRT_Event_IsReady_Args, is_ready),
+                               .event = ev};
+  PJRT_Error* e = api->PJRT_Event_IsReady(&a);
+  if (e) {
+    tpu_status_free(take(api, e, "event"));
+    return true; /* Await will report it */
+  }
+  return a.is_ready;
+}
+
+/* ---- buffers ---- */
+static void buf_release(const PJRT_Api* api, tpu_pjrt_buf_t* b) {
+  if (!b || --b->refs > 0) return;
+  PJRT_Buffer_Destroy_Args a = {.struct_size = TPU_PJRT_SIZE(PJRT_Buffer_Destroy_Args, buffer),
+                                .buffer = b->buffer};
+  tpu_status_free(take(api, api->PJRT_Buffer_Destroy(&a), "buffer"));
+  free(b);
+}
+
+static tpu_status_t buf_wrap(const PJRT_Api* api, PJRT_Buffer* buffer, tpu_pjrt_buf_t** out) {
+  tpu_pjrt_buf_t* b = malloc(sizeof(*b));
+  if (!b) {
+    PJRT_Buffer_Destroy_Args a = {.struct_size = TPU_PJRT_SIZE(PJRT_Buffer_Destroy_Args, buffer),
+                                  .buffer = buffer};
+    tpu_status_free(take(api, api->PJRT_Buffer_Destroy(&a), "buffer"));
+    return TPU_ERROR(TPU_STATUS_OUT_OF_MEMORY, "cannot allocate a buffer record");
+  }
+  *b = (tpu_pjrt_buf_t){.refs = 1, .buffer = buffer};
+  *out = b;
+  return TPU_OK;
+}
+
+/* ---- pending device work (under d->mu) ---- */
+static tpu_status_t keep_error(tpu_pjrt_device_t* d, tpu_status_t st) {
+  if (st) {
+    if (!d->error) {
+      d->error = tpu_status_annotate(st, "tpu:%d", d->index);
+    } else {
+      tpu_status_free(st);
+    }
+  }
+  return TPU_OK;
+}
+
+static void pending_finish(tpu_pjrt_device_t* d, tpu_pjrt_pending_t* p) {
+  keep_error(d, event_finish(d->driver->api, p->event, p->what));
+  free(p->staging);
+}
+
+/* Completes the ready prefix of the pending list (and every entry when
+ * `all`); later entries that are ready stay until those before them are. */
+static void pending_reap(tpu_pjrt_device_t* d, bool all) {
+  size_t k = 0;
+  while (k < d->num_pending && (all || event_ready(d->driver->api, d->pending[k].event))) {
+    pending_finish(d, &d->pending[k]);
+    k++;
+  }
+  if (k) {
+    memmove(d->pending, d->pending + k, (d->num_pending - k) * sizeof(*d->pending));
+    d->num_pending -= k;
+  }
+}
+
+/* Adds work completing at `ev`; on failure to record it, waits for it. */
+static tpu_status_t pending_add(tpu_pjrt_device_t* d, PJRT_Event* ev, void* staging,
+                                const char* what) {
+  d->seq++;
+  if (!ev) {
+    free(staging);
+    return TPU_OK;
+  }
+  if (d->num_pending == d->cap_pending) {
+    size_t cap = d->cap_pending ? d->cap_pending * 2 : 64;
+    void* p = realloc(d->pending, cap * sizeof(*d->pending));
+    if (!p) {
+      tpu_pjrt_pending_t tmp = {.event = ev, .staging = staging};
+      snprintf(tmp.what, sizeof(tmp.what), "%s", what);
+      pending_finish(d, &tmp);
+      return TPU_OK;
+    }
+    d->pending = p;
+    d->cap_pending = cap;
+  }
+  tpu_pjrt_pending_t* p = &d->pending[d->num_pending++];
+  *p = (tpu_pjrt_pending_t){.event = ev, .staging = staging, .seq = d->seq};
+  snprintf(p->what, sizeof(p->what), "%s", what);
+  if (d->num_pending > 256) pending_reap(d, false);
+  return TPU_OK;
+}
+
+static tpu_status_t take_error(tpu_pjrt_device_t* d) {
+  tpu_status_t st = d->error;
+  d->error = TPU_OK;
+  return st;
+}
+
+/* ---- allocations (under d->mu) ---- */
+static size_t alloc_find(tpu_pjrt_device_t* d, uintptr_t p) {
+  size_t lo = 0, hi = d->num_allocs;
+  while (lo < hi) {
+    size_t mid = (lo + hi) / 2;
+    if (d->allocs[mid].base <= p) {
+      lo = mid + 1;
+    } else {
+      hi = mid;
+    }
+  }
+  return lo; /* first with base > p */
+}
+
+/* The allocation holding [p, p + size), or NULL. */
+static tpu_pjrt_alloc_t* alloc_lookup(tpu_pjrt_device_t* d, const void* ptr, size_t size) {
+  uintptr_t p = (uintptr_t)ptr;
+  size_t i = alloc_find(d, p);
+  if (i == 0) return NULL;
+  tpu_pjrt_alloc_t* a = &d->allocs[i - 1];
+  if (p - a->base > a->size || size > a->size - (p - a->base)) return NULL;
+  if (size == 0 && p - a->base == a->size && a->size > 0) return NULL;
+  return a;
+}
+
+static tpu_status_t range_of(tpu_pjrt_device_t* d, const char* op, const char* what,
+                             const void* ptr, size_t size, tpu_pjrt_alloc_t** out) {
+  *out = alloc_lookup(d, ptr, size);
+  if (*out) return TPU_OK;
+  return TPU_ERROR(TPU_STATUS_INVALID_ARGUMENT,
+                   "tpu:%d: %s: %s [%p, +%zu bytes) is not inside a live allocation of this "
+                   "device",
+                   d->index, op, what, ptr, size);
+}
+
+/* ---- executables (the driver's cache, keyed by program text) ---- */
+/* Serialized xla.CompileOptionsProto: executable_build_options { num_replicas: 1
+ * num_partitions: 1 }, compile_portable_executable: true (the executable
+ * runs on the device given at execution). The CPU plugins abort on options
+ * without replica and partition counts. */
+static const char kCompileOptions[] = {0x1a, 0x04, 0x20, 0x01, 0x28, 0x01, 0x20, 0x01};
+
+static tpu_status_t executable(tpu_pjrt_driver_t* drv, const char* text,
+                               PJRT_LoadedExecutable** out) {
+  pthread_mutex_lock(&drv->exe_mu);
+  for (size_t i = 0; i < drv->num_exes; i++) {
+    if (strcmp(drv->exes[i].key, text) == 0) {
+      *out = drv->exes[i].exe;
+      pthread_mutex_unlock(&drv->exe_mu);
+      return TPU_OK;
+    }
+  }
+  if (drv->num_exes == drv->cap_exes) {
+    size_t cap = drv->cap_exes ? 2 * drv->cap_exes : 16;
+    void* n = realloc(drv->exes, cap * sizeof(*drv->exes));
+    if (n) {
+      drv->exes = n;
+      drv->cap_exes = cap;
+    }
+  }
+  char* key = drv->num_exes < drv->cap_exes ? strdup(text) : NULL;
+  if (!key) {
+    pthread_mutex_unlock(&drv->exe_mu);
+    return TPU_ERROR(TPU_STATUS_OUT_OF_MEMORY, "cannot grow the executable cache");
+  }
+  PJRT_Program prog = {.struct_size = TPU_PJRT_SIZE(PJRT_Program, format_size),
+                       .code = key,
+                       .code_size = strlen(key),
+                       .format = "mlir",
+                       .format_size = 4};
+  PJRT_Client_Compile_Args a = {.struct_size = TPU_PJRT_SIZE(PJRT_Client_Compile_Args, executable),
+                                .client = drv->client,
+                                .program = &prog,
+                                .compile_options = kCompileOptions,
+                                .compile_options_size = sizeof(kCompileOptions)};
+  tpu_status_t st = take(drv->api, drv->api->PJRT_Client_Compile(&a), "compile");
+  if (st) {
+    free(key);
+  } else {
+    drv->exes[drv->num_exes++] = (tpu_pjrt_exe_t){.key = key, .exe = a.executable};
+    *out = a.executable;
+  }
+  pthread_mutex_unlock(&drv->exe_mu);
+  return st;
+}
+
+/* Runs a one-output executable on `d` and returns its output buffer. */
+static tpu_status_t execute(tpu_pjrt_device_t* d, PJRT_LoadedExecutable* exe, PJRT_Buffer* const* args,
+                            size_t num_args, const char* what, PJRT_Buffer** out) {
+  const PJRT_Api* api = d->driver->api;
+  PJRT_ExecuteOptions opts = {.struct_size = TPU_PJRT_SIZE(PJRT_ExecuteOptions, incarnation_ids)};
+  PJRT_Buffer* outputs[1] = {NULL};
+  PJRT_Buffer** output_list[1] = {outputs};
+  PJRT_Buffer* const* arg_list[1] = {args};
+  PJRT_Event* done[1] = {NULL};
+  PJRT_LoadedExecutable_Execute_Args a = {
+      .struct_size = TPU_PJRT_SIZE(PJRT_LoadedExecutable_Execute_Args, execute_device),
+      .executable = exe,
+      .options = &opts,
+      .argument_lists = arg_list,
+      .num_devices = 1,
+      .num_args = num_args,
+      .output_lists = output_list,
+      .device_complete_events = done,
+      .execute_device = d->device};
+  TPU_RETURN_IF_ERROR(take(api, api->PJRT_LoadedExecutable_Execute(&a), what));
+  pending_add(d, done[0], NULL, what);
+  *out = outputs[0];
+  return TPU_OK;
+}
+
+/* Uploads `size` host bytes as a new u8[size] buffer (or an s64 scalar when
+ * `scalar`); the bytes are staged, so `src` may be reused at return. */
+static tpu_status_t upload(tpu_pjrt_device_t* d, const void* src, size_t size, bool scalar,
+                           PJRT_Buffer** out) {
+  const PJRT_Api* api = d->driver->api;
+  void* staging = malloc(size ? size : 1);
+  if (!staging)
+    return TPU_ERROR(TPU_STATUS_OUT_OF_MEMORY, "tpu:%d: cannot stage %zu bytes", d->index, size);
+  if (src) {
+    memcpy(staging, src, size);
+  } else {
+    memset(staging, 0, size);
+  }
+  int64_t dims[1] = {(int64_t)size};
+  PJRT_Client_BufferFromHostBuffer_Args a = {
+      .struct_size = TPU_PJRT_SIZE(PJRT_Client_BufferFromHostBuffer_Args, buffer),
+      .client = d->driver->client,
+      .data = staging,
+      .type = scalar ? PJRT_Buffer_Type_S64 : PJRT_Buffer_Type_U8,
+      .dims = dims,
+      .num_dims = scalar ? 0 : 1,
+      .host_buffer_semantics = PJRT_HostBufferSemantics_kImmutableUntilTransferCompletes,
+      .device = d->device};
+  tpu_status_t st = take(api, api->PJRT_Client_BufferFromHostBuffer(&a), "copy_h2d");
+  if (st) {
+    free(staging);
+    return st;
+  }
+  pending_add(d, a.done_with_host_buffer, staging, "copy_h2d");
+  *out = a.buffer;
+  return TPU_OK;
+}
+
+static void buffer_destroy(const PJRT_Api* api, PJRT_Buffer* b) {
+  if (!b) return;
+  PJRT_Buffer_Destroy_Args a = {.struct_size = TPU_PJRT_SIZE(PJRT_Buffer_Destroy_Args, buffer),
+                                .buffer = b};
+  tpu_status_free(take(api, api->PJRT_Buffer_Destroy(&a), "buffer"));
+}
+
+/* The allocation's buffer, made (zero-filled) when it was never written. */
+static tpu_status_t alloc_buffer(tpu_pjrt_device_t* d, tpu_pjrt_alloc_t* a, tpu_pjrt_buf_t** out) {
+  if (!a->buf) {
+    PJRT_Buffer* b = NULL;
+    TPU_RETURN_IF_ERROR(upload(d, NULL, a->size, false, &b));
+    TPU_RETURN_IF_ERROR(buf_wrap(d->driver->api, b, &a->buf));
+  }
+  *out = a->buf;
+  return TPU_OK;
+}
+
+static void alloc_set(tpu_pjrt_device_t* d, tpu_pjrt_alloc_t* a, tpu_pjrt_buf_t* b) {
+  buf_release(d->driver->api, a->buf);
+  a->buf = b;
+}
+
+/* dst[doff, doff+n) = src[soff, soff+n) as one executed program; `src` lives
+ * on `d`. The result replaces the destination allocation's buffer. */
+static tpu_status_t write_range(tpu_pjrt_device_t* d, tpu_pjrt_alloc_t* dst, size_t doff,
+                                PJRT_Buffer* src, size_t src_size, size_t soff, size_t n,
+                                const char* what) {
+  char text[1024];
+  snprintf(text, sizeof(text),
+           "func.func public @main(%%d: tensor<%zuxui8>, %%s: tensor<%zuxui8>, %%so: tensor<i64>, "
+           "%%do: tensor<i64>) -> tensor<%zuxui8> {\n"
+           "  %%p = stablehlo.dynamic_slice %%s, %%so, sizes = [%zu] : (tensor<%zuxui8>, "
+           "tensor<i64>) -> tensor<%zuxui8>\n"
+           "  %%r = stablehlo.dynamic_update_slice %%d, %%p, %%do : (tensor<%zuxui8>, "
+           "tensor<%zuxui8>, tensor<i64>) -> tensor<%zuxui8>\n"
+           "  return %%r : tensor<%zuxui8>\n}\n",
+           dst->size, src_size, dst->size, n, src_size, n, dst->size, n, dst->size, dst->size);
+  PJRT_LoadedExecutable* exe = NULL;
+  TPU_RETURN_IF_ERROR(tpu_status_annotate(executable(d->driver, text, &exe), "tpu:%d: %s", d->index, what));
+  tpu_pjrt_buf_t* cur = NULL;
+  TPU_RETURN_IF_ERROR(alloc_buffer(d, dst, &cur));
+  int64_t so = (int64_t)soff, dof = (int64_t)doff;
+  PJRT_Buffer* offs[2] = {NULL, NULL};
+  tpu_status_t st = upload(d, &so, sizeof(so), true, &offs[0]);
+  if (!st) st = upload(d, &dof, sizeof(dof), true, &offs[1]);
+  PJRT_Buffer* out = NULL;
+  if (!st) {
+    PJRT_Buffer* args[4] = {cur->buffer, src, offs[0], offs[1]};
+    st = execute(d, exe, args, 4, what, &out);
+  }
+  buffer_destroy(d->driver->api, offs[0]);
+  buffer_destroy(d->driver->api, offs[1]);
+  if (st) return st;
+  tpu_pjrt_buf_t* b = NULL;
+  TPU_RETURN_IF_ERROR(buf_wrap(d->driver->api, out, &b));
+  alloc_set(d, dst, b);
+  return TPU_OK;
+}
+
+/* ---- device: properties and memory ---- */
+static void device_destroy(tpu_object_t* object) {
+  tpu_pjrt_device_t* d = (tpu_pjrt_device_t*)object;
+  const PJRT_Api* api = d->driver->api;
+  pending_reap(d, true);
+  for (size_t i = 0; i < d->num_allocs; i++) {
+    buf_release(api, d->allocs[i].buf);
+    munmap((void*)d->allocs[i].base, d->allocs[i].reserved);
+  }
+  tpu_status_free(d->error);
+  free(d->allocs);
+  free(d->pending);
+  pthread_mutex_destroy(&d->mu);
+  free(d);
+}
+
+static void device_query_properties(tpu_hal_device_t* device, tpu_hal_device_properties_t* out) {
+  tpu_pjrt_device_t* d = dev(device);
+  memset(out, 0, sizeof(*out));
+  snprintf(out->name, sizeof(out->name), "%s", d->kind);
+  snprintf(out->driver, sizeof(out->driver), "pjrt");
+  snprintf(out->platform, sizeof(out->platform), "%s", d->driver->platform);
+  out->index = d->index;
+  out->compute_units = 1;
+  out->total_memory = d->stats.budget_bytes;
+  out->host_addressable = false;
+}
+
+static tpu_status_t device_allocate(tpu_hal_device_t* device, size_t size, void** out_ptr) {
+  tpu_pjrt_device_t* d = dev(device);
+  *out_ptr = NULL;
+  if (size == 0) return TPU_OK;
+  pthread_mutex_lock(&d->mu);
+  tpu_status_t st = TPU_OK;
+  uint64_t budget = d->stats.budget_bytes;
+  if (d->stats.allocated_bytes > budget || size > budget - d->stats.allocated_bytes) {
+    d->stats.num_ooms++;
+    st = TPU_ERROR(TPU_STATUS_OUT_OF_MEMORY,
+                   "tpu:%d out of memory: tried to allocate %zu bytes with %" PRIu64
+                   " bytes free of %" PRIu64 " (%s)",
+                   d->index, size, budget - d->stats.allocated_bytes, budget, d->driver->platform);
+    goto done;
+  }
+  size_t page = 4096, reserved = (size + page - 1) / page * page;
+  void* p = mmap(NULL, reserved, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (p == MAP_FAILED) {
+    st = TPU_ERROR(TPU_STATUS_OUT_OF_MEMORY, "tpu:%d: cannot reserve %zu bytes of addresses",
+                   d->index, reserved);
+    goto done;
+  }
+  if (d->num_allocs == d->cap_allocs) {
+    size_t cap = d->cap_allocs ? 2 * d->cap_allocs : 256;
+    void* n = realloc(d->allocs, cap * sizeof(*d->allocs));
+    if (!n) {
+      munmap(p, reserved);
+      st = TPU_ERROR(TPU_STATUS_OUT_OF_MEMORY, "tpu:%d: cannot grow the allocation table",
+                     d->index);
+      goto done;
+    }
+    d->allocs = n;
+    d->cap_allocs = cap;
+  }
+  size_t i = alloc_find(d, (uintptr_t)p);
+  memmove(d->allocs + i + 1, d->allocs + i, (d->num_allocs - i) * sizeof(*d->allocs));
+  d->allocs[i] = (tpu_pjrt_alloc_t){.base = (uintptr_t)p, .size = size, .reserved = reserved};
+  d->num_allocs++;
+  d->stats.allocated_bytes += size;
+  d->stats.reserved_bytes = d->stats.allocated_bytes;
+  d->stats.requested_bytes += size;
+  d->stats.num_allocs++;
+  d->stats.num_device_allocs++;
+  d->stats.num_segments = d->num_allocs;
+  if (d->stats.allocated_bytes > d->stats.peak_allocated_bytes)
+    d->stats.peak_allocated_bytes = d->stats.allocated_bytes;
+  d->stats.peak_reserved_bytes = d->stats.peak_allocated_bytes;
+  *out_ptr = p;
+done:
+  pthread_mutex_unlock(&d->mu);
+  return st;
+}
+
+static void device_deallocate(tpu_hal_device_t* device, void* ptr) {
+  tpu_pjrt_device_t* d = dev(device);
+  if (!ptr) return;
+  pthread_mutex_lock(&d->mu);
+  size_t i = alloc_find(d, (uintptr_t)ptr);
+  if (i > 0 && d->allocs[i - 1].base == (uintptr_t)ptr) {
+    tpu_pjrt_alloc_t a = d->allocs[i - 1];
+    memmove(d->allocs + i - 1, d->allocs + i, (d->num_allocs - i) * sizeof(*d->allocs));
+    d->num_allocs--;
+    buf_release(d->driver->api, a.buf);
+    munmap((void*)a.base, a.reserved);
+    d->stats.allocated_bytes -= a.size;
+    d->stats.reserved_bytes = d->stats.allocated_bytes;
+    d->stats.num_frees++;
+    d->stats.num_device_frees++;
+    d->stats.num_segments = d->num_allocs;
+  }
+  pthread_mutex_unlock(&d->mu);
+}
+
+static void device_empty_cache(tpu_hal_device_t* device) {
+  tpu_pjrt_device_t* d = dev(device);
+  pthread_mutex_lock(&d->mu);
+  pending_reap(d, true);
+  pthread_mutex_unlock(&d->mu);
+}
+
+static void device_memory_stats(tpu_hal_device_t* device, tpu_hal_memory_stats_t* out) {
+  tpu_pjrt_device_t* d = dev(device);
+  pthread_mutex_lock(&d->mu);
+  *out = d->stats;
+  pthread_mutex_unlock(&d->mu);
+}
+
+static void device_reset_peak(tpu_hal_device_t* device) {
+  tpu_pjrt_device_t* d = dev(device);
+  pthread_mutex_lock(&d->mu);
+  d->stats.peak_allocated_bytes = d->stats.peak_reserved_bytes = d->stats.allocated_bytes;
+  pthread_mutex_unlock(&d->mu);
+}
+
+static void device_reset_accumulated(tpu_hal_device_t* device) {
+  tpu_pjrt_device_t* d = dev(device);
+  pthread_mutex_lock(&d->mu);
+  d->stats.num_allocs = d->stats.num_frees = d->stats.num_device_allocs = 0;
+  d->stats.num_device_frees = d->stats.num_ooms = d->stats.requested_bytes = 0;
+  pthread_mutex_unlock(&d->mu);
+}
+
+static void device_memory_info(tpu_hal_device_t* device, uint64_t* out_free, uint64_t* out_total) {
+  tpu_pjrt_device_t* d = dev(device);
+  pthread_mutex_lock(&d->mu);
+  *out_total = d->stats.budget_bytes;
+  *out_free = d->stats.budget_bytes - d->stats.allocated_bytes;
+  pthread_mutex_unlock(&d->mu);
+}
+
+static bool device_owns_pointer(tpu_hal_device_t* device, const void* ptr) {
+  tpu_pjrt_device_t* d = dev(device);
+  pthread_mutex_lock(&d->mu);
+  bool r = alloc_lookup(d, ptr, 0) != NULL;
+  pthread_mutex_unlock(&d->mu);
+  return r;
+}
+
+/* ---- device: queue ---- */
+static tpu_status_t device_submit(tpu_hal_device_t* device, const tpu_hal_work_t* work) {
+  tpu_pjrt_device_t* d = dev(device);
+  if (!work || !work->run) {
+    if (work && work->cleanup) work->cleanup(work->ctx);
+    return TPU_ERROR(TPU_STATUS_INVALID_ARGUMENT, "tpu:%d: submit: work has no run function",
+                     d->index);
+  }
+  pthread_mutex_lock(&d->mu);
+  pending_reap(d, true);
+  d->seq++;
+  d->works++;
+  pthread_mutex_unlock(&d->mu);
+  /* Runs unlocked: a work may call HAL functions of this device. */
+  tpu_status_t st = work->run(work->ctx);
+  if (work->cleanup) work->cleanup(work->ctx);
+  if (st) {
+    pthread_mutex_lock(&d->mu);
+    keep_error(d, tpu_status_annotate(st, "%s", work->name ? work->name : "work"));
+    pthread_mutex_unlock(&d->mu);
+  }
+  return TPU_OK;
+}
+
+static tpu_status_t device_synchronize(tpu_hal_device_t* device) {
+  tpu_pjrt_device_t* d = dev(device);
+  pthread_mutex_lock(&d->mu);
+  pending_reap(d, true);
+  tpu_status_t st = take_error(d);
+  pthread_mutex_unlock(&d->mu);
+  return st;
+}
+
+static bool device_query_idle(tpu_hal_device_t* device) {
+  tpu_pjrt_device_t* d = dev(device);
+  pthread_mutex_lock(&d->mu);
+  pending_reap(d, false);
+  bool idle = d->num_pending == 0;
+  pthread_mutex_unlock(&d->mu);
+  return idle;
+}
+
+static void device_queue_stats(tpu_hal_device_t* device, tpu_hal_queue_stats_t* out) {
+  tpu_pjrt_device_t* d = dev(device);
+  pthread_mutex_lock(&d->mu);
+  *out = (tpu_hal_queue_stats_t){.works = d->works};
+  pthread_mutex_unlock(&d->mu);
+}
+
+/* ---- device: copies ---- */
+static tpu_status_t device_copy_h2d(tpu_hal_device_t* device, void* dst, const void* src,
+                                    size_t size) {
+  tpu_pjrt_device_t* d = dev(device);
+  if (size == 0) return TPU_OK;
+  if (!src) return TPU_ERROR(TPU_STATUS_INVALID_ARGUMENT, "tpu:%d: copy_h2d: src is NULL", d->index);
+  pthread_mutex_lock(&d->mu);
+  tpu_pjrt_alloc_t* a = NULL;
+  tpu_status_t st = range_of(d, "copy_h2d", "destination", dst, size, &a);
+  PJRT_Buffer* b = NULL;
+  if (!st) st = upload(d, src, size, false, &b);
+  if (!st) {
+    size_t off = (uintptr_t)dst - a->base;
+    if (off == 0 && size == a->size) {
+      tpu_pjrt_buf_t* w = NULL;
+      st = buf_wrap(d->driver->api, b, &w);
+      if (!st) alloc_set(d, a, w);
+    } else {
+      st = write_range(d, a, off, b, size, 0, size, "copy_h2d");
+      buffer_destroy(d->driver->api, b);
+    }
+  }
+  pthread_mutex_unlock(&d->mu);
+  return st;
+}
+
+/* Copies the allocation's bytes [off, off+size) to host `dst`. */
+static tpu_status_t read_range(tpu_pjrt_device_t* d, tpu_pjrt_alloc_t* a, size_t off, void* dst,
+                               size_t size) {
+  if (!a->buf) {
+    memset(dst, 0, size); /* never written: any contents are valid */
+    return TPU_OK;
+  }
+  const PJRT_Api* api = d->driver->api;
+  bool whole = off == 0 && size == a->size;
+  void* host = whole ? dst : malloc(a->size);
+  if (!host) return TPU_ERROR(TPU_STATUS_OUT_OF_MEMORY, "tpu:%d: cannot stage %zu bytes", d->index, a->size);
+  PJRT_Buffer_ToHostBuffer_Args t = {.struct_size = TPU_PJRT_SIZE(PJRT_Buffer_ToHostBuffer_Args, event),
+                                     .src = a->buf->buffer,
+                                     .dst = host,
+                                     .dst_size = a->size};
+  tpu_status_t st = take(api, api->PJRT_Buffer_ToHostBuffer(&t), "copy_d2h");
+  if (!st) st = event_finish(api, t.event, "copy_d2h");
+  if (!st && !whole) memcpy(dst, (char*)host + off, size);
+  if (!whole) free(host);
+  return st;
+}
+
+static tpu_status_t device_copy_d2h(tpu_hal_device_t* device, void* dst, const void* src,
+                                    size_t size) {
+  tpu_pjrt_device_t* d = dev(device);
+  pthread_mutex_lock(&d->mu);
+  tpu_status_t st = TPU_OK;
+  tpu_pjrt_alloc_t* a = NULL;
+  if (size > 0) {
+    if (!dst) st = TPU_ERROR(TPU_STATUS_INVALID_ARGUMENT, "tpu:%d: copy_d2h: dst is NULL", d->index);
+    if (!st) st = range_of(d, "copy_d2h", "source", src, size, &a);
+  }
+  if (!st) {
+    pending_reap(d, true);
+    st = take_error(d);
+  }
+  if (!st && size > 0) st = read_range(d, a, (uintptr_t)src - a->base, dst, size);
+  pthread_mutex_unlock(&d->mu);
+  return st;
+}
+
+static tpu_status_t device_copy_d2d(tpu_hal_device_t* device, void* dst, const void* src,
+                                    size_t size) {
+  tpu_pjrt_device_t* d = dev(device);
+  if (size == 0) return TPU_OK;
+  tpu_pjrt_driver_t* drv = d->driver;
+  /* The source may live on any chip of this driver (peer copies). Its buffer
+   * is taken under its own device's lock, then used under ours. */
+  tpu_pjrt_device_t* sd = NULL;
+  tpu_pjrt_buf_t* sbuf = NULL;
+  size_t soff = 0, ssize = 0;
+  tpu_status_t st = TPU_OK;
+  for (int32_t i = 0; i < drv->device_count && !sd; i++) {
+    tpu_pjrt_device_t* c = drv->devices[i];
+    pthread_mutex_lock(&c->mu);
+    tpu_pjrt_alloc_t* a = alloc_lookup(c, src, size);
+    if (a) {
+      sd = c;
+      st = alloc_buffer(c, a, &sbuf);
+      if (!st) sbuf->refs++;
+      soff = (uintptr_t)src - a->base;
+      ssize = a->size;
+    }
+    pthread_mutex_unlock(&c->mu);
+  }
+  if (!sd)
+    return TPU_ERROR(TPU_STATUS_INVALID_ARGUMENT,
+                     "tpu:%d: copy_d2d: source [%p, +%zu bytes) is not inside a live allocation "
+                     "of any tpu device",
+                     d->index, src, size);
+  if (st) return st;
+  pthread_mutex_lock(&d->mu);
+  tpu_pjrt_alloc_t* a = NULL;
+  st = range_of(d, "copy_d2d", "destination", dst, size, &a);
+  tpu_pjrt_buf_t* local = NULL;
+  if (!st && sd != d) {
+    /* Brings the whole source buffer to this chip first. */
+    PJRT_Buffer_CopyToDevice_Args c = {.struct_size = TPU_PJRT_SIZE(PJRT_Buffer_CopyToDevice_Args, dst_buffer),
+                                       .buffer = sbuf->buffer,
+                                       .dst_device = d->device};
+    st = take(drv->api, drv->api->PJRT_Buffer_CopyToDevice(&c), "copy_d2d");
+    if (!st) st = buf_wrap(drv->api, c.dst_buffer, &local);
+  } else if (!st) {
+    local = sbuf;
+    local->refs++;
+  }
+  size_t doff = a ? (uintptr_t)dst - a->base : 0;
+  if (!st) {
+    if (doff == 0 && soff == 0 && size == a->size && size == ssize) {
+      local->refs++;
+      alloc_set(d, a, local);
+    } else {
+      st = write_range(d, a, doff, local->buffer, ssize, soff, size, "copy_d2d");
+    }
+  }
+  buf_release(drv->api, local);
+  pthread_mutex_unlock(&d->mu);
+  /* The source's reference was taken under the source device's lock. */
+  pthread_mutex_lock(&sd->mu);
+  buf_release(drv->api, sbuf);
+  pthread_mutex_unlock(&sd->mu);
+  return st;
+}
+
+/* ---- events ----
+ * An event marks the device's work count at record time; it is complete
+ * once every pending work issued up to then has completed. The completion
+ * time is the moment this driver observed it (query or synchronize). */
+typedef struct tpu_pjrt_event_t {
+  tpu_hal_event_t base;
+  tpu_pjrt_device_t* device; /* NULL: never recorded */
+  uint64_t seq;
+  bool timing;
+  bool done;
+  double done_ms;
+} tpu_pjrt_event_t;
+
+static double now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+static void event_obj_destroy(tpu_object_t* o) { free(o); }
+
+/* Under the device lock: true if everything issued up to ev->seq is done. */
+static bool event_check(tpu_pjrt_event_t* ev, bool wait) {
+  tpu_pjrt_device_t* d = ev->device;
+  pending_reap(d, false);
+  while (wait && d->num_pending > 0 && d->pending[0].seq <= ev->seq) {
+    pending_finish(d, &d->pending[0]);
+    memmove(d->pending, d->pending + 1, (d->num_pending - 1) * sizeof(*d->pending));
+    d->num_pending--;
+  }
+  return d->num_pending == 0 || d->pending[0].seq > ev->seq;
+}
+
+static bool event_query(tpu_hal_event_t* event) {
+  tpu_pjrt_event_t* ev = (tpu_pjrt_event_t*)event;
+  if (!ev->device || ev->done) return true;
+  pthread_mutex_lock(&ev->device->mu);
+  if (event_check(ev, false)) {
+    ev->done = true;
+    ev->done_ms = now_ms();
+  }
+  pthread_mutex_unlock(&ev->device->mu);
+  return ev->done;
+}
+
+static tpu_status_t event_synchronize(tpu_hal_event_t* event) {
+  tpu_pjrt_event_t* ev = (tpu_pjrt_event_t*)event;
+  if (!ev->device || ev->done) return TPU_OK;
+  pthread_mutex_lock(&ev->device->mu);
+  event_check(ev, true);
+  ev->done = true;
+  ev->done_ms = now_ms();
+  pthread_mutex_unlock(&ev->device->mu);
+  return TPU_OK;
+}
+
+static tpu_status_t event_elapsed(tpu_hal_event_t* start, tpu_hal_event_t* end, double* out_ms) {
+  tpu_pjrt_event_t* a = (tpu_pjrt_event_t*)start;
+  tpu_pjrt_event_t* b = (tpu_pjrt_event_t*)end;
+  if (!a->timing || !b->timing)
+    return TPU_ERROR(TPU_STATUS_FAILED_PRECONDITION, "events were created without timing");
+  if (!a->device || !b->device || !event_query(start) || !event_query(end))
+    return TPU_ERROR(TPU_STATUS_FAILED_PRECONDITION, "both events must be recorded and complete");
+  *out_ms = b->done_ms - a->done_ms;
+  return TPU_OK;
+}
+
+static const tpu_hal_event_vtable_t tpu_pjrt_event_vtable = {
+    .destroy = event_obj_destroy,
+    .query = event_query,
+    .synchronize = event_synchronize,
+    .elapsed_ms = event_elapsed,
+};
+
+static tpu_pjrt_event_t* pjrt_event(tpu_hal_event_t* e) {
+  return e && e->base.vtable == (const void*)&tpu_pjrt_event_vtable ? (tpu_pjrt_event_t*)e : NULL;
+}
+
+static tpu_status_t device_create_event(tpu_hal_device_t* device, bool enable_timing,
+                                        tpu_hal_event_t** out_event) {
+  tpu_pjrt_event_t* ev = calloc(1, sizeof(*ev));
+  if (!ev) return TPU_ERROR(TPU_STATUS_OUT_OF_MEMORY, "cannot allocate an event");
+  tpu_object_init(&ev->base.base, &tpu_pjrt_event_vtable);
+  ev->timing = enable_timing;
+  *out_event = &ev->base;
+  return TPU_OK;
+}
+
+static tpu_status_t device_record_event(tpu_hal_device_t* device, tpu_hal_event_t* event) {
+  tpu_pjrt_device_t* d = dev(device);
+  tpu_pjrt_event_t* ev = pjrt_event(event);
+  if (!ev) return TPU_ERROR(TPU_STATUS_INVALID_ARGUMENT, "tpu:%d: record_event: not an event of the pjrt driver", d->index);
+  pthread_mutex_lock(&d->mu);
+  ev->device = d;
+  ev->seq = d->seq;
+  ev->done = false;
+  if (event_check(ev, false)) {
+    ev->done = true;
+    ev->done_ms = now_ms();
+  }
+  pthread_mutex_unlock(&d->mu);
+  return TPU_OK;
+}
+
+/* Later work waits for the event: PJRT orders work on buffers, not queues,
+ * so this waits on the host. */
+static tpu_status_t device_wait_event(tpu_hal_device_t* device, tpu_hal_event_t* event) {
+  if (!pjrt_event(event))
+    return TPU_ERROR(TPU_STATUS_INVALID_ARGUMENT, "wait_event: not an event of the pjrt driver");
+  return event_synchronize(event);
+}
+
+static const tpu_hal_device_vtable_t tpu_pjrt_device_vtable = {
+    .destroy = device_destroy,
+    .query_properties = device_query_properties,
+    .allocate = device_allocate,
+    .deallocate = device_deallocate,
+    .empty_cache = device_empty_cache,
+    .memory_stats = device_memory_stats,
+    .reset_peak_stats = device_reset_peak,
+    .reset_accumulated_stats = device_reset_accumulated,
+    .memory_info = device_memory_info,
+    .owns_pointer = device_owns_pointer,
+    .submit = device_submit,
+    .synchronize = device_synchronize,
+    .copy_h2d = device_copy_h2d,
+    .copy_d2h = device_copy_d2h,
+    .copy_d2d = device_copy_d2d,
+    .create_event = device_create_event,
+    .record_event = device_record_event,
+    .wait_event = device_wait_event,
+    .query_idle = device_query_idle,
+    .queue_stats = device_queue_stats,
+};
+
+/* ---- driver ---- */
+static void driver_destroy(tpu_object_t* object) {
+  tpu_pjrt_driver_t* drv = (tpu_pjrt_driver_t*)object;
+  const PJRT_Api* api = drv->api;
+  for (int32_t i = 0; i < drv->device_count; i++) {
+    if (drv->devices[i]) tpu_object_release(&drv->devices[i]->base.base);
+  }
+  for (size_t i = 0; i < drv->num_exes; i++) {
+    PJRT_LoadedExecutable_Destroy_Args a = {
+        .struct_size = TPU_PJRT_SIZE(PJRT_LoadedExecutable_Destroy_Args, executable),
+        .executable = drv->exes[i].exe};
+    tpu_status_free(take(api, api->PJRT_LoadedExecutable_Destroy(&a), "executable"));
+    free(drv->exes[i].key);
+  }
+  free(drv->exes);
+  if (drv->client) {
+    PJRT_Client_Destroy_Args a = {.struct_size = TPU_PJRT_SIZE(PJRT_Client_Destroy_Args, client),
+                                  .client = drv->client};
+    tpu_status_free(take(api, api->PJRT_Client_Destroy(&a), "client"));
+  }
+  /* The plugin stays loaded: plugins keep threads and atexit handlers that
+   * must not outlive their code. */
+  free(drv->devices);
+  pthread_mutex_destroy(&drv->exe_mu);
+  free(drv);
+}
+
+static const char* driver_name(tpu_hal_driver_t* driver) { return "pjrt"; }
+
+static int32_t driver_device_count(tpu_hal_driver_t* driver) {
+  return ((tpu_pjrt_driver_t*)driver)->device_count;
+}
+
+static tpu_hal_device_t* driver_device(tpu_hal_driver_t* driver, int32_t index) {
+  tpu_pjrt_driver_t* drv = (tpu_pjrt_driver_t*)driver;
+  if (index < 0 || index >= drv->device_count) return NULL;
+  return &drv->devices[index]->base;
+}
+
+static const tpu_hal_driver_vtable_t tpu_pjrt_driver_vtable = {
+    .destroy = driver_destroy,
+    .name = driver_name,
+    .device_count = driver_device_count,
+    .device = driver_device,
+};
+
+/* Parses "name=value,..." into PJRT named values; strings point into `buf`. */
+static tpu_status_t parse_options(char* buf, PJRT_NamedValue* out, size_t* out_count) {
+  size_t n = 0;
+  for (char* save = NULL, *item = strtok_r(buf, ",", &save); item; item = strtok_r(NULL, ",", &save)) {
+    while (*item == ' ') item++;
+    if (!*item) continue;
+    char* eq = strchr(item, '=');
+    if (!eq || eq == item)
+      return TPU_ERROR(TPU_STATUS_INVALID_ARGUMENT,
+                       "TORCH_TPU_PJRT_OPTIONS: '%s' is not name=value", item);
+    if (n == TPU_PJRT_MAX_OPTIONS)
+      return TPU_ERROR(TPU_STATUS_INVALID_ARGUMENT, "TORCH_TPU_PJRT_OPTIONS: more than %d options",
+                       TPU_PJRT_MAX_OPTIONS);
+    *eq = '\0';
+    const char* v = eq + 1;
+    PJRT_NamedValue* nv = &out[n++];
+    *nv = (PJRT_NamedValue){.struct_size = TPU_PJRT_SIZE(PJRT_NamedValue, value_size),
+                            .name = item, .name_size = strlen(item), .value_size = 1};
+    char* end = NULL;
+    long long iv = strtoll(v, &end, 10);
+    if (*v && end && *end == '\0') {
+      nv->type = PJRT_NamedValue_kInt64;
+      nv->int64_value = iv;
+    } else if (strcmp(v, "true") == 0 || strcmp(v, "false") == 0) {
+      nv->type = PJRT_NamedValue_kBool;
+      nv->bool_value = v[0] == 't';
+    } else {
+      nv->type = PJRT_NamedValue_kString;
+      nv->string_value = v;
+      nv->value_size = strlen(v);
+    }
+  }
+  *out_count = n;
+  return TPU_OK;
+}
+
+/* Loads the plugin and checks its API table. */
+static tpu_status_t load_plugin(const char* path, void** out_lib, const PJRT_Api** out_api) {
+  void* lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+  if (!lib)
+    return TPU_ERROR(TPU_STATUS_UNAVAILABLE, "cannot load the PJRT plugin '%s': %s", path, dlerror());
+  tpu_pjrt_get_api_fn_t get = NULL;
+  *(void**)&get = dlsym(lib, "GetPjrtApi");
+  if (!get)
+    return TPU_ERROR(TPU_STATUS_UNAVAILABLE, "'%s' is not a PJRT plugin: it has no GetPjrtApi", path);
+  const PJRT_Api* api = get();
+  if (!api) return TPU_ERROR(TPU_STATUS_UNAVAILABLE, "PJRT plugin '%s': GetPjrtApi returned NULL", path);
+  int major = api->pjrt_api_version.major_version, minor = api->pjrt_api_version.minor_version;
+  if (major != TPU_PJRT_ABI_MAJOR || minor < TPU_PJRT_ABI_MINOR)
+    return TPU_ERROR(TPU_STATUS_UNAVAILABLE,
+                     "PJRT plugin '%s' has API version %d.%d; this driver needs %d.x with x >= %d",
+                     path, major, minor, TPU_PJRT_ABI_MAJOR, TPU_PJRT_ABI_MINOR);
+  if (api->struct_size < TPU_PJRT_API_USED_SIZE)
+    return TPU_ERROR(TPU_STATUS_UNAVAILABLE,
+                     "PJRT plugin '%s' (API %d.%d): its function table has %zu bytes, fewer than "
+                     "the %zu this driver (API %d.%d) reads",
+                     path, major, minor, api->struct_size, (size_t)TPU_PJRT_API_USED_SIZE,
+                     TPU_PJRT_ABI_MAJOR, TPU_PJRT_ABI_MINOR);
+  const void* used[] = {
+      (void*)api->PJRT_Error_Destroy, (void*)api->PJRT_Error_Message, (void*)api->PJRT_Error_GetCode,
+      (void*)api->PJRT_Plugin_Initialize, (void*)api->PJRT_Event_Destroy,
+      (void*)api->PJRT_Event_IsReady, (void*)api->PJRT_Event_Await, (void*)api->PJRT_Client_Create,
+      (void*)api->PJRT_Client_Destroy, (void*)api->PJRT_Client_PlatformName,
+      (void*)api->PJRT_Client_PlatformVersion, (void*)api->PJRT_Client_AddressableDevices,
+      (void*)api->PJRT_Client_Compile, (void*)api->PJRT_Client_BufferFromHostBuffer,
+      (void*)api->PJRT_DeviceDescription_Kind, (void*)api->PJRT_Device_GetDescription,
+      (void*)api->PJRT_LoadedExecutable_Destroy, (void*)api->PJRT_LoadedExecutable_Execute,
+      (void*)api->PJRT_Buffer_Destroy, (void*)api->PJRT_Buffer_CopyToDevice,
+      (void*)api->PJRT_Buffer_ToHostBuffer};
+  for (size_t i = 0; i < sizeof(used) / sizeof(used[0]); i++) {
+    if (!used[i])
+      return TPU_ERROR(TPU_STATUS_UNAVAILABLE,
+                       "PJRT plugin '%s' (API %d.%d) lacks entry point %zu used by this driver",
+                       path, major, minor, i);
+  }
+  *out_lib = lib;
+  *out_api = api;
+  return TPU_OK;
+}
+
+static void copy_text(char* dst, size_t cap, const char* src, size_t n) {
+  if (n >= cap) n = cap - 1;
+  memcpy(dst, src ? src : "", src ? n : 0);
+  dst[src ? n : 0] = '\0';
+}
+
+tpu_status_t tpu_pjrt_driver_create(const tpu_pjrt_driver_options_t* options,
+                                    tpu_hal_driver_t** out_driver) {
+  if (!out_driver) return TPU_ERROR(TPU_STATUS_INVALID_ARGUMENT, "out_driver is NULL");
+  *out_driver = NULL;
+  if (!options || options->struct_size < TPU_PJRT_SIZE(tpu_pjrt_driver_options_t, memory_per_device))
+    return TPU_ERROR(TPU_STATUS_INVALID_ARGUMENT, "pjrt driver options are NULL or too small");
+  if (!options->plugin_path || !*options->plugin_path)
+    return TPU_ERROR(TPU_STATUS_UNAVAILABLE, "no PJRT plugin given");
+  const char* path = options->plugin_path;
+  void* lib = NULL;
+  const PJRT_Api* api = NULL;
+  TPU_RETURN_IF_ERROR(load_plugin(path, &lib, &api));
+
+  tpu_pjrt_driver_t* drv = calloc(1, sizeof(*drv));
+  if (!drv) return TPU_ERROR(TPU_STATUS_OUT_OF_MEMORY, "cannot allocate the pjrt driver");
+  tpu_object_init(&drv->base.base, &tpu_pjrt_driver_vtable);
+  pthread_mutex_init(&drv->exe_mu, NULL);
+  drv->library = lib;
+  drv->api = api;
+  tpu_status_t st = TPU_OK;
+  char* optbuf = strdup(options->create_options ? options->create_options : "");
+  PJRT_NamedValue named[TPU_PJRT_MAX_OPTIONS];
+  size_t num_named = 0;
+  if (!optbuf) st = TPU_ERROR(TPU_STATUS_OUT_OF_MEMORY, "cannot copy the PJRT options");
+  if (!st) st = parse_options(optbuf, named, &num_named);
+  if (!st) {
+    PJRT_Plugin_Initialize_Args ia = {.struct_size = TPU_PJRT_SIZE(PJRT_Plugin_Initialize_Args, extension_start)};
+    st = take(api, api->PJRT_Plugin_Initialize(&ia), "PJRT plugin initialisation");
+  }
+  if (!st) {
+    PJRT_Client_Create_Args ca = {.struct_size = TPU_PJRT_SIZE(PJRT_Client_Create_Args, kv_try_get_user_arg),
+                                  .create_options = named,
+                                  .num_options = num_named};
+    st = take(api, api->PJRT_Client_Create(&ca), "PJRT client creation");
+    drv->client = ca.client;
+  }
+  free(optbuf);
+  if (st) goto fail;
+  PJRT_Client_Text_Args ta = {.struct_size = TPU_PJRT_SIZE(PJRT_Client_Text_Args, text_size),
+                              .client = drv->client};
+  if (!(st = take(api, api->PJRT_Client_PlatformName(&ta), "platform name")))
+    copy_text(drv->platform, sizeof(drv->platform), ta.text, ta.text_size);
+  if (!st && !(st = take(api, api->PJRT_Client_PlatformVersion(&ta), "platform version")))
+    copy_text(drv->platform_version, sizeof(drv->platform_version), ta.text, ta.text_size);
+  PJRT_Client_AddressableDevices_Args da = {
+      .struct_size = TPU_PJRT_SIZE(PJRT_Client_AddressableDevices_Args, num_addressable_devices),
+      .client = drv->client};
+  if (!st) st = take(api, api->PJRT_Client_AddressableDevices(&da), "device list");
+  if (st) goto fail;
+  if (da.num_addressable_devices == 0 || da.num_addressable_devices > TPU_PJRT_MAX_DEVICES) {
+    st = TPU_ERROR(TPU_STATUS_UNAVAILABLE, "PJRT plugin '%s' (%s) has %zu addressable devices",
+                   path, drv->platform, da.num_addressable_devices);
+    goto fail;
+  }
+  drv->devices = calloc(da.num_addressable_devices, sizeof(*drv->devices));
+  if (!drv->devices) {
+    st = TPU_ERROR(TPU_STATUS_OUT_OF_MEMORY, "cannot allocate the device list");
+    goto fail;
+  }
+  uint64_t per_chip = tpu_host_physical_memory() / da.num_addressable_devices;
+  for (size_t i = 0; i < da.num_addressable_devices; i++) {
+    tpu_pjrt_device_t* d = calloc(1, sizeof(*d));
+    if (!d) {
+      st = TPU_ERROR(TPU_STATUS_OUT_OF_MEMORY, "cannot allocate device %zu", i);
+      goto fail;
+    }
+    tpu_object_init(&d->base.base, &tpu_pjrt_device_vtable);
+    pthread_mutex_init(&d->mu, NULL);
+    d->driver = drv;
+    d->index = (int32_t)i;
+    d->device = da.addressable_devices[i];
+    drv->devices[i] = d;
+    drv->device_count = (int32_t)i + 1;
+    PJRT_Device_GetDescription_Args ga = {
+        .struct_size = TPU_PJRT_SIZE(PJRT_Device_GetDescription_Args, device_description),
+        .device = d->device};
+    PJRT_DeviceDescription_Text_Args ka = {
+        .struct_size = TPU_PJRT_SIZE(PJRT_DeviceDescription_Text_Args, text_size)};
+    if (!(st = take(api, api->PJRT_Device_GetDescription(&ga), "device description"))) {
+      ka.device_description = ga.device_description;
+      st = take(api, api->PJRT_DeviceDescription_Kind(&ka), "device kind");
+    }
+    if (st) goto fail;
+    copy_text(d->kind, sizeof(d->kind), ka.text, ka.text_size);
+    uint64_t budget = options->memory_per_device;
+    if (budget == 0 && api->PJRT_Device_MemoryStats) {
+      PJRT_Device_MemoryStats_Args ma = {
+          .struct_size = TPU_PJRT_SIZE(PJRT_Device_MemoryStats_Args, peak_pool_bytes_is_set),
+          .device = d->device};
+      tpu_status_t ms = take(api, api->PJRT_Device_MemoryStats(&ma), "memory stats");
+      if (!ms && ma.bytes_limit_is_set && ma.bytes_limit > 0) budget = (uint64_t)ma.bytes_limit;
+      tpu_status_free(ms); /* plugins without statistics: use the default */
+    }
+    d->stats.budget_bytes = budget ? budget : per_chip;
+  }
+  *out_driver = &drv->base;
+  return TPU_OK;
+fail:
+  tpu_object_release(&drv->base.base);
+  return tpu_status_annotate(st, "PJRT plugin '%s'", path);
+}
