@@ -21,7 +21,11 @@ import sys  # noqa: E402
 
 import torch  # noqa: E402
 
-from . import _C  # the C runtime binding
+from . import distributed  # noqa: E402  (c10d backend "tpu_dist"; the torchrun chip default below)
+
+distributed.local_chips_default()  # before the runtime reads TORCH_TPU_HOST_DEVICES
+
+from . import _C  # noqa: E402  (the C runtime binding)
 from . import _bridge  # registers allocator, guard, hooks and ATen kernels
 
 __all__ = ["fallback_report", "reset_fallback_report", "native_ops", "optimize"]
@@ -56,6 +60,8 @@ def _init_runtime():
 
 
 _init_runtime()
+distributed.select_local_chip(_C.set_device, _C.device_count())  # torchrun: process LOCAL_RANK on tpu:LOCAL_RANK
+distributed.register()
 
 from . import _compile_setup  # noqa: E402
 

@@ -1,0 +1,452 @@
+"""One rank of the multi-process tests in test_dist.py (run by them, or by torchrun).
+
+    python tests/dist_worker.py BACKEND CASE [CASE ...]
+
+Rendezvous through env:// (MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE). Prints
+"PASS <case>" per case; any failure is a traceback and a non-zero exit.
+"""
+import datetime
+import os
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+import torch_tpu  # noqa: F401
+
+RANK = int(os.environ["RANK"])
+WORLD = int(os.environ["WORLD_SIZE"])
+
+
+def dev():
+    return torch.device("tpu", torch.tpu.current_device())
+
+
+def data(shape, dtype=torch.float32, salt=0):
+    """Per-rank test data, the same on every run."""
+    g = torch.Generator().manual_seed(1000 * RANK + salt)
+    if dtype.is_floating_point:
+        return torch.randn(shape, generator=g).to(dtype)
+    if dtype == torch.bool:
+        return torch.randint(0, 2, shape, generator=g).bool()
+    return torch.randint(-50, 50, shape, generator=g).to(dtype)
+
+
+def against_gloo(name, run, *inputs, expect=None):
+    """run(tensors, group) does a collective and returns the tensors to compare.
+    Runs it on CPU tensors over gloo and on tpu copies over the default group
+    (tpu_dist); the tpu results must equal gloo's exactly (or expect(gloo's))."""
+    cpu = run([t.clone() for t in inputs], GLOO)
+    tpu = run([t.to(dev()) for t in inputs], None)
+    if expect is not None:
+        cpu = expect(cpu)
+    assert len(cpu) == len(tpu), (name, len(cpu), len(tpu))
+    for c, t in zip(cpu, tpu):
+        assert t.device.type in ("tpu", "cpu"), (name, t.device)
+        t = t.cpu()
+        assert c.dtype == t.dtype and c.shape == t.shape, (name, c.dtype, t.dtype, c.shape, t.shape)
+        assert torch.equal(c, t), f"{name}: tpu_dist {t} != gloo {c}"
+
+
+def case_collectives():
+    R = dist.ReduceOp
+    for dtype in (torch.float32, torch.int64, torch.bfloat16):
+        for op in (R.SUM, R.PRODUCT, R.MIN, R.MAX):
+            def ar(ts, g, op=op):
+                dist.all_reduce(ts[0], op=op, group=g)
+                return ts
+            against_gloo(f"all_reduce {op} {dtype}", ar, data((5, 3), dtype))
+    against_gloo("all_reduce bool max", lambda ts, g: (dist.all_reduce(ts[0], op=R.MAX, group=g), ts)[1],
+                 data((7,), torch.bool))
+
+    def avg(ts, g):  # gloo has no AVG: compare with its SUM / world size
+        dist.all_reduce(ts[0], op=R.AVG if g is None else R.SUM, group=g)
+        return ts
+    against_gloo("all_reduce avg", avg, data((6,)), expect=lambda c: [c[0] / WORLD])
+
+    def ar_async(ts, g):
+        # two in flight on one tpu tensor: the second sees the first's result, as
+        # gloo's with a wait between them (two in flight on one CPU tensor race in gloo)
+        w1 = dist.all_reduce(ts[0], group=g, async_op=True)
+        if g is not None:
+            w1.wait()
+        w2 = dist.all_reduce(ts[0], group=g, async_op=True)
+        w2.wait()
+        w1.wait()
+        return ts
+    against_gloo("all_reduce async chained", ar_async, data((4, 4)))
+
+    def ag(ts, g):
+        outs = [torch.empty_like(ts[0]) for _ in range(WORLD)]
+        dist.all_gather(outs, ts[0], group=g)
+        return outs
+    against_gloo("all_gather", ag, data((3, 2)))
+
+    def agt(ts, g):
+        out = torch.empty((WORLD * 3, 2), device=ts[0].device)
+        dist.all_gather_into_tensor(out, ts[0], group=g)
+        return [out]
+    against_gloo("all_gather_into_tensor", agt, data((3, 2)))
+
+    def rs(ts, g):
+        out = torch.empty((2, 2), device=ts[0].device)
+        dist.reduce_scatter(out, list(ts[0].chunk(WORLD)), group=g)
+        return [out]
+    against_gloo("reduce_scatter", rs, data((2 * WORLD, 2)))
+
+    for op in (R.SUM, R.MAX):
+        def rst(ts, g, op=op):
+            out = torch.empty((3,), device=ts[0].device)
+            dist.reduce_scatter_tensor(out, ts[0], op=op, group=g)
+            return [out]
+        against_gloo(f"reduce_scatter_tensor {op}", rst, data((3 * WORLD,)))
+
+    def rst_avg(ts, g):
+        out = torch.empty((3,), device=ts[0].device)
+        dist.reduce_scatter_tensor(out, ts[0], op=R.AVG if g is None else R.SUM, group=g)
+        return [out]
+    against_gloo("reduce_scatter_tensor avg", rst_avg, data((3 * WORLD,)), expect=lambda c: [c[0] / WORLD])
+
+    # uneven: rank r sends r + j + 1 rows to rank j
+    def a2a_single(ts, g):
+        ins = [RANK + j + 1 for j in range(WORLD)]
+        outs = [r + RANK + 1 for r in range(WORLD)]
+        out = torch.empty((sum(outs), 2), device=ts[0].device)
+        dist.all_to_all_single(out, ts[0][: sum(ins)], outs, ins, group=g)
+        return [out]
+    against_gloo("all_to_all_single uneven", a2a_single, data((4 * WORLD, 2)))
+
+    def a2a_even(ts, g):
+        out = torch.empty_like(ts[0])
+        dist.all_to_all_single(out, ts[0], group=g)
+        return [out]
+    against_gloo("all_to_all_single", a2a_even, data((2 * WORLD, 3)))
+
+    def a2a(ts, g):  # gloo's list all_to_all needs equal sizes: compare with its all_to_all_single
+        ins = [ts[0][: RANK + j + 1] for j in range(WORLD)]
+        outs = [torch.empty((r + RANK + 1, 2), device=ts[0].device) for r in range(WORLD)]
+        if g is None:
+            dist.all_to_all(outs, ins, group=g)
+            return outs
+        flat = torch.empty((sum(o.shape[0] for o in outs), 2))
+        dist.all_to_all_single(flat, torch.cat(ins), [o.shape[0] for o in outs], [i.shape[0] for i in ins], group=g)
+        return list(flat.split([o.shape[0] for o in outs]))
+    against_gloo("all_to_all uneven", a2a, data((2 * WORLD + 1, 2)))
+
+    def a2a_list(ts, g):
+        outs = [torch.empty_like(t) for t in ts[0].chunk(WORLD)]
+        dist.all_to_all(outs, list(ts[0].chunk(WORLD)), group=g)
+        return outs
+    against_gloo("all_to_all", a2a_list, data((2 * WORLD, 3)))
+
+    def bc(ts, g):
+        dist.broadcast(ts[0], src=WORLD - 1, group=g)
+        return ts
+    against_gloo("broadcast", bc, data((4,), torch.int32))
+
+    def rd(ts, g):
+        dist.reduce(ts[0], dst=0, op=R.MAX, group=g)
+        return ts if RANK == 0 else []
+    against_gloo("reduce", rd, data((5,)))
+
+    def ga(ts, g):
+        outs = [torch.empty_like(ts[0]) for _ in range(WORLD)] if RANK == 0 else None
+        dist.gather(ts[0], outs, dst=0, group=g)
+        return outs or []
+    against_gloo("gather", ga, data((2, 3)))
+
+    def sc(ts, g):
+        out = torch.empty((2,), device=ts[0].device)
+        dist.scatter(out, list(ts[0].chunk(WORLD)) if RANK == 1 else None, src=1, group=g)
+        return [out]
+    against_gloo("scatter", sc, data((2 * WORLD,)))
+
+    def p2p(ts, g):
+        peer = (RANK + 1) % WORLD, (RANK - 1) % WORLD
+        got = torch.empty_like(ts[0])
+        if RANK % 2 == 0:
+            dist.send(ts[0], peer[0], group=g)
+            dist.recv(got, peer[1], group=g)
+        else:
+            dist.recv(got, peer[1], group=g)
+            dist.send(ts[0], peer[0], group=g)
+        return [got]
+    against_gloo("send/recv", p2p, data((3, 3)))
+
+    def batch(ts, g):
+        got = torch.empty_like(ts[0])
+        ops = [dist.P2POp(dist.isend, ts[0], (RANK + 1) % WORLD, group=g),
+               dist.P2POp(dist.irecv, got, (RANK - 1) % WORLD, group=g)]
+        for w in dist.batch_isend_irecv(ops):
+            w.wait()
+        return [got]
+    against_gloo("batch_isend_irecv", batch, data((6,)))
+
+    def coalesced(ts, g):
+        a, b = ts
+        with dist._coalescing_manager(group=g, async_ops=True) as cm:
+            dist.all_reduce(a, group=g)
+            dist.all_reduce(b, group=g)
+        cm.wait()
+        return [a, b]
+    against_gloo("all_reduce coalesced", coalesced, data((3,)), data((5,), salt=1))
+
+    def coalesced_dev(ts, g):  # the per-op style, through start/end coalescing (which gloo lacks)
+        a, b = ts
+        if g is not None:
+            dist.all_reduce(a, group=g)
+            dist.all_reduce(b, group=g)
+            return [a, b]
+        with dist._coalescing_manager(group=g, device=a.device, async_ops=True) as cm:
+            dist.all_reduce(a, group=g)
+            dist.all_reduce(b, group=g)
+        cm.wait()
+        return [a, b]
+    against_gloo("all_reduce coalesced (device)", coalesced_dev, data((3,)), data((2, 2), salt=1))
+
+    def ag_coalesced(ts, g):
+        outs = [torch.empty((WORLD * t.shape[0],) + t.shape[1:], device=t.device) for t in ts]
+        with dist._coalescing_manager(group=g, async_ops=True) as cm:
+            for o, t in zip(outs, ts):
+                dist.all_gather_into_tensor(o, t, group=g)
+        cm.wait()
+        return outs
+    against_gloo("all_gather_into_tensor coalesced", ag_coalesced, data((2,)), data((3, 2), salt=1))
+
+    def rs_coalesced(ts, g):
+        outs = [torch.empty((t.shape[0] // WORLD,) + t.shape[1:], device=t.device) for t in ts]
+        with dist._coalescing_manager(group=g, async_ops=True) as cm:
+            for o, t in zip(outs, ts):
+                dist.reduce_scatter_tensor(o, t, group=g)
+        cm.wait()
+        return outs
+    against_gloo("reduce_scatter_tensor coalesced", rs_coalesced, data((2 * WORLD,)), data((WORLD, 3), salt=1))
+
+    def fut(ts, g):
+        w = dist.all_reduce(ts[0], group=g, async_op=True)
+        return w.get_future().wait()
+    against_gloo("Work.get_future", fut, data((4,)))
+
+    dist.barrier(device_ids=[torch.tpu.current_device()])
+    dist.barrier()
+    objs = [{"rank": RANK}] if RANK == 0 else [None]
+    dist.broadcast_object_list(objs, src=0)
+    assert objs == [{"rank": 0}], objs
+    gathered = [None] * WORLD
+    dist.all_gather_object(gathered, ("r", RANK))
+    assert gathered == [("r", r) for r in range(WORLD)], gathered
+
+
+def expect_error(fn, *words):
+    t0 = time.time()
+    try:
+        fn()
+    except ValueError as e:
+        msg = str(e)
+        assert all(w in msg for w in words), (words, msg)
+        assert time.time() - t0 < 30, "the error took too long"
+        print(f"rank {RANK} raised: {msg}", flush=True)
+        return msg
+    raise AssertionError(f"no error (expected one naming {words})")
+
+
+def case_errors():
+    x = dev()
+    expect_error(lambda: dist.all_reduce(torch.ones(4 + RANK, device=x)), "all_reduce", "sizes", "[4]", "[5]")
+    dtype = torch.float32 if RANK == 0 else torch.float64
+    expect_error(lambda: dist.all_reduce(torch.ones(4, device=x, dtype=dtype)), "dtype", "float64")
+    if RANK == 0:
+        expect_error(lambda: dist.all_reduce(torch.ones(4, device=x)), "collective", "broadcast")
+    else:
+        expect_error(lambda: dist.broadcast(torch.ones(4, device=x), src=0), "collective", "all_reduce")
+    bad = 3 if RANK == 0 else 2 * WORLD  # rank 0's output is the wrong size
+    expect_error(lambda: dist.all_gather_into_tensor(torch.empty(bad, device=x), torch.ones(2, device=x)),
+                 "all_gather_into_tensor", "rank" if RANK else "(3,)")
+    ins = [1] * WORLD
+    outs = [1] * WORLD if RANK == 0 else [2] + [1] * (WORLD - 1)  # rank 1 expects 2 rows from rank 0
+    expect_error(lambda: dist.all_to_all_single(torch.empty(sum(outs), device=x), torch.ones(WORLD, device=x),
+                                                outs, ins), "all_to_all_single", "expects")
+    t = torch.full((3,), float(RANK + 1), device=x)
+    dist.all_reduce(t)  # the group still works
+    assert t.cpu().tolist() == [WORLD * (WORLD + 1) / 2] * 3, t
+
+
+def case_die():
+    """Rank 1 dies; rank 0's next collective must fail within the group timeout."""
+    t = torch.ones(4, device=dev())
+    dist.all_reduce(t)
+    if RANK == 1:
+        os._exit(3)
+    t0 = time.time()
+    try:
+        for _ in range(3):
+            dist.all_reduce(t)
+    except RuntimeError as e:
+        print(f"rank 0 failed after {time.time() - t0:.1f} s: {str(e).splitlines()[0][:200]}", flush=True)
+    else:
+        raise AssertionError("collectives with a dead rank succeeded")
+    assert time.time() - t0 < TIMEOUT + 30
+    print("PASS die", flush=True)
+    sys.stdout.flush()
+    os._exit(0)  # the group cannot shut down cleanly without its peer
+
+
+def case_hang():
+    """Rank 1 stops calling collectives (alive); rank 0's fails after the group timeout."""
+    t = torch.ones(4, device=dev())
+    dist.all_reduce(t)
+    if RANK == 1:
+        time.sleep(TIMEOUT + 5)
+        os._exit(3)
+    t0 = time.time()
+    try:
+        dist.all_reduce(t)
+    except RuntimeError as e:
+        took = time.time() - t0
+        print(f"rank 0 failed after {took:.1f} s: {str(e).splitlines()[0][:200]}", flush=True)
+    else:
+        raise AssertionError("a collective without its peer succeeded")
+    assert TIMEOUT - 1 < took < TIMEOUT + 30, took
+    print("PASS hang", flush=True)
+    os._exit(0)
+
+
+def case_dtensor():
+    from torch import nn
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import Replicate, Shard, distribute_tensor
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+    import torch.distributed._functional_collectives as funcol
+
+    mesh = init_device_mesh("tpu", (WORLD,))
+    full = torch.arange(4.0 * WORLD * 3).reshape(2 * WORLD, 6)
+    d = distribute_tensor(full.to("tpu"), mesh, [Shard(0)])
+    assert d.to_local().device.type == "tpu"
+    assert torch.equal(d.to_local().cpu(), full.chunk(WORLD)[RANK])
+    assert torch.equal(d.redistribute(mesh, [Replicate()]).to_local().cpu(), full)
+    assert torch.equal(d.redistribute(mesh, [Shard(1)]).to_local().cpu(), full.chunk(WORLD, 1)[RANK])
+    assert torch.equal(d.full_tensor().cpu(), full)
+    assert torch.equal((d * 2).sum().full_tensor().cpu(), (full * 2).sum())
+
+    y = funcol.all_reduce(torch.full((3,), RANK + 1.0, device="tpu"), "sum", mesh)
+    assert y.device.type == "tpu" and y.cpu().tolist() == [WORLD * (WORLD + 1) / 2] * 3, y
+    z = funcol.all_gather_tensor(torch.full((2,), float(RANK), device="tpu"), 0, mesh)
+    assert z.cpu().tolist() == [float(r) for r in range(WORLD) for _ in range(2)], z
+    z = funcol.reduce_scatter_tensor(torch.ones(2 * WORLD, device="tpu"), "sum", 0, mesh)
+    assert z.cpu().tolist() == [float(WORLD)] * 2, z
+
+    mesh2 = init_device_mesh("tpu", (WORLD, 1), mesh_dim_names=("dp", "tp"))
+    d2 = distribute_tensor(full.to("tpu"), mesh2, [Shard(0), Replicate()])
+    assert torch.equal(d2.full_tensor().cpu(), full)
+    assert mesh2["tp"].size() == 1 and mesh2["dp"].size() == WORLD
+
+    torch.manual_seed(0)
+    ref = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 8))
+    x = torch.randn(4, 8)
+    model = parallelize_module(
+        nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 8)).to("tpu"),
+        mesh, {"0": ColwiseParallel(), "2": RowwiseParallel()})
+    with torch.no_grad():
+        for (_, p), (_, q) in zip(model.named_parameters(), ref.named_parameters()):
+            p.copy_(distribute_tensor(q.detach().to("tpu"), mesh, p.placements))
+    out = model(x.to("tpu"))
+    expect = ref(x)
+    torch.testing.assert_close(out.cpu(), expect, rtol=1e-5, atol=1e-5)
+    out.sum().backward()
+    expect.sum().backward()
+    for (n, p), (_, q) in zip(model.named_parameters(), ref.named_parameters()):
+        torch.testing.assert_close(p.grad.full_tensor().cpu(), q.grad, rtol=1e-5, atol=1e-5, msg=n)
+
+
+def case_train():
+    """DDP and FSDP2 (fully_shard) SGD steps on per-rank halves of each batch end
+    with the weights of one process training on the whole batches."""
+    from torch import nn
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+
+    xs = torch.randn(3, 2 * WORLD, 8, generator=torch.Generator().manual_seed(1))
+
+    def train(model, params):
+        opt = torch.optim.SGD(params, lr=0.1)
+        for x in xs:
+            x = x.chunk(WORLD)[RANK].to("tpu") if next(model.parameters()).device.type == "tpu" else x
+            model(x).pow(2).mean().backward()
+            opt.step()
+            opt.zero_grad()
+
+    for wrap in ("ddp", "fsdp2"):
+        torch.manual_seed(0)
+        ref = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4))
+        model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4))
+        model.load_state_dict(ref.state_dict())
+        model.to("tpu")
+        if wrap == "ddp":
+            model = nn.parallel.DistributedDataParallel(model)
+            inner = model.module
+        else:
+            mesh = init_device_mesh("tpu", (WORLD,))
+            for layer in (model[0], model[2]):
+                fully_shard(layer, mesh=mesh)
+            inner = fully_shard(model, mesh=mesh)
+        train(model, model.parameters())
+        train(ref, ref.parameters())
+        for (n, p), q in zip(inner.named_parameters(), ref.parameters()):
+            p = p.full_tensor() if wrap == "fsdp2" else p
+            torch.testing.assert_close(p.detach().cpu(), q.detach(), rtol=1e-5, atol=1e-6, msg=f"{wrap} {n}")
+
+
+def case_launch():
+    """Under torchrun: the chip this process uses, and a collective on it and on the CPU."""
+    local = int(os.environ["LOCAL_RANK"])
+    want = local if torch.tpu.device_count() > local else 0
+    assert torch.tpu.current_device() == want, (torch.tpu.current_device(), want, torch.tpu.device_count())
+    t = torch.full((2,), RANK + 1.0, device="tpu")
+    assert t.device.index == want
+    dist.all_reduce(t)
+    assert t.cpu().tolist() == [WORLD * (WORLD + 1) / 2] * 2, t
+    if "cpu:" in BACKEND:  # a cpu backend too: cpu tensors take it
+        c = torch.full((2,), RANK + 1.0)
+        dist.all_reduce(c)
+        assert c.tolist() == [WORLD * (WORLD + 1) / 2] * 2, c
+    print(f"rank {RANK} local {local} on tpu:{want} of {torch.tpu.device_count()}", flush=True)
+
+
+def case_tp_plan():
+    """Transformers tensor parallelism: a tiny Llama loaded with tp_plan="auto"
+    gives the logits and greedy tokens of the whole model on the CPU."""
+    from transformers import AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM
+
+    path = os.environ["DIST_TEST_DIR"]
+    torch.manual_seed(0)
+    cfg = LlamaConfig(vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64)
+    ref = LlamaForCausalLM(cfg).eval()
+    if RANK == 0:
+        ref.save_pretrained(path)
+    dist.barrier()
+    model = AutoModelForCausalLM.from_pretrained(path, tp_plan="auto").eval()
+    assert model.device.type == "tpu", model.device
+    ids = torch.tensor([[1, 5, 9, 12, 7]])
+    with torch.no_grad():
+        torch.testing.assert_close(model(ids.to(model.device)).logits.cpu(), ref(ids).logits, rtol=1e-5, atol=1e-5)
+        got = model.generate(ids.to(model.device), max_new_tokens=6, do_sample=False).cpu()
+        want = ref.generate(ids, max_new_tokens=6, do_sample=False)
+    assert torch.equal(got, want), (got, want)
+    whole = sum(p.numel() * p.element_size() for p in ref.parameters())
+    print(f"rank {RANK}: tp_plan peak {torch.tpu.max_memory_allocated()} bytes, whole model {whole}", flush=True)
+
+
+TIMEOUT = float(os.environ.get("DIST_TEST_TIMEOUT", "60"))
+GLOO = None
+BACKEND = sys.argv[1] if len(sys.argv) > 1 else ""
+
+if __name__ == "__main__":
+    cases = sys.argv[2:]
+    dist.init_process_group(BACKEND, timeout=datetime.timedelta(seconds=TIMEOUT))
+    if "collectives" in cases:
+        GLOO = dist.new_group(backend="gloo")
+    for name in cases:
+        globals()["case_" + name]()
+        print(f"PASS {name}", flush=True)
+    dist.destroy_process_group()

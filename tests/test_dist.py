@@ -1,0 +1,168 @@
+"""Multi-process tests of the c10d backend "tpu_dist" on 127.0.0.1.
+
+Each test starts processes running tests/dist_worker.py (directly with env://,
+or through torchrun) and fails loudly, killing them, when they run past a time
+limit. Tests are skipped only where a loopback port cannot be bound.
+"""
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+import torch.distributed as dist
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+WORKER = os.path.join(HERE, "dist_worker.py")
+LIMIT = 180  # seconds per multi-process run; processes start slowly on a loaded 2-core machine
+
+
+def free_port():
+    try:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            return s.getsockname()[1]
+    except OSError as e:
+        pytest.skip(f"cannot bind a loopback port: {e}")
+
+
+def env(**extra):
+    e = dict(os.environ)
+    e["PYTHONPATH"] = ROOT + os.pathsep + e.get("PYTHONPATH", "")
+    e["TORCH_TPU_NUM_THREADS"] = "1"  # two processes share the machine's cores
+    for k in ("TORCH_TPU_HOST_DEVICES", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE"):
+        e.pop(k, None)
+    e.update({k: str(v) for k, v in extra.items()})
+    return e
+
+
+def run_all(cmds, limit=LIMIT):
+    """Starts every (argv, env) at once; returns their (returncode, output) after all
+    exit. Past `limit` seconds all are killed and the test fails with their output."""
+    procs = [subprocess.Popen(a, env=e, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+             for a, e in cmds]
+    deadline = time.time() + limit
+    outs = []
+    try:
+        for p in procs:
+            try:
+                outs.append(p.communicate(timeout=max(1, deadline - time.time()))[0])
+            except subprocess.TimeoutExpired:
+                for q in procs:
+                    q.kill()
+                logs = [q.communicate()[0] for q in procs]
+                pytest.fail(f"processes still running after {limit} s (killed):\n" + "\n----\n".join(logs))
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+    return [(p.returncode, o) for p, o in zip(procs, outs)]
+
+
+def ranks(backend, cases, world=2, **extra):
+    port = free_port()
+    cmds = [([sys.executable, WORKER, backend, *cases],
+             env(MASTER_ADDR="127.0.0.1", MASTER_PORT=port, RANK=r, WORLD_SIZE=world, LOCAL_RANK=r,
+                 LOCAL_WORLD_SIZE=world, **extra)) for r in range(world)]
+    return run_all(cmds)
+
+
+def check_passed(results, cases):
+    for r, (code, out) in enumerate(results):
+        assert code == 0, f"rank {r} exited with {code}:\n{out}"
+        for c in cases:
+            assert f"PASS {c}" in out, f"rank {r} did not pass {c}:\n{out}"
+
+
+def test_registered():
+    assert dist.Backend.backend_capability["tpu_dist"] == ["tpu"]
+    assert dist.Backend.backend_capability["tpu"] == ["tpu"]
+    assert dist.Backend.default_device_backend_map["tpu"] == "tpu_dist"
+
+
+def test_collectives_dtensor_errors():
+    """init_process_group("tpu_dist"), LOCAL_WORLD_SIZE=2: LOCAL_RANK's chip is
+    current; every collective on tpu tensors equals gloo's on the same CPU data;
+    DeviceMesh (1-D and 2x1), distribute_tensor/redistribute, functional
+    collectives, a Colwise/Rowwise MLP's forward and gradients equal one
+    process's; DDP and FSDP2 SGD steps equal one process's; mismatched sizes,
+    dtypes, collectives and arguments raise ValueError on both ranks, and the
+    group still works after."""
+    cases = ["launch", "collectives", "dtensor", "train", "errors"]
+    results = ranks("tpu_dist", cases)
+    check_passed(results, cases)
+    assert "rank 1 local 1 on tpu:1 of 2" in results[1][1], results[1][1]
+
+
+def test_dead_rank_fails_within_timeout():
+    t0 = time.time()
+    results = ranks("tpu_dist", ["die"], DIST_TEST_TIMEOUT=10)
+    code, out = results[0]
+    assert code == 0 and "PASS die" in out, out
+    assert results[1][0] == 3, results[1]
+    assert time.time() - t0 < LIMIT
+
+
+@pytest.mark.slow
+def test_silent_rank_times_out():
+    """A live rank that stops calling collectives: the other's fails after the 5 s group timeout."""
+    results = ranks("tpu_dist", ["hang"], DIST_TEST_TIMEOUT=5)
+    code, out = results[0]
+    assert code == 0 and "PASS hang" in out, out
+
+
+def torchrun(nproc, nnodes=1, node_rank=0, port=None, **extra):
+    exe = shutil.which("torchrun")
+    argv = [exe] if exe else [sys.executable, "-m", "torch.distributed.run"]
+    argv += [f"--nnodes={nnodes}", f"--nproc-per-node={nproc}", f"--node-rank={node_rank}",
+             "--master-addr=127.0.0.1", f"--master-port={port}", WORKER, "cpu:gloo,tpu:tpu_dist", "launch"]
+    return argv, env(**extra)
+
+
+@pytest.mark.slow
+def test_torchrun_one_node():
+    """torchrun --nproc-per-node 2: each process has 2 chips by default and uses
+    tpu:LOCAL_RANK; with TORCH_TPU_HOST_DEVICES=1 each uses its one chip."""
+    port = free_port()
+    results = run_all([torchrun(2, port=port)])
+    check_passed(results, ["launch"])
+    assert "local 1 on tpu:1 of 2" in results[0][1], results[0][1]
+    results = run_all([torchrun(2, port=free_port(), TORCH_TPU_HOST_DEVICES=1)])
+    check_passed(results, ["launch"])
+    assert "local 1 on tpu:0 of 1" in results[0][1], results[0][1]
+
+
+def test_torchrun_two_nodes_on_loopback():
+    """Two torchrun invocations (--nnodes 2, --node-rank 0/1) on 127.0.0.1, one
+    process each, init_process_group("cpu:gloo,tpu:tpu_dist"): tpu and cpu
+    collectives cross "hosts" over Gloo's TCP."""
+    port = free_port()
+    results = run_all([torchrun(1, nnodes=2, node_rank=n, port=port) for n in (0, 1)])
+    check_passed(results, ["launch"])
+    assert "rank 1 local 0 on tpu:0" in results[1][1], results[1][1]
+
+
+@pytest.mark.slow
+def test_transformers_tp_plan(tmp_path):
+    pytest.importorskip("transformers")
+    check_passed(ranks("tpu_dist", ["tp_plan"], DIST_TEST_DIR=tmp_path), ["tp_plan"])
+
+
+def test_device_helpers():
+    from torch_tpu import distributed as td
+
+    e = {"LOCAL_WORLD_SIZE": "2"}
+    td.local_chips_default(e)
+    assert e["TORCH_TPU_HOST_DEVICES"] == "2"
+    e = {"LOCAL_WORLD_SIZE": "2", "TORCH_TPU_HOST_DEVICES": "1"}
+    td.local_chips_default(e)
+    assert e["TORCH_TPU_HOST_DEVICES"] == "1"
+    picked = []
+    td.select_local_chip(picked.append, 2, {"LOCAL_RANK": "1"})
+    td.select_local_chip(picked.append, 1, {"LOCAL_RANK": "1"})
+    assert picked == [1]
+    assert torch.tpu.device_count() >= 1
