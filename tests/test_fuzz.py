@@ -58,9 +58,8 @@ class Operand:
             if self.perm == sorted(self.perm):
                 self.perm[-1], self.perm[-2] = self.perm[-2], self.perm[-1]
             inv = [self.perm.index(d) for d in range(n)]
+            # base.permute(perm) has sizes base_shape[perm[d]] == shape[inv[perm[d]]] == shape[d]
             self.base_shape = tuple(shape[inv[d]] for d in range(n))
-            # base.permute(q) has sizes base_shape[q[d]] == shape[d]
-            self.perm = [inv[d] for d in range(n)]
         elif layout == "sliced":
             self.starts = [rng.randrange(2) for _ in shape]
             self.base_shape = tuple(2 * s + st for s, st in zip(shape, self.starts))
@@ -467,6 +466,9 @@ ACCEPTED = [
     (lambda c: "layer_norm" in c.text and any(isinstance(o, Operand) and not torch.isfinite(o.values.double()).all()
                                               for o in c.operands.values()),
      "layer_norm with inf among its inputs: the CPU's Welford update gives a NaN mean, tpu the inf"),
+    (lambda c: "layer_norm" in c.text and c.operands["x"].layout == "expanded",
+     "layer_norm of constant rows: the CPU's normalised values are rounding noise around 0 "
+     "(up to ~2e-5 in bfloat16, past assert_close's atol), tpu's are 0"),
     (lambda c: c.text.startswith("x.masked_fill_") and c.operands["x"].layout == "expanded",
      "masked_fill_ into an expanded tensor (allowed, deprecated): several writes to one element, "
      "whose last one depends on the order of the loop"),
@@ -474,9 +476,9 @@ ACCEPTED = [
 
 
 def empty_result_dtype_error(ref, error):
-    """The CPU returns an empty result before its dtype dispatch (softmax of an empty int64
-    tensor); tpu checks dtypes first and raises NotImplementedError."""
-    return isinstance(error, NotImplementedError) and all(
+    """The CPU returns an empty result before its dtype checks (softmax of an empty int64
+    tensor, pow of empty bool tensors into bool); tpu checks dtypes first and raises."""
+    return ("dtype" in str(error) or "can't be cast" in str(error)) and all(
         not isinstance(r, torch.Tensor) or r.numel() == 0 for r in ref)
 
 
@@ -546,6 +548,14 @@ def test_fuzz_default():
 @pytest.mark.parametrize("seed", [1, 2, 3, 4])
 def test_fuzz_slow(seed):
     _report(*fuzz(seed, 3000, 300))
+
+
+def test_operand_views_have_their_shape():
+    rng = random.Random(5)
+    for layout in ("contig", "transposed", "sliced", "expanded"):
+        for shape in [(2, 3, 4), (0, 5), (1, 1), (3,), ()]:
+            op = Operand(rng, shape, F32, layout)
+            assert tuple(op.view(op.values).shape) == shape, (layout, shape)
 
 
 def test_cases_are_reproducible():

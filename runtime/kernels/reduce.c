@@ -1371,8 +1371,9 @@ static tpu_status_t rd_scan_check(const tpu_k_call_t* call) {
   const tpu_tensor_t* in = tpu_ku_tensor(call, 0);
   if (!in || call->num_outputs < 1) return TPU_KU_INVALID(call, "expected self and an output");
   if (!rd_dtype_ok(in->dtype)) return tpu_ku_unsupported_dtype(call, in->dtype);
-  /* PyTorch has no bool cumsum/cumprod (bool inputs give int64 results) */
-  if (!rd_dtype_ok(call->outputs[0].dtype) || call->outputs[0].dtype == TPU_DTYPE_BOOL)
+  /* PyTorch has no bool cumsum/cumprod (bool inputs give int64 results);
+   * a 0-dim tensor is copied before that check */
+  if (!rd_dtype_ok(call->outputs[0].dtype) || (call->outputs[0].dtype == TPU_DTYPE_BOOL && in->ndim > 0))
     return tpu_ku_unsupported_dtype(call, call->outputs[0].dtype);
   int32_t dim;
   TPU_RETURN_IF_ERROR(rd_line_dim(call, in, 1, &dim));
@@ -1639,6 +1640,19 @@ static void rd_ln_run(void* ctx, char* const* p, const int64_t* sb, int64_t n, i
   float xf[RD_CHUNK], w[RD_CHUNK], b[RD_CHUNK];
   for (int64_t i0 = 0; i0 < n; i0 += RD_CHUNK) {
     int64_t m = rd_min(RD_CHUNK, n - i0);
+    if (c->pass == 2 && ln->dt[1] == TPU_DTYPE_F64) { /* float64 output: normalise in double */
+      double wd[RD_CHUNK], bd[RD_CHUNK];
+      rd_load_d(p[0] + i0 * sb[0], sb[0], ln->dt[0], m, x);
+      if (ln->has_w) rd_load_d(p[2] + i0 * sb[2], sb[2], ln->dt[2], m, wd);
+      if (ln->has_b) rd_load_d(p[3] + i0 * sb[3], sb[3], ln->dt[3], m, bd);
+      for (int64_t i = 0; i < m; ++i) {
+        double y = (x[i] - c->mean) * c->rstd;
+        if (ln->has_w) y *= wd[i];
+        if (ln->has_b) y += bd[i];
+        tpu_ku_store_f64(p[1] + (i0 + i) * sb[1], TPU_DTYPE_F64, y);
+      }
+      continue;
+    }
     if (c->pass == 2) {
       rd_load_f(p[0] + i0 * sb[0], sb[0], ln->dt[0], m, xf);
       if (ln->has_w) rd_load_f(p[2] + i0 * sb[2], sb[2], ln->dt[2], m, w);
@@ -1681,7 +1695,11 @@ static void rd_ln_row(void* ctx, char* const* base, int64_t o) {
     c.rstd = 1.0 / sqrt(c.s2 / nn + ln->eps);
     c.pass = 2;
     rd_runs(ln->pl, base, 0, n, rd_ln_run, &c);
-    rd_store_f(base[4], ln->dt[4], (float)c.rstd);
+    if (ln->dt[4] == TPU_DTYPE_F64) {
+      tpu_ku_store_f64(base[4], ln->dt[4], c.rstd);
+    } else {
+      rd_store_f(base[4], ln->dt[4], (float)c.rstd);
+    }
     return;
   }
   c.pass = 0;
