@@ -80,6 +80,10 @@ def test_masked_fill_converts_like_pytorch():
     assert same(lambda t: t.masked_fill(m.to(t.device), 1e5), torch.tensor([1.0, 2, 3], dtype=torch.float16)) \
         is RuntimeError
     assert same(lambda t: t.fill_(math.nan), torch.tensor([1, 2, 3])) is RuntimeError
+    empty = torch.zeros(1, 0, dtype=torch.uint8)  # the value is checked even when nothing is written
+    assert same(lambda t, v: t.masked_fill(torch.zeros(1, 0, dtype=torch.bool, device=t.device), v),
+                empty, torch.tensor(-1.5, dtype=torch.float64)) is RuntimeError
+    assert same(lambda t: torch.pow(t, 1), torch.tensor([True, False])) is None  # pow by 1 copies, any dtype
 
 
 def test_topk_of_0dim_tensor():
@@ -95,6 +99,8 @@ def test_written_tensor_may_not_overlap_itself():
     assert same(lambda t: torch.exp(t, out=expanded(t)), x) is RuntimeError
     assert same(lambda t: torch.cumsum(t, 1, out=expanded(t)), x) is RuntimeError
     assert same(lambda t: expanded(t).copy_(t), x) is RuntimeError
+    assert same(lambda t: expanded(t).abs_(), x) is RuntimeError  # in-place ops lacking the pointwise tag
+    assert same(lambda t: expanded(t).ge_(0), x) is RuntimeError
     assert same(lambda t: expanded(t).fill_(1), x) is None  # allowed on the CPU too
     assert same(lambda t: torch.add(t[:-1], 1, out=t[1:]), torch.randn(5)) is RuntimeError
 

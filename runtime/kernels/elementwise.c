@@ -722,7 +722,11 @@ static tpu_status_t ew_setup(const tpu_k_call_t* call, int op, ew_plan_t* p) {
     c->ct = EW_CT_I64;
   }
   if ((info->flags & EW_FLOAT) && !out_float) return tpu_ku_unsupported_dtype(call, out->dtype);
-  if ((info->flags & EW_NOBOOL) && rt == TPU_DTYPE_BOOL) return tpu_ku_unsupported_dtype(call, rt);
+  /* pow by a Scalar 0 or 1 fills ones or copies before PyTorch's dtype dispatch */
+  const bool pow_trivial = op == OP_POW && present[1] && tier[1] == 2 &&
+                           (tpu_ku_double(call, 1, 2.0) == 0.0 || tpu_ku_double(call, 1, 2.0) == 1.0);
+  if ((info->flags & EW_NOBOOL) && rt == TPU_DTYPE_BOOL && !pow_trivial)
+    return tpu_ku_unsupported_dtype(call, rt);
   if (op == OP_SUB)
     for (int j = 0; j < info->nin; ++j)
       if (present[j] && ops[j]->dtype == TPU_DTYPE_BOOL)
@@ -932,7 +936,6 @@ static tpu_status_t ew_check(const tpu_k_call_t* call, int op) {
 static tpu_status_t ew_run(const tpu_k_call_t* call, int op) {
   ew_plan_t p;
   TPU_RETURN_IF_ERROR(ew_setup(call, op, &p));
-  if (p.it.numel == 0) return TPU_OK;
   const tpu_tensor_t* fill = op == OP_MASKED_FILL ? tpu_ku_tensor(call, 2) : NULL;
   if (fill && tpu_tensor_numel(fill) == 1) { /* a 0-dim value tensor: its data is ready now */
     tpu_k_value_t v;
@@ -941,6 +944,7 @@ static tpu_status_t ew_run(const tpu_k_call_t* call, int op) {
     else v.v.i = tpu_ku_load_i64(fill->data, fill->dtype);
     TPU_RETURN_IF_ERROR(tpu_ku_check_value_fits(call, &v, call->outputs[0].dtype));
   }
+  if (p.it.numel == 0) return TPU_OK;
   tpu_ku_iter_parallel(&p.it, call->pool, EW_GRAIN, ew_inner, &p.ctx);
   if (__atomic_load_n(&p.ctx.err, __ATOMIC_RELAXED))
     return TPU_KU_INVALID(call, "ZeroDivisionError: integer division by zero");

@@ -431,7 +431,10 @@ void find_semantic_args(const c10::OperatorHandle& op, OpPlan& plan) {
     if (plan.out_arg < 0 && writes(a) && a.kwarg_only()) plan.out_arg = static_cast<int>(i);
   }
   if (factory || plan.self_arg < 0) plan.dtype_arg = -1;
-  plan.pointwise = op.hasTag(at::Tag::pointwise);
+  // In-place variants often lack the tag their functional op carries (abs_, ge_).
+  auto functional = functional_of(op.schema());
+  plan.pointwise = op.hasTag(at::Tag::pointwise) || (functional && functional->hasTag(at::Tag::pointwise));
+  if (plan.pointwise) plan.functional = functional;
   plan.stats_in_input_dtype = op.schema().name() == "aten::native_layer_norm" && op.schema().overload_name().empty();
   // As on the CPU: every out= tensor but a reduction's, and whatever a
   // pointwise op writes, must not have two elements at one address.
@@ -441,7 +444,6 @@ void find_semantic_args(const c10::OperatorHandle& op, OpPlan& plan) {
       plan.no_self_overlap.push_back(static_cast<int>(i));
     }
   }
-  if (plan.pointwise) plan.functional = functional_of(op.schema());
 }
 
 const OpPlan& plan_for(const c10::OperatorHandle& op) {
