@@ -932,14 +932,22 @@ bool run_mutating_pointwise(const c10::OperatorHandle& op, const OpPlan& plan, t
   const int wi = plan.out_alias[0];
   const at::Tensor dst = args[wi].toTensor();
   torch::jit::Stack fargs;
+  // Floating tensors of one dtype (the common x.add_(y)): the result type is
+  // that dtype, or bool for a comparison, whose 0/1 the kernel writes as the
+  // cast would. No meta call needed.
+  bool one_float_dtype = at::isFloatingType(dst.scalar_type());
   for (size_t i = 0; i < nargs; ++i) {
     const auto& a = schema.arguments()[i];
-    if (static_cast<int>(i) != wi && args[i].isTensor()) {
+    if (args[i].isTensor()) {
       const at::Tensor& t = args[i].toTensor();
-      if (t.defined() && t.device() == dst.device()) at::assert_no_partial_overlap(dst, t);
+      if (t.defined()) one_float_dtype = one_float_dtype && t.scalar_type() == dst.scalar_type();
+      if (static_cast<int>(i) != wi && t.defined() && t.device() == dst.device()) {
+        at::assert_no_partial_overlap(dst, t);
+      }
     }
     if (!(writes(a) && a.kwarg_only())) fargs.push_back(args[i]);
   }
+  if (one_float_dtype) return false;
   const c10::ScalarType natural = output_meta(*plan.functional, plan_for(*plan.functional), fargs, index)[0].dtype;
   const c10::ScalarType want = dst.scalar_type();
   TORCH_CHECK(c10::canCast(natural, want), "result type ", natural, " can't be cast to the desired output type ",
