@@ -260,6 +260,7 @@ static tpu_status_t cp_fill_common(const tpu_k_call_t* call, bool run, int mode)
   if (mode == 0) {
     if (call->num_args < 2) return TPU_KU_INVALID(call, "expected a fill value");
     int kind = call->args[1].kind;
+    TPU_RETURN_IF_ERROR(tpu_ku_check_scalar_fits(call, 1, out->dtype));
     if (kind == TPU_K_INT || kind == TPU_K_BOOL)
       tpu_ku_store_i64(f.v.bytes, out->dtype, tpu_ku_int(call, 1, 0));
     else if (kind == TPU_K_DOUBLE)

@@ -71,6 +71,8 @@ enum {
   EW_INTONLY = 1u << 1, /* integer/bool operands only (bitwise) */
   EW_CMP = 1u << 2,     /* result 0/1; computes in the inputs' promoted type */
   EW_LOGIC = 1u << 3,   /* result 0/1 from the operands' truth values */
+  EW_NOBOOL = 1u << 4,  /* PyTorch has no kernel for a bool result type */
+  EW_SAMEOUT = 1u << 5, /* no type promotion: out must have the result type */
 };
 
 typedef struct {
@@ -82,10 +84,10 @@ typedef struct {
 
 #ifndef EW_ARCH_AVX2
 static const ew_opinfo_t kOpInfo[OP_COUNT_] = {
-    [OP_ADD] = {2, 2, 3, 0},        [OP_SUB] = {2, 2, 3, 0},
+    [OP_ADD] = {2, 2, 3, 0},        [OP_SUB] = {2, 2, 3, EW_NOBOOL},
     [OP_MUL] = {2, 2, 3, 0},        [OP_DIV] = {2, 2, 3, 0},
-    [OP_FLOOR_DIVIDE] = {2, 2, 3, 0},
-    [OP_POW] = {2, 2, 3, 0},        [OP_MAXIMUM] = {2, 2, 3, 0},
+    [OP_FLOOR_DIVIDE] = {2, 2, 3, EW_NOBOOL},
+    [OP_POW] = {2, 2, 3, EW_NOBOOL},        [OP_MAXIMUM] = {2, 2, 3, 0},
     [OP_MINIMUM] = {2, 2, 3, 0},    [OP_EQ] = {2, 2, 3, EW_CMP},
     [OP_NE] = {2, 2, 3, EW_CMP},    [OP_LT] = {2, 2, 3, EW_CMP},
     [OP_LE] = {2, 2, 3, EW_CMP},    [OP_GT] = {2, 2, 3, EW_CMP},
@@ -94,12 +96,12 @@ static const ew_opinfo_t kOpInfo[OP_COUNT_] = {
     [OP_LOR] = {2, 2, 3, EW_LOGIC}, [OP_LXOR] = {2, 2, 3, EW_LOGIC},
     [OP_LNOT] = {1, 1, 1, EW_LOGIC}, [OP_BAND] = {2, 2, 3, EW_INTONLY},
     [OP_BOR] = {2, 2, 3, EW_INTONLY}, [OP_BXOR] = {2, 2, 3, EW_INTONLY},
-    [OP_BNOT] = {1, 1, 1, EW_INTONLY}, [OP_FMOD] = {2, 2, 3, 0},
-    [OP_REMAINDER] = {2, 2, 3, 0},  [OP_LERP] = {3, 3, 7, EW_FLOAT},
+    [OP_BNOT] = {1, 1, 1, EW_INTONLY | EW_SAMEOUT}, [OP_FMOD] = {2, 2, 3, EW_NOBOOL},
+    [OP_REMAINDER] = {2, 2, 3, EW_NOBOOL},  [OP_LERP] = {3, 3, 7, EW_FLOAT | EW_NOBOOL},
     [OP_ADDCMUL] = {3, 3, 7, 0},    [OP_ADDCDIV] = {3, 3, 7, EW_FLOAT},
-    [OP_CLAMP] = {3, 1, 7, 0},      [OP_CLAMP_MIN] = {2, 2, 3, 0},
-    [OP_CLAMP_MAX] = {2, 2, 3, 0},  [OP_NEG] = {1, 1, 1, 0},
-    [OP_ABS] = {1, 1, 1, 0},        [OP_SIGN] = {1, 1, 1, 0},
+    [OP_CLAMP] = {3, 1, 7, EW_SAMEOUT},      [OP_CLAMP_MIN] = {2, 2, 3, EW_SAMEOUT},
+    [OP_CLAMP_MAX] = {2, 2, 3, EW_SAMEOUT},  [OP_NEG] = {1, 1, 1, EW_NOBOOL | EW_SAMEOUT},
+    [OP_ABS] = {1, 1, 1, EW_NOBOOL | EW_SAMEOUT},        [OP_SIGN] = {1, 1, 1, EW_SAMEOUT},
     [OP_RECIPROCAL] = {1, 1, 1, EW_FLOAT}, [OP_SQRT] = {1, 1, 1, EW_FLOAT},
     [OP_RSQRT] = {1, 1, 1, EW_FLOAT}, [OP_EXP] = {1, 1, 1, EW_FLOAT},
     [OP_EXP2] = {1, 1, 1, EW_FLOAT}, [OP_EXPM1] = {1, 1, 1, EW_FLOAT},
@@ -107,10 +109,10 @@ static const ew_opinfo_t kOpInfo[OP_COUNT_] = {
     [OP_LOG2] = {1, 1, 1, EW_FLOAT}, [OP_SIN] = {1, 1, 1, EW_FLOAT},
     [OP_COS] = {1, 1, 1, EW_FLOAT}, [OP_TAN] = {1, 1, 1, EW_FLOAT},
     [OP_TANH] = {1, 1, 1, EW_FLOAT}, [OP_SIGMOID] = {1, 1, 1, EW_FLOAT},
-    [OP_ERF] = {1, 1, 1, EW_FLOAT}, [OP_FLOOR] = {1, 1, 1, 0},
-    [OP_CEIL] = {1, 1, 1, 0},       [OP_ROUND] = {1, 1, 1, 0},
-    [OP_TRUNC] = {1, 1, 1, 0},      [OP_ISNAN] = {1, 1, 1, EW_CMP},
-    [OP_NAN_TO_NUM] = {1, 1, 1, 0}, [OP_RELU] = {1, 1, 1, 0},
+    [OP_ERF] = {1, 1, 1, EW_FLOAT}, [OP_FLOOR] = {1, 1, 1, EW_NOBOOL | EW_SAMEOUT},
+    [OP_CEIL] = {1, 1, 1, EW_NOBOOL | EW_SAMEOUT},       [OP_ROUND] = {1, 1, 1, EW_NOBOOL | EW_SAMEOUT},
+    [OP_TRUNC] = {1, 1, 1, EW_NOBOOL | EW_SAMEOUT},      [OP_ISNAN] = {1, 1, 1, EW_CMP},
+    [OP_NAN_TO_NUM] = {1, 1, 1, 0}, [OP_RELU] = {1, 1, 1, EW_NOBOOL},
     [OP_GELU] = {1, 1, 1, EW_FLOAT}, [OP_GELU_BWD] = {2, 2, 3, EW_FLOAT},
     [OP_SILU] = {1, 1, 1, EW_FLOAT}, [OP_SILU_BWD] = {2, 2, 3, EW_FLOAT},
     [OP_SIGMOID_BWD] = {2, 2, 3, EW_FLOAT}, [OP_TANH_BWD] = {2, 2, 3, EW_FLOAT},
@@ -720,6 +722,25 @@ static tpu_status_t ew_setup(const tpu_k_call_t* call, int op, ew_plan_t* p) {
     c->ct = EW_CT_I64;
   }
   if ((info->flags & EW_FLOAT) && !out_float) return tpu_ku_unsupported_dtype(call, out->dtype);
+  /* pow by a Scalar 0 or 1 fills ones or copies before PyTorch's dtype dispatch */
+  const bool pow_trivial = op == OP_POW && present[1] && tier[1] == 2 &&
+                           (tpu_ku_double(call, 1, 2.0) == 0.0 || tpu_ku_double(call, 1, 2.0) == 1.0);
+  if ((info->flags & EW_NOBOOL) && rt == TPU_DTYPE_BOOL && !pow_trivial)
+    return tpu_ku_unsupported_dtype(call, rt);
+  if (op == OP_SUB)
+    for (int j = 0; j < info->nin; ++j)
+      if (present[j] && ops[j]->dtype == TPU_DTYPE_BOOL)
+        return TPU_ERROR(TPU_STATUS_UNIMPLEMENTED, "%s: Subtraction, the `-` operator, with a bool tensor is not "
+                         "supported. If you are trying to invert a mask, use the `~` or `logical_not()` operator "
+                         "instead.", call->op);
+  if ((info->flags & EW_SAMEOUT) && out->dtype != rt)
+    return TPU_KU_INVALID(call, "Found dtype %s but expected %s", tpu_dtype_name((tpu_dtype_t)out->dtype),
+                          tpu_dtype_name((tpu_dtype_t)rt));
+  if (op == OP_MASKED_FILL) {
+    TPU_RETURN_IF_ERROR(tpu_ku_check_scalar_fits(call, 2, out->dtype));
+    /* into bool, a value's truth (0.5 is true), as c10::convert<bool> */
+    if (out->dtype == TPU_DTYPE_BOOL) c->ct = EW_CT_F64;
+  }
   if (info->flags & EW_INTONLY) {
     if (out_float) return tpu_ku_unsupported_dtype(call, out->dtype);
     for (int j = 0; j < info->nin; ++j)
@@ -915,6 +936,14 @@ static tpu_status_t ew_check(const tpu_k_call_t* call, int op) {
 static tpu_status_t ew_run(const tpu_k_call_t* call, int op) {
   ew_plan_t p;
   TPU_RETURN_IF_ERROR(ew_setup(call, op, &p));
+  const tpu_tensor_t* fill = op == OP_MASKED_FILL ? tpu_ku_tensor(call, 2) : NULL;
+  if (fill && tpu_tensor_numel(fill) == 1) { /* a 0-dim value tensor: its data is ready now */
+    tpu_k_value_t v;
+    v.kind = tpu_dtype_is_floating((tpu_dtype_t)fill->dtype) ? TPU_K_DOUBLE : TPU_K_INT;
+    if (v.kind == TPU_K_DOUBLE) v.v.d = tpu_ku_load_f64(fill->data, fill->dtype);
+    else v.v.i = tpu_ku_load_i64(fill->data, fill->dtype);
+    TPU_RETURN_IF_ERROR(tpu_ku_check_value_fits(call, &v, call->outputs[0].dtype));
+  }
   if (p.it.numel == 0) return TPU_OK;
   tpu_ku_iter_parallel(&p.it, call->pool, EW_GRAIN, ew_inner, &p.ctx);
   if (__atomic_load_n(&p.ctx.err, __ATOMIC_RELAXED))

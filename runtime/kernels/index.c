@@ -2134,6 +2134,7 @@ static tpu_status_t ix_sort_run(const tpu_k_call_t* call) {
   ix_sort_fns(self->dtype, &c.sort, &c.topk);
   c.n = self->ndim ? self->sizes[dim] : 1;
   c.k = c.topk_mode ? tpu_ku_int(call, 1, 0) : c.n;
+  if (self->ndim == 0) c.k = 1; /* PyTorch: a 0-dim tensor is its own top-k for k = 0 or 1 */
   c.l.nops = 3;
   c.l.ops[0] = self;
   c.l.ops[1] = &call->outputs[0];

@@ -1,6 +1,8 @@
 /* kutil.c - helpers shared by every kernel file (see kutil.h). */
 #include "kernels/kutil.h"
 
+#include <math.h>
+
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <cpuid.h>
 #endif
@@ -211,6 +213,43 @@ tpu_status_t tpu_ku_wrap_dim(const tpu_k_call_t* c, int64_t dim, int32_t ndim,
 }
 
 /* ---- errors --------------------------------------------------------------- */
+
+tpu_status_t tpu_ku_check_scalar_fits(const tpu_k_call_t* c, int i, int dtype) {
+  if (i >= c->num_args) return TPU_OK;
+  return tpu_ku_check_value_fits(c, &c->args[i], dtype);
+}
+
+tpu_status_t tpu_ku_check_value_fits(const tpu_k_call_t* c, const tpu_k_value_t* v, int dtype) {
+  if (dtype == TPU_DTYPE_BOOL || dtype == TPU_DTYPE_F64) return TPU_OK;
+  bool over = false;
+  if (tpu_dtype_is_floating((tpu_dtype_t)dtype)) {
+    const double max = dtype == TPU_DTYPE_F32 ? 3.4028234663852886e38
+                       : dtype == TPU_DTYPE_F16 ? 65504.0
+                                                : 3.3895313892515355e38;
+    const double d = v->kind == TPU_K_DOUBLE ? v->v.d : v->kind == TPU_K_INT ? (double)v->v.i : 0.0;
+    over = !isinf(d) && (d < -max || d > max);
+  } else {
+    int64_t lo, hi;
+    switch (dtype) {
+      case TPU_DTYPE_I8: lo = INT8_MIN; hi = INT8_MAX; break;
+      case TPU_DTYPE_I16: lo = INT16_MIN; hi = INT16_MAX; break;
+      case TPU_DTYPE_I32: lo = INT32_MIN; hi = INT32_MAX; break;
+      case TPU_DTYPE_U8: lo = 0; hi = UINT8_MAX; break;
+      default: lo = INT64_MIN; hi = INT64_MAX; break;
+    }
+    if (v->kind == TPU_K_DOUBLE) {
+      const double d = v->v.d;
+      over = !(d >= (double)lo && d <= (double)hi);
+      if (dtype == TPU_DTYPE_I64) over = !(d >= -9.2233720368547758e18 && d < 9.2233720368547758e18);
+    } else if (v->kind == TPU_K_INT) {
+      const int64_t x = v->v.i;
+      over = x > hi || (dtype == TPU_DTYPE_U8 ? x < -(int64_t)UINT8_MAX : x < lo);
+    }
+  }
+  if (!over) return TPU_OK;
+  return TPU_ERROR(TPU_STATUS_INVALID_ARGUMENT, "%s: value cannot be converted to type %s without overflow",
+                   c->op ? c->op : "kernel", tpu_dtype_name((tpu_dtype_t)dtype));
+}
 
 tpu_status_t tpu_ku_unsupported_dtype(const tpu_k_call_t* c, int dtype) {
   return TPU_ERROR(TPU_STATUS_UNIMPLEMENTED, "%s: dtype %s is not supported on tpu",

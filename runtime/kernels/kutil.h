@@ -112,6 +112,16 @@ const char* tpu_ku_string(const tpu_k_call_t* c, int i, const char* dflt);
 tpu_status_t tpu_ku_wrap_dim(const tpu_k_call_t* c, int64_t dim, int32_t ndim,
                              int32_t* out_dim);
 
+/* PyTorch's checked conversion of Scalar argument `i` into `dtype`, as
+ * fill_ and masked_fill do (c10::checked_convert): INVALID_ARGUMENT "value
+ * cannot be converted to type <dtype> without overflow" for NaN, infinity or
+ * an out-of-range value into an integer dtype (an integer Scalar wraps into
+ * uint8 from -255 up), or a finite value out of a floating dtype's range.
+ * bool takes any value (non-zero is true). OK when `i` is not a Scalar. */
+tpu_status_t tpu_ku_check_scalar_fits(const tpu_k_call_t* c, int i, int dtype);
+/* The same for a value `v` (TPU_K_DOUBLE / INT / BOOL; other kinds pass). */
+tpu_status_t tpu_ku_check_value_fits(const tpu_k_call_t* c, const tpu_k_value_t* v, int dtype);
+
 /* ---- errors --------------------------------------------------------------- */
 /* UNIMPLEMENTED: "<op>: dtype <name> is not supported on tpu". */
 tpu_status_t tpu_ku_unsupported_dtype(const tpu_k_call_t* c, int dtype);

@@ -745,6 +745,9 @@ static tpu_status_t la_check(const tpu_k_call_t* call) {
   if (!la_dtype_ok(a->dtype)) return tpu_ku_unsupported_dtype(call, a->dtype);
   if (!la_dtype_ok(b->dtype)) return tpu_ku_unsupported_dtype(call, b->dtype);
   if (!la_dtype_ok(c->dtype)) return tpu_ku_unsupported_dtype(call, c->dtype);
+  if (a->dtype != b->dtype)
+    return TPU_KU_INVALID(call, "expected m1 and m2 to have the same dtype, but got: %s != %s",
+                          tpu_dtype_name((tpu_dtype_t)a->dtype), tpu_dtype_name((tpu_dtype_t)b->dtype));
   int64_t M, N, K;
   int64_t shape[3];
   int nd;

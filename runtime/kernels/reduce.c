@@ -671,8 +671,8 @@ static tpu_status_t rd_setup(const tpu_k_call_t* call, rd_op_t* op) {
   if ((kind == RD_VAR || kind == RD_STD || kind == RD_VARMEAN || kind == RD_NORM) &&
       !rd_float_dt(in->dtype))
     return tpu_ku_unsupported_dtype(call, in->dtype);
-  if ((kind == RD_ARGMAX || kind == RD_ARGMIN) && odt != TPU_DTYPE_I64)
-    return tpu_ku_unsupported_dtype(call, odt);
+  if ((kind == RD_ARGMAX || kind == RD_ARGMIN) && (odt != TPU_DTYPE_I64 || in->dtype == TPU_DTYPE_BOOL))
+    return tpu_ku_unsupported_dtype(call, odt != TPU_DTYPE_I64 ? odt : in->dtype);
   if ((kind == RD_MAXDIM || kind == RD_MINDIM) && op->outs[1]->dtype != TPU_DTYPE_I64)
     return tpu_ku_unsupported_dtype(call, op->outs[1]->dtype);
   /* dims */
@@ -1371,7 +1371,10 @@ static tpu_status_t rd_scan_check(const tpu_k_call_t* call) {
   const tpu_tensor_t* in = tpu_ku_tensor(call, 0);
   if (!in || call->num_outputs < 1) return TPU_KU_INVALID(call, "expected self and an output");
   if (!rd_dtype_ok(in->dtype)) return tpu_ku_unsupported_dtype(call, in->dtype);
-  if (!rd_dtype_ok(call->outputs[0].dtype)) return tpu_ku_unsupported_dtype(call, call->outputs[0].dtype);
+  /* PyTorch has no bool cumsum/cumprod (bool inputs give int64 results);
+   * a 0-dim tensor is copied before that check */
+  if (!rd_dtype_ok(call->outputs[0].dtype) || (call->outputs[0].dtype == TPU_DTYPE_BOOL && in->ndim > 0))
+    return tpu_ku_unsupported_dtype(call, call->outputs[0].dtype);
   int32_t dim;
   TPU_RETURN_IF_ERROR(rd_line_dim(call, in, 1, &dim));
   if (!rd_same_shape(in, &call->outputs[0])) return TPU_KU_INVALID(call, "output shape differs from input");
@@ -1637,6 +1640,19 @@ static void rd_ln_run(void* ctx, char* const* p, const int64_t* sb, int64_t n, i
   float xf[RD_CHUNK], w[RD_CHUNK], b[RD_CHUNK];
   for (int64_t i0 = 0; i0 < n; i0 += RD_CHUNK) {
     int64_t m = rd_min(RD_CHUNK, n - i0);
+    if (c->pass == 2 && ln->dt[1] == TPU_DTYPE_F64) { /* float64 output: normalise in double */
+      double wd[RD_CHUNK], bd[RD_CHUNK];
+      rd_load_d(p[0] + i0 * sb[0], sb[0], ln->dt[0], m, x);
+      if (ln->has_w) rd_load_d(p[2] + i0 * sb[2], sb[2], ln->dt[2], m, wd);
+      if (ln->has_b) rd_load_d(p[3] + i0 * sb[3], sb[3], ln->dt[3], m, bd);
+      for (int64_t i = 0; i < m; ++i) {
+        double y = (x[i] - c->mean) * c->rstd;
+        if (ln->has_w) y *= wd[i];
+        if (ln->has_b) y += bd[i];
+        tpu_ku_store_f64(p[1] + (i0 + i) * sb[1], TPU_DTYPE_F64, y);
+      }
+      continue;
+    }
     if (c->pass == 2) {
       rd_load_f(p[0] + i0 * sb[0], sb[0], ln->dt[0], m, xf);
       if (ln->has_w) rd_load_f(p[2] + i0 * sb[2], sb[2], ln->dt[2], m, w);
@@ -1679,7 +1695,11 @@ static void rd_ln_row(void* ctx, char* const* base, int64_t o) {
     c.rstd = 1.0 / sqrt(c.s2 / nn + ln->eps);
     c.pass = 2;
     rd_runs(ln->pl, base, 0, n, rd_ln_run, &c);
-    rd_store_f(base[4], ln->dt[4], (float)c.rstd);
+    if (ln->dt[4] == TPU_DTYPE_F64) {
+      tpu_ku_store_f64(base[4], ln->dt[4], c.rstd);
+    } else {
+      rd_store_f(base[4], ln->dt[4], (float)c.rstd);
+    }
     return;
   }
   c.pass = 0;
@@ -1722,6 +1742,23 @@ static tpu_status_t rd_ln_prepare(const tpu_k_call_t* call, int mode, uint32_t* 
       return TPU_KU_INVALID(call, "output %d must have the input's leading shape and size-1 normalized dims", i);
   int wa = 2, ba = mode == LN_RMS ? -1 : 3;
   const tpu_tensor_t* t;
+  if (mode == LN_LAYER) {
+    /* PyTorch's CPU rule: weight and bias have the input's dtype, or all are
+     * float32 under a bfloat16/float16 input. */
+    const tpu_tensor_t *w = NULL, *b = NULL;
+    rd_opt_tensor(call, wa, &w);
+    rd_opt_tensor(call, ba, &b);
+    const int first = w ? w->dtype : b ? b->dtype : in->dtype;
+    const bool reduced = in->dtype == TPU_DTYPE_BF16 || in->dtype == TPU_DTYPE_F16;
+    const bool mixed = reduced && first == TPU_DTYPE_F32;
+    const int want = mixed ? TPU_DTYPE_F32 : in->dtype;
+    if ((w && w->dtype != want) || (b && b->dtype != want))
+      return TPU_KU_INVALID(call, "mixed dtype: input %s with weight %s and bias %s (parameters must have the "
+                            "input's dtype, or be float32 for a bfloat16/float16 input)",
+                            tpu_dtype_name((tpu_dtype_t)in->dtype),
+                            w ? tpu_dtype_name((tpu_dtype_t)w->dtype) : "None",
+                            b ? tpu_dtype_name((tpu_dtype_t)b->dtype) : "None");
+  }
   if (rd_opt_tensor(call, wa, &t)) {
     if (!rd_float_dt(t->dtype)) return tpu_ku_unsupported_dtype(call, t->dtype);
     if (tpu_tensor_numel(t) != *n) return TPU_KU_INVALID(call, "weight has %lld elements, expected %lld",
@@ -1758,6 +1795,20 @@ static tpu_tensor_t rd_trailing_view(const tpu_tensor_t* w, const tpu_tensor_t* 
   return v;
 }
 
+/* Writes v into every element of t (any strides). */
+static void rd_fill(const tpu_tensor_t* t, double v) {
+  const int64_t numel = tpu_tensor_numel(t);
+  const size_t es = tpu_dtype_size((tpu_dtype_t)t->dtype);
+  for (int64_t k = 0; k < numel; ++k) {
+    int64_t off = 0, rem = k;
+    for (int32_t d = t->ndim - 1; d >= 0; --d) {
+      off += (rem % t->sizes[d]) * t->strides[d];
+      rem /= t->sizes[d];
+    }
+    tpu_ku_store_f64((char*)t->data + off * (int64_t)es, t->dtype, v);
+  }
+}
+
 static tpu_status_t rd_ln_check(const tpu_k_call_t* call) {
   uint32_t mask;
   int64_t n;
@@ -1770,7 +1821,14 @@ static tpu_status_t rd_ln_exec(const tpu_k_call_t* call) {
   int64_t n;
   TPU_RETURN_IF_ERROR(rd_ln_prepare(call, mode, &mask, &n));
   const tpu_tensor_t* in = tpu_ku_tensor(call, 0);
-  if (tpu_tensor_numel(in) == 0) return TPU_OK;
+  if (tpu_tensor_numel(in) == 0) {
+    /* rows of no elements (normalized size 0): mean 0 and rstd NaN, as on the CPU */
+    if (mode == LN_LAYER && n == 0) {
+      rd_fill(&call->outputs[1], 0.0);
+      rd_fill(&call->outputs[2], NAN);
+    }
+    return TPU_OK;
+  }
   const tpu_tensor_t* w = tpu_ku_tensor(call, 2);
   const tpu_tensor_t* b = mode == LN_LAYER ? tpu_ku_tensor(call, 3) : NULL;
   tpu_tensor_t dummy = rd_dummy(in), wv = w ? rd_trailing_view(w, in, mask) : dummy,

@@ -82,6 +82,11 @@ bool fused_supported(const at::Tensor& q, const at::Tensor& k, const at::Tensor&
 int64_t tpu_fused_sdp_choice(const at::Tensor& query, const at::Tensor& key, const at::Tensor& value,
                              const std::optional<at::Tensor>& attn_mask, double dropout_p, bool is_causal,
                              std::optional<double> scale, bool enable_gqa) {
+  // PyTorch's CPU attention reads the mask's last two dims: a mask of rank
+  // < 2 is an IndexError there, so it is one here.
+  TORCH_CHECK_INDEX(!attn_mask.has_value() || !attn_mask->defined() || attn_mask->dim() >= 2,
+                    "scaled_dot_product_attention: attn_mask must have at least 2 dimensions, got ",
+                    attn_mask.has_value() && attn_mask->defined() ? attn_mask->dim() : 0);
   auto& ctx = at::globalContext();
   if (ctx.userEnabledOverrideableSDP() && host_kernels() &&
       fused_supported(query, key, value, attn_mask, dropout_p, is_causal, enable_gqa)) {

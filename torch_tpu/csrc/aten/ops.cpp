@@ -3,6 +3,7 @@
 // fallback that routes every other op to the C kernel table or, when the
 // table has no entry, to PyTorch's CPU fallback (counted).
 #include <ATen/EmptyTensor.h>
+#include <ATen/MemoryOverlap.h>
 #include <ATen/NativeFunctions.h>
 #include <ATen/native/CPUFallback.h>
 #include <c10/core/DeviceGuard.h>
@@ -172,10 +173,24 @@ std::string argument_dtypes(const c10::OperatorHandle& op, const torch::jit::Sta
   return out.empty() ? "no tensors" : out;
 }
 
+// The op whose CPU fallback is running on this thread (for error messages).
+thread_local const char* t_fallback_op = nullptr;
+
+// No complex tensor may exist on tpu: there are no complex kernels, and a
+// complex result left on the device by the CPU fallback would reach kernels
+// that cannot read it. Every tpu allocation and complex view checks here.
+void check_dtype_allowed(c10::ScalarType dtype, const char* op = nullptr) {
+  if (op == nullptr) op = t_fallback_op;
+  TORCH_CHECK_NOT_IMPLEMENTED(!c10::isComplexType(dtype), "tpu: complex dtypes are not supported: ",
+                              op ? op : "an op", " would put a ", dtype,
+                              " tensor on tpu; compute it on the CPU (.cpu()) instead");
+}
+
 }  // namespace
 
 at::Tensor empty_strided_tpu(c10::IntArrayRef size, c10::IntArrayRef stride, c10::ScalarType dtype,
                              c10::DeviceIndex index) {
+  check_dtype_allowed(dtype);
   c10::DeviceGuard guard(c10::Device(kTpu, index));
   return at::detail::empty_strided_generic(size, stride, allocator(), kTpuKeys, dtype);
 }
@@ -225,9 +240,10 @@ namespace {
 at::Tensor tpu_empty_memory_format(c10::IntArrayRef size, std::optional<c10::ScalarType> dtype,
                                    std::optional<c10::Layout> layout, std::optional<c10::Device> dev,
                                    std::optional<bool> pin, std::optional<c10::MemoryFormat> mf) {
+  const c10::ScalarType dt = dtype.value_or(c10::get_default_dtype_as_scalartype());
+  check_dtype_allowed(dt);
   c10::DeviceGuard guard(c10::Device(kTpu, index_of(dev)));
-  return at::detail::empty_generic(size, allocator(), kTpuKeys,
-                                   dtype.value_or(c10::get_default_dtype_as_scalartype()), mf);
+  return at::detail::empty_generic(size, allocator(), kTpuKeys, dt, mf);
 }
 
 at::Tensor tpu_empty_strided(c10::IntArrayRef size, c10::IntArrayRef stride,
@@ -244,6 +260,11 @@ at::Tensor tpu_as_strided(const at::Tensor& self, c10::IntArrayRef size, c10::In
 
 at::Tensor tpu_view(const at::Tensor& self, c10::IntArrayRef size) {
   return at::native::view(self, size);
+}
+
+at::Tensor tpu_view_as_complex(const at::Tensor& self) {
+  check_dtype_allowed(c10::toComplexType(self.scalar_type()), "aten::view_as_complex");
+  return at::native::view_as_complex(self);
 }
 
 at::Tensor tpu_reshape_alias(const at::Tensor& self, c10::IntArrayRef size, c10::IntArrayRef stride) {
@@ -321,6 +342,7 @@ at::Tensor tpu_copy_from(const at::Tensor& self, const at::Tensor& dst, bool non
   if (dst.numel() == 0) return dst;
   const bool src_tpu = src.device().type() == kTpu;
   const bool dst_tpu = dst.device().type() == kTpu;
+  if (dst_tpu) at::assert_no_internal_overlap(dst);
   if (src_tpu && dst_tpu) {
     if (src.device() == dst.device()) {
       native_copy(dst, src);
@@ -399,6 +421,15 @@ struct OpPlan {
   std::vector<int> out_alias;           // per return: aliased argument or -1
   bool expand_masks = false;            // advanced indexing: bool masks -> indices
   bool list_return = false;             // a list op returning Tensor[] (one per element)
+  // PyTorch's semantic rules the bridge applies before a native kernel runs
+  // (see apply_dtype_arg and run_mutating_pointwise):
+  int self_arg = -1;   // `Tensor self`, when not written by the op
+  int dtype_arg = -1;  // `ScalarType? dtype` of a computation (not a factory's)
+  int out_arg = -1;    // the first out= argument
+  std::vector<int> no_self_overlap;  // written arguments that may not overlap themselves
+  bool pointwise = false;                         // PyTorch's `pointwise` tag
+  bool stats_in_input_dtype = false;              // see run_native
+  std::optional<c10::OperatorHandle> functional;  // the op without in-place/out= writes
 };
 
 std::mutex g_plans_mu;
@@ -406,6 +437,74 @@ std::unordered_map<const c10::FunctionSchema*, OpPlan> g_plans;
 
 bool same_alias(const c10::AliasInfo* a, const c10::AliasInfo* b) {
   return a && b && a->isWrite() && b->isWrite() && a->beforeSets() == b->beforeSets();
+}
+
+bool writes(const c10::Argument& a) { return a.alias_info() != nullptr && a.alias_info()->isWrite(); }
+
+bool is_optional_dtype(const c10::Argument& a) {
+  const auto& t = a.real_type();
+  return t->kind() == c10::TypeKind::OptionalType &&
+         t->castRaw<c10::OptionalType>()->getElementType()->kind() == c10::TypeKind::ScalarTypeType;
+}
+
+// The overload of the same op that writes nothing and takes the same other
+// arguments: add.Tensor for add_.Tensor and add.out, exp for exp.out.
+std::optional<c10::OperatorHandle> functional_of(const c10::FunctionSchema& schema) {
+  std::string name = schema.name();
+  const auto& args = schema.arguments();
+  std::vector<const c10::Argument*> kept;
+  bool inplace = !name.empty() && name.back() == '_';
+  for (const auto& a : args) {
+    if (!(writes(a) && a.kwarg_only())) kept.push_back(&a);
+  }
+  if (inplace) {
+    name.pop_back();
+  } else if (kept.size() == args.size()) {
+    return std::nullopt;
+  }
+  auto& dispatcher = c10::Dispatcher::singleton();
+  for (const c10::OperatorName& cand : dispatcher.getAllOpNames()) {
+    if (cand.name != name) continue;
+    auto h = dispatcher.findSchema(cand);
+    if (!h.has_value()) continue;
+    const auto& cargs = h->schema().arguments();
+    bool same = cargs.size() == kept.size();
+    for (size_t i = 0; same && i < cargs.size(); ++i) {
+      same = !writes(cargs[i]) && cargs[i].name() == kept[i]->name() &&
+             cargs[i].type()->str() == kept[i]->type()->str();
+    }
+    if (same) return h;
+  }
+  return std::nullopt;
+}
+
+// Finds the arguments PyTorch's dtype rules refer to (see OpPlan).
+void find_semantic_args(const c10::OperatorHandle& op, OpPlan& plan) {
+  const auto& args = op.schema().arguments();
+  bool factory = false;
+  for (size_t i = 0; i < args.size(); ++i) {
+    const auto& a = args[i];
+    if (a.name() == "self" && a.type()->kind() == c10::TypeKind::TensorType && !writes(a)) {
+      plan.self_arg = static_cast<int>(i);
+    }
+    if (a.name() == "dtype" && is_optional_dtype(a)) plan.dtype_arg = static_cast<int>(i);
+    if (a.name() == "layout") factory = true;
+    if (plan.out_arg < 0 && writes(a) && a.kwarg_only()) plan.out_arg = static_cast<int>(i);
+  }
+  if (factory || plan.self_arg < 0) plan.dtype_arg = -1;
+  // In-place variants often lack the tag their functional op carries (abs_, ge_).
+  auto functional = functional_of(op.schema());
+  plan.pointwise = op.hasTag(at::Tag::pointwise) || (functional && functional->hasTag(at::Tag::pointwise));
+  if (plan.pointwise) plan.functional = functional;
+  plan.stats_in_input_dtype = op.schema().name() == "aten::native_layer_norm" && op.schema().overload_name().empty();
+  // As on the CPU: every out= tensor but a reduction's, and whatever a
+  // pointwise op writes, must not have two elements at one address.
+  const bool reduction = op.hasTag(at::Tag::reduction);
+  for (size_t i = 0; i < args.size(); ++i) {
+    if (writes(args[i]) && ((args[i].kwarg_only() && !reduction) || plan.pointwise)) {
+      plan.no_self_overlap.push_back(static_cast<int>(i));
+    }
+  }
 }
 
 const OpPlan& plan_for(const c10::OperatorHandle& op) {
@@ -429,6 +528,7 @@ const OpPlan& plan_for(const c10::OperatorHandle& op) {
     plan.out_alias.push_back(-1);
     return g_plans.emplace(&schema, std::move(plan)).first->second;
   }
+  find_semantic_args(op, plan);
   // Native only when every return is a plain tensor.
   for (const auto& ret : schema.returns()) {
     if (ret.type()->kind() != c10::TypeKind::TensorType) {
@@ -823,6 +923,114 @@ void expand_bool_indices(torch::jit::Stack& stack, size_t nargs) {
   iv = out;
 }
 
+// PyTorch casts the input of a reduction or scan to its dtype= before
+// computing: sum(float, dtype=int64) truncates every element first; so does
+// sum(float, out=int64), whose out= tensor sets the dtype. A widening between
+// floating types is left to the kernel, which reads the narrower type exactly.
+void apply_dtype_arg(const OpPlan& plan, torch::jit::Stack& stack, size_t nargs) {
+  const size_t base = stack.size() - nargs;
+  c10::IValue& self_v = stack[base + plan.self_arg];
+  if (!self_v.isTensor() || !self_v.toTensor().defined()) return;
+  const c10::IValue& d = stack[base + plan.dtype_arg];
+  std::optional<c10::ScalarType> dtype;
+  if (d.isInt()) {
+    dtype = static_cast<c10::ScalarType>(d.toInt());
+  } else if (plan.out_arg >= 0 && stack[base + plan.out_arg].isTensor()) {
+    const at::Tensor& out = stack[base + plan.out_arg].toTensor();
+    if (out.defined() && at::isFloatingType(self_v.toTensor().scalar_type()) && !at::isFloatingType(out.scalar_type())) {
+      dtype = out.scalar_type();
+    }
+  }
+  const at::Tensor self = self_v.toTensor();
+  const c10::ScalarType from = self.scalar_type();
+  if (!dtype.has_value() || *dtype == from || to_tpu_dtype(*dtype) == TPU_DTYPE_INVALID) return;
+  if (at::isFloatingType(from) && at::isFloatingType(*dtype) && c10::elementSize(*dtype) > c10::elementSize(from)) {
+    return;
+  }
+  self_v = self.to(*dtype);
+}
+
+// Runs the kernel's synchronous check() on `args` with output `out`.
+void check_native(const OpPlan& plan, const c10::FunctionSchema& schema, c10::ArrayRef<c10::IValue> args,
+                  const at::Tensor& out, c10::DeviceIndex index) {
+  if (plan.entry->check == nullptr) return;
+  auto w = new_work(plan.entry);
+  w->call.op = plan.name.c_str();
+  size_t ntensors = 1;
+  for (const c10::IValue& v : args) ntensors += count_tensors(v);
+  w->tensors.reserve(ntensors);
+  w->values.resize(args.size());
+  std::vector<at::Tensor> keep;
+  for (size_t i = 0; i < args.size(); ++i) {
+    fill_value(*w, w->values[i], &schema.arguments()[i], args[i], index, keep, plan.name);
+  }
+  w->tensors.push_back(to_kernel_tensor(out));
+  w->call.outputs = &w->tensors.back();
+  w->call.num_outputs = 1;
+  w->call.args = w->values.data();
+  w->call.num_args = static_cast<int32_t>(w->values.size());
+  tpu_status_t st = plan.entry->check(&w->call);
+  // A kernel that cannot write this dtype itself is no error here: the
+  // caller computes in another dtype and casts.
+  if (st != TPU_OK && tpu_status_code(st) == TPU_STATUS_UNIMPLEMENTED) {
+    tpu_status_free(st);
+    return;
+  }
+  if (st != TPU_OK) throw_for_op(st, plan.name.c_str());
+}
+
+// In-place and out= pointwise ops follow PyTorch's TensorIterator: the written
+// tensor may not overlap itself or partially overlap an input, and the result
+// is computed in the result type of the inputs (the dtype of the functional
+// op), which must be castable to the written tensor's dtype and is then cast
+// into it: exp(bf16, out=f32) rounds to bf16 first, add(bool, bool, out=float)
+// is 1. Returns false when the kernel writes the tensor directly: same dtype,
+// or a float32/float64 result narrowed into a no wider floating type (one
+// rounding either way).
+bool run_mutating_pointwise(const c10::OperatorHandle& op, const OpPlan& plan, torch::jit::Stack* stack,
+                            c10::DeviceIndex index) {
+  const auto& schema = op.schema();
+  const size_t nargs = schema.arguments().size();
+  if (plan.out_alias.size() != 1 || plan.out_alias[0] < 0) return false;
+  auto args = torch::jit::last(*stack, nargs);
+  const int wi = plan.out_alias[0];
+  const at::Tensor dst = args[wi].toTensor();
+  torch::jit::Stack fargs;
+  // Floating tensors of one dtype (the common x.add_(y)): the result type is
+  // that dtype, or bool for a comparison, whose 0/1 the kernel writes as the
+  // cast would. No meta call needed.
+  bool one_float_dtype = at::isFloatingType(dst.scalar_type());
+  for (size_t i = 0; i < nargs; ++i) {
+    const auto& a = schema.arguments()[i];
+    if (args[i].isTensor()) {
+      const at::Tensor& t = args[i].toTensor();
+      if (t.defined()) one_float_dtype = one_float_dtype && t.scalar_type() == dst.scalar_type();
+      if (static_cast<int>(i) != wi && t.defined() && t.device() == dst.device()) {
+        at::assert_no_partial_overlap(dst, t);
+      }
+    }
+    if (!(writes(a) && a.kwarg_only())) fargs.push_back(args[i]);
+  }
+  if (one_float_dtype) return false;
+  const c10::ScalarType natural = output_meta(*plan.functional, plan_for(*plan.functional), fargs, index)[0].dtype;
+  const c10::ScalarType want = dst.scalar_type();
+  TORCH_CHECK(c10::canCast(natural, want), "result type ", natural, " can't be cast to the desired output type ",
+              want);
+  if (natural == want) return false;
+  if (at::isFloatingType(want) && (natural == at::kFloat || natural == at::kDouble) &&
+      c10::elementSize(want) <= c10::elementSize(natural)) {
+    return false;
+  }
+  const OutMeta m = output_meta(op, plan, args, index)[0];  // the op's own checks (shapes)
+  if (dst.sizes() != c10::IntArrayRef(m.sizes)) tpu_resize_(dst, m.sizes, std::nullopt);
+  check_native(plan, schema, args, dst, index);  // and the kernel's (dtypes PyTorch refuses)
+  plan.functional->callBoxed(&fargs);
+  native_copy(dst, fargs[0].toTensor());
+  torch::jit::drop(*stack, nargs);
+  stack->emplace_back(dst);
+  return true;
+}
+
 void run_native(const c10::OperatorHandle& op, const OpPlan& plan, torch::jit::Stack* stack) {
   const auto& schema = op.schema();
   const size_t nargs = schema.arguments().size();
@@ -845,6 +1053,11 @@ void run_native(const c10::OperatorHandle& op, const OpPlan& plan, torch::jit::S
     }
   }
   c10::DeviceIndex index = dev.has_value() ? dev->index() : current_device();
+  for (int i : plan.no_self_overlap) {
+    if (args[i].isTensor()) at::assert_no_internal_overlap(args[i].toTensor());
+  }
+  if (plan.dtype_arg >= 0) apply_dtype_arg(plan, *stack, nargs);
+  if (plan.functional.has_value() && run_mutating_pointwise(op, plan, stack, index)) return;
   if (plan.expand_masks) expand_bool_indices(*stack, nargs);
 
   size_t ntensors = 0;
@@ -872,6 +1085,19 @@ void run_native(const c10::OperatorHandle& op, const OpPlan& plan, torch::jit::S
     metas = dynamic_output_meta(*w, nouts, index);
   } else {
     metas = output_meta(op, plan, args, index);
+  }
+  // native_layer_norm's meta function follows CUDA (float32 mean and rstd for
+  // a bfloat16/float16 input); the CPU, which tpu matches, returns them in the
+  // parameters' dtype (weight, else bias, else the input's).
+  if (plan.stats_in_input_dtype && metas.size() == 3) {
+    c10::ScalarType dt = metas[0].dtype;
+    for (int i : {2, 3}) {
+      if (args[i].isTensor() && args[i].toTensor().defined()) {
+        dt = args[i].toTensor().scalar_type();
+        break;
+      }
+    }
+    metas[1].dtype = metas[2].dtype = dt;
   }
   std::vector<at::Tensor> outputs;
   for (size_t i = 0; i < metas.size(); ++i) {
@@ -921,6 +1147,11 @@ void tpu_boxed_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack)
   TORCH_CHECK_NOT_IMPLEMENTED(!fallback_is_error(), plan.name, " (tensor arguments: ", argument_dtypes(op, stack),
                               ") has no native tpu kernel and TORCH_TPU_FALLBACK=error forbids the CPU fallback");
   tpu_stats_record_fallback(plan.name.c_str());
+  struct Scope {
+    const char* saved = t_fallback_op;
+    ~Scope() { t_fallback_op = saved; }
+  } scope;
+  t_fallback_op = plan.name.c_str();
   at::native::cpu_fallback(op, stack, /*error_on_views=*/true);
 }
 
@@ -981,7 +1212,7 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   // Views ATen implements per backend (metadata only, no data touched).
   m.impl("unfold", TORCH_FN(at::native::unfold));
   m.impl("view_as_real", TORCH_FN(at::native::view_as_real));
-  m.impl("view_as_complex", TORCH_FN(at::native::view_as_complex));
+  m.impl("view_as_complex", TORCH_FN(tpu_view_as_complex));
   m.impl("resize_", TORCH_FN(tpu_resize_));
   m.impl("_copy_from", TORCH_FN(tpu_copy_from));
   m.impl("_copy_from_and_resize", TORCH_FN(tpu_copy_from_and_resize));
