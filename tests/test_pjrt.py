@@ -186,6 +186,11 @@ def test_lowered_ops_run_on_the_device():
             (A.sigmoid(), a.sigmoid()), (torch.maximum(A, B), torch.maximum(a, b)), (-A, -a),
             (A @ A.t(), a @ a.t()), (A.bfloat16() * 3, a.bfloat16() * 3),
             (A.to(torch.int64) + 7, a.to(torch.int64) + 7),
+            (A < B, a < b), (A.to(torch.int32) == B.to(torch.int64), a.to(torch.int32) == b.to(torch.int64)),
+            (A >= 0.25, a >= 0.25), (torch.where(A > 0, A, B), torch.where(a > 0, a, b)),
+            (A.pow(2), a.pow(2)), (A.sum(1, keepdim=True), a.sum(1, keepdim=True)), (A.sum(), a.sum()),
+            (A.bfloat16().mean(0), a.bfloat16().mean(0)), (A.t().mean(), a.t().mean()),
+            (A.to(torch.int64).sum(0), a.to(torch.int64).sum(0)),
         ]
         for got, want in cases:
             assert got.device.type == "tpu"
@@ -198,7 +203,8 @@ def test_lowered_ops_run_on_the_device():
         torch.exp(A, out=o)
         torch.testing.assert_close(o.cpu(), a.exp())
         rep = torch_tpu.fallback_report()
-        for op in ("aten::add.Tensor", "aten::mul.Tensor", "aten::exp", "aten::mm", "aten::tanh", "aten::mul_.Tensor"):
+        for op in ("aten::add.Tensor", "aten::mul.Tensor", "aten::exp", "aten::mm", "aten::tanh", "aten::mul_.Tensor",
+                   "aten::lt.Tensor", "aten::eq.Tensor", "aten::where.self", "aten::sum.dim_IntList", "aten::mean.dim"):
             assert op not in rep, (op, rep)
     """)
 
