@@ -388,6 +388,8 @@ static void test_ops(void) {
        T2(TPU_DTYPE_F32, 3, 4, 4, 1, 5, 20), 1, {1.0}},
       {"aten::add.Scalar", 1, {T2(TPU_DTYPE_I64, 2, 5, 5, 1, 0, 10)}, T2(TPU_DTYPE_I64, 2, 5, 5, 1, 0, 10),
        2, {3, 2}},
+      /* a .Tensor overload whose other is a number (a wrapped scalar) */
+      {"aten::mul.Tensor", 1, {T1(TPU_DTYPE_F32, 6, 0, 6)}, T1(TPU_DTYPE_F32, 6, 0, 6), 1, {-1.5}},
       {"aten::mul.Tensor", 2, {T2(TPU_DTYPE_BF16, 4, 3, 3, 1, 0, 12), T2(TPU_DTYPE_BF16, 4, 3, 0, 1, 0, 3)},
        T2(TPU_DTYPE_BF16, 4, 3, 3, 1, 0, 12), 0, {0}},
       {"aten::div.Tensor", 2, {T1(TPU_DTYPE_F64, 7, 0, 7), T1(TPU_DTYPE_F64, 7, 0, 7)}, T1(TPU_DTYPE_F64, 7, 0, 7),

@@ -551,7 +551,10 @@ tpu_status_t tpu_pjrt_lower(const tpu_k_call_t* call, const tpu_pjrt_loc_t* locs
   }
   const tpu_pjrt_loc_t* oloc = &locs[li];
   /* Inputs are the first tensors (out= overloads list the output last). */
-  bool scalar_form = (spec->family == F_ARITH || spec->family == F_CMP) && strstr(call->op, "Scalar");
+  /* Scalar forms: the .Scalar overloads, and .Tensor ones whose `other` came
+   * as a number (the bridge passes wrapped numbers as scalars). */
+  bool scalar_form = (spec->family == F_ARITH || spec->family == F_CMP) && call->num_args > 1 &&
+                     call->args[1].kind != TPU_K_TENSOR;
   int nin = 1;
   if (spec->family == F_MM || ((spec->family == F_ARITH || spec->family == F_CMP) && !scalar_form)) nin = 2;
   if (spec->family == F_WHERE) nin = 3;
