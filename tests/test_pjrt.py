@@ -191,6 +191,8 @@ def test_lowered_ops_run_on_the_device():
             (A.pow(2), a.pow(2)), (A.sum(1, keepdim=True), a.sum(1, keepdim=True)), (A.sum(), a.sum()),
             (A.bfloat16().mean(0), a.bfloat16().mean(0)), (A.t().mean(), a.t().mean()),
             (A.to(torch.int64).sum(0), a.to(torch.int64).sum(0)),
+            (1 - A, 1 - a), (torch.rsub(A, 2.5, alpha=2), torch.rsub(a, 2.5, alpha=2)), (0.5 < A, 0.5 < a),
+            (3 / (A.abs() + 1), 3 / (a.abs() + 1)),
         ]
         for got, want in cases:
             assert got.device.type == "tpu"

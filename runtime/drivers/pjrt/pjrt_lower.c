@@ -550,15 +550,20 @@ tpu_status_t tpu_pjrt_lower(const tpu_k_call_t* call, const tpu_pjrt_loc_t* locs
     }
   }
   const tpu_pjrt_loc_t* oloc = &locs[li];
-  /* Inputs are the first tensors (out= overloads list the output last). */
-  /* Scalar forms: the .Scalar overloads, and .Tensor ones whose `other` came
-   * as a number (the bridge passes wrapped numbers as scalars). */
-  bool scalar_form = (spec->family == F_ARITH || spec->family == F_CMP) && call->num_args > 1 &&
-                     call->args[1].kind != TPU_K_TENSOR;
+  /* Inputs are the first tensors (out= overloads list the output last). For
+   * arithmetic and comparisons either operand may be a number: the .Scalar
+   * overloads, and .Tensor ones given a wrapped number (the bridge passes
+   * those as scalars), `self` included (rsub, 1 - x). */
+  bool two_operands = spec->family == F_ARITH || spec->family == F_CMP;
+  bool self_scalar = two_operands && call->num_args > 0 && call->args[0].kind != TPU_K_TENSOR;
+  bool other_scalar = two_operands && call->num_args > 1 && call->args[1].kind != TPU_K_TENSOR;
+  if (self_scalar && other_scalar)
+    return TPU_ERROR(TPU_STATUS_UNIMPLEMENTED, "%s: no tensor operand", call->op);
   int nin = 1;
-  if (spec->family == F_MM || ((spec->family == F_ARITH || spec->family == F_CMP) && !scalar_form)) nin = 2;
+  if (spec->family == F_MM || (two_operands && !self_scalar && !other_scalar)) nin = 2;
   if (spec->family == F_WHERE) nin = 3;
   if (nt < nin) return TPU_ERROR(TPU_STATUS_UNIMPLEMENTED, "%s: unexpected arguments", call->op);
+  const tpu_k_value_t* number = self_scalar ? &call->args[0] : other_scalar ? &call->args[1] : NULL;
   ltype_t it[3];
   for (int k = 0; k < nin; k++) {
     if (!type_of(tens[k]->dtype, &it[k]))
@@ -575,7 +580,7 @@ tpu_status_t tpu_pjrt_lower(const tpu_k_call_t* call, const tpu_pjrt_loc_t* locs
    * half types in float32 (PyTorch's opmath). */
   const char* ct = ot.ty;
   if (spec->family == F_CMP) {
-    ct = scalar_form ? scalar_compute_type(tens[0], scalars[0]) : promote(tens[0], tens[1]);
+    ct = number ? scalar_compute_type(tens[0], number) : promote(tens[0], tens[1]);
   }
   if (!strcmp(ct, "f16") || !strcmp(ct, "bf16")) ct = "f32";
   val_t in[3];
@@ -602,21 +607,25 @@ tpu_status_t tpu_pjrt_lower(const tpu_k_call_t* call, const tpu_pjrt_loc_t* locs
            r.id, in[0].id, in[1].id, ta, tb, tr);
       break;
     }
-    case F_ARITH: {
-      val_t y = scalar_form ? splat(&b, &in[0], ct, scalar_of(scalars[0])) : in[1];
-      int ai = scalar_form ? 1 : 0;
-      double alpha = (spec->op == L_ADD || spec->op == L_SUB) && ns > ai ? scalar_of(scalars[ai]) : 1.0;
+    case F_ARITH:
+    case F_CMP: {
+      val_t x = self_scalar ? splat(&b, &in[0], ct, scalar_of(number)) : in[0];
+      val_t y = other_scalar ? splat(&b, &in[0], ct, scalar_of(number)) : self_scalar ? in[0] : in[1];
+      if (spec->family == F_CMP) {
+        static const char* kDir[] = {"EQ", "NE", "LT", "LE", "GT", "GE"};
+        char op[32];
+        snprintf(op, sizeof(op), "compare %s,", kDir[spec->op - L_EQ]);
+        r = binary_to(&b, op, x, y, "i1");
+        break;
+      }
+      /* alpha: add/sub's third argument (self, other, alpha[, out]) */
+      const tpu_k_value_t* av = call->num_args > 2 ? &call->args[2] : NULL;
+      bool has_alpha = (spec->op == L_ADD || spec->op == L_SUB) && av &&
+                       (av->kind == TPU_K_INT || av->kind == TPU_K_DOUBLE || av->kind == TPU_K_BOOL);
+      double alpha = has_alpha ? scalar_of(av) : 1.0;
       if (alpha != 1.0) y = binary(&b, "multiply", y, splat(&b, &y, ct, alpha));
       static const char* kOps[] = {"add", "subtract", "multiply", "divide", "maximum", "minimum"};
-      r = binary(&b, kOps[spec->op], in[0], y);
-      break;
-    }
-    case F_CMP: {
-      static const char* kDir[] = {"EQ", "NE", "LT", "LE", "GT", "GE"};
-      val_t y = scalar_form ? splat(&b, &in[0], ct, scalar_of(scalars[0])) : in[1];
-      char op[32];
-      snprintf(op, sizeof(op), "compare %s,", kDir[spec->op - L_EQ]);
-      r = binary_to(&b, op, in[0], y, "i1");
+      r = binary(&b, kOps[spec->op], x, y);
       break;
     }
     case F_WHERE: {
