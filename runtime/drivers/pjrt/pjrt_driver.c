@@ -825,7 +825,7 @@ static tpu_status_t device_execute_op(tpu_hal_device_t* device, const tpu_k_call
   tpu_status_t st = TPU_OK;
   tpu_pjrt_loc_t locs[TPU_PJRT_MAX_OP_TENSORS];
   tpu_pjrt_alloc_t* allocs[TPU_PJRT_MAX_OP_TENSORS];
-  size_t arg_bytes[TPU_PJRT_MAX_OP_TENSORS];
+  tpu_pjrt_storage_t storages[TPU_PJRT_MAX_OP_TENSORS];
   int32_t nargs = 0;
   for (int k = 0; k < nt && !st; k++) {
     int64_t n = span_bytes(tens[k], elem_size(tens[k]->dtype));
@@ -841,13 +841,15 @@ static tpu_status_t device_execute_op(tpu_hal_device_t* device, const tpu_k_call
     while (arg < nargs && allocs[arg] != a) arg++;
     if (arg == nargs) {
       allocs[nargs] = a;
-      arg_bytes[nargs++] = a->size;
+      storages[nargs] = (tpu_pjrt_storage_t){.bytes = a->size, .arg = nargs, .result = false};
+      nargs++;
     }
-    locs[k] = (tpu_pjrt_loc_t){.arg = arg, .storage_bytes = a->size,
-                               .offset = (uintptr_t)tens[k]->data - a->base};
+    locs[k] = (tpu_pjrt_loc_t){.storage = arg, .offset = (uintptr_t)tens[k]->data - a->base};
   }
+  if (!st) storages[locs[nt - 1].storage].result = true;
+  tpu_pjrt_node_t node = {call, locs};
   char* text = NULL;
-  if (!st) st = tpu_pjrt_lower(call, locs, nargs, arg_bytes, &text);
+  if (!st) st = tpu_pjrt_lower(storages, nargs, &node, 1, &text);
   PJRT_LoadedExecutable* exe = NULL;
   if (!st) st = executable(d->driver, text, &exe);
   free(text);
@@ -861,7 +863,7 @@ static tpu_status_t device_execute_op(tpu_hal_device_t* device, const tpu_k_call
   if (!st) st = execute(d, exe, args, (size_t)nargs, call->op, &out);
   tpu_pjrt_buf_t* nb = NULL;
   if (!st) st = buf_wrap(d->driver->api, out, &nb);
-  if (!st) alloc_set(d, allocs[locs[nt - 1].arg], nb);
+  if (!st) alloc_set(d, allocs[locs[nt - 1].storage], nb);
   pthread_mutex_unlock(&d->mu);
   return st ? tpu_status_annotate(st, "tpu:%d: %s", d->index, call->op) : TPU_OK;
 }

@@ -112,6 +112,8 @@ typedef struct {
   size_t n, cap;
   bool oom;
   int next; /* SSA counter */
+  const tpu_pjrt_storage_t* st;
+  int* cur; /* per storage: the SSA id of its current value */
 } sb_t;
 
 static void emit(sb_t* b, const char* fmt, ...) {
@@ -288,8 +290,8 @@ static val_t read_span(sb_t* b, const tpu_tensor_t* t, const tpu_pjrt_loc_t* loc
                        int64_t span) {
   int64_t nbytes = span * (int64_t)lt->size;
   int sl = fresh(b);
-  emit(b, "  %%v%d = stablehlo.slice %%a%d [%zu:%" PRId64 "] : (tensor<%zuxui8>) -> tensor<%" PRId64 "xui8>\n",
-       sl, loc->arg, loc->offset, (int64_t)loc->offset + nbytes, loc->storage_bytes, nbytes);
+  emit(b, "  %%v%d = stablehlo.slice %%v%d [%zu:%" PRId64 "] : (tensor<%zuxui8>) -> tensor<%" PRId64 "xui8>\n",
+       sl, b->cur[loc->storage], loc->offset, (int64_t)loc->offset + nbytes, b->st[loc->storage].bytes, nbytes);
   val_t r = {.id = fresh(b), .ndim = 1, .sizes = {span}, .ty = lt->ty};
   if (!strcmp(lt->ty, "i1")) {
     int z = fresh(b);
@@ -470,9 +472,9 @@ static double scalar_of(const tpu_k_value_t* v) {
   }
 }
 
-/* Writes `res` (the output's value, output dtype) into the output storage;
- * returns the SSA id of the new storage. */
-static int write_out(sb_t* b, val_t res, const tpu_tensor_t* o, const tpu_pjrt_loc_t* loc,
+/* Writes `res` (the output's value, output dtype) into the output storage,
+ * which gets a new current value. */
+static void write_out(sb_t* b, val_t res, const tpu_tensor_t* o, const tpu_pjrt_loc_t* loc,
                      const ltype_t* lt) {
   int64_t numel = 1;
   for (int32_t d = 0; d < o->ndim; d++) numel *= o->sizes[d];
@@ -518,15 +520,14 @@ static int write_out(sb_t* b, val_t res, const tpu_tensor_t* o, const tpu_pjrt_l
   }
   int off = fresh(b), out = fresh(b);
   emit(b, "  %%v%d = stablehlo.constant dense<%" PRId64 "> : tensor<i64>\n", off, base_off);
-  emit(b, "  %%v%d = stablehlo.dynamic_update_slice %%a%d, %%v%d, %%v%d : (tensor<%zuxui8>, tensor<%" PRId64
+  size_t sbytes = b->st[loc->storage].bytes;
+  emit(b, "  %%v%d = stablehlo.dynamic_update_slice %%v%d, %%v%d, %%v%d : (tensor<%zuxui8>, tensor<%" PRId64
           "xui8>, tensor<i64>) -> tensor<%zuxui8>\n",
-       out, loc->arg, bytes, off, loc->storage_bytes, nbytes, loc->storage_bytes);
-  return out;
+       out, b->cur[loc->storage], bytes, off, sbytes, nbytes, sbytes);
+  b->cur[loc->storage] = out;
 }
 
-tpu_status_t tpu_pjrt_lower(const tpu_k_call_t* call, const tpu_pjrt_loc_t* locs, int32_t num_args,
-                            const size_t* arg_bytes, char** out_text) {
-  *out_text = NULL;
+static tpu_status_t lower_node(sb_t* b, const tpu_k_call_t* call, const tpu_pjrt_loc_t* locs) {
   const lspec_t* spec = spec_of(call->op);
   if (!spec || call->num_outputs != 1 || !call->outputs)
     return TPU_ERROR(TPU_STATUS_UNIMPLEMENTED, "%s: no StableHLO lowering", call->op);
@@ -571,10 +572,6 @@ tpu_status_t tpu_pjrt_lower(const tpu_k_call_t* call, const tpu_pjrt_loc_t* locs
                        tens[k]->dtype);
   }
 
-  sb_t b = {0};
-  emit(&b, "func.func public @main(");
-  for (int32_t a = 0; a < num_args; a++) emit(&b, "%s%%a%d: tensor<%zuxui8>", a ? ", " : "", a, arg_bytes[a]);
-  emit(&b, ") -> tensor<%zuxui8> {\n", oloc->storage_bytes);
 
   /* Compute type: the output's (comparisons: the inputs' promoted type),
    * half types in float32 (PyTorch's opmath). */
@@ -586,13 +583,13 @@ tpu_status_t tpu_pjrt_lower(const tpu_k_call_t* call, const tpu_pjrt_loc_t* locs
   val_t in[3];
   for (int k = 0; k < nin; k++) {
     const char* want = spec->family == F_WHERE && k == 0 ? "i1" : ct;
-    in[k] = read_view(&b, tens[k], tlocs[k], &it[k]);
+    in[k] = read_view(b, tens[k], tlocs[k], &it[k]);
     if (!strcmp(want, "i1") && strcmp(in[k].ty, "i1") != 0) {
-      in[k] = binary_to(&b, "compare NE,", in[k], splat(&b, &in[k], in[k].ty, 0.0), "i1");
+      in[k] = binary_to(b, "compare NE,", in[k], splat(b, &in[k], in[k].ty, 0.0), "i1");
     } else {
-      in[k] = converted(&b, in[k], want);
+      in[k] = converted(b, in[k], want);
     }
-    if (spec->family != F_MM && spec->family != F_REDUCE) in[k] = broadcast(&b, in[k], o->ndim, o->sizes);
+    if (spec->family != F_MM && spec->family != F_REDUCE) in[k] = broadcast(b, in[k], o->ndim, o->sizes);
   }
   val_t r;
   switch (spec->family) {
@@ -601,21 +598,21 @@ tpu_status_t tpu_pjrt_lower(const tpu_k_call_t* call, const tpu_pjrt_loc_t* locs
       shape_str(ta, sizeof(ta), in[0].ndim, in[0].sizes, ct);
       shape_str(tb, sizeof(tb), in[1].ndim, in[1].sizes, ct);
       shape_str(tr, sizeof(tr), o->ndim, o->sizes, ct);
-      r = (val_t){.id = fresh(&b), .ndim = o->ndim, .ty = ct};
+      r = (val_t){.id = fresh(b), .ndim = o->ndim, .ty = ct};
       memcpy(r.sizes, o->sizes, sizeof(int64_t) * (size_t)o->ndim);
-      emit(&b, "  %%v%d = stablehlo.dot_general %%v%d, %%v%d, contracting_dims = [1] x [0] : (%s, %s) -> %s\n",
+      emit(b, "  %%v%d = stablehlo.dot_general %%v%d, %%v%d, contracting_dims = [1] x [0] : (%s, %s) -> %s\n",
            r.id, in[0].id, in[1].id, ta, tb, tr);
       break;
     }
     case F_ARITH:
     case F_CMP: {
-      val_t x = self_scalar ? splat(&b, &in[0], ct, scalar_of(number)) : in[0];
-      val_t y = other_scalar ? splat(&b, &in[0], ct, scalar_of(number)) : self_scalar ? in[0] : in[1];
+      val_t x = self_scalar ? splat(b, &in[0], ct, scalar_of(number)) : in[0];
+      val_t y = other_scalar ? splat(b, &in[0], ct, scalar_of(number)) : self_scalar ? in[0] : in[1];
       if (spec->family == F_CMP) {
         static const char* kDir[] = {"EQ", "NE", "LT", "LE", "GT", "GE"};
         char op[32];
         snprintf(op, sizeof(op), "compare %s,", kDir[spec->op - L_EQ]);
-        r = binary_to(&b, op, x, y, "i1");
+        r = binary_to(b, op, x, y, "i1");
         break;
       }
       /* alpha: add/sub's third argument (self, other, alpha[, out]) */
@@ -623,9 +620,9 @@ tpu_status_t tpu_pjrt_lower(const tpu_k_call_t* call, const tpu_pjrt_loc_t* locs
       bool has_alpha = (spec->op == L_ADD || spec->op == L_SUB) && av &&
                        (av->kind == TPU_K_INT || av->kind == TPU_K_DOUBLE || av->kind == TPU_K_BOOL);
       double alpha = has_alpha ? scalar_of(av) : 1.0;
-      if (alpha != 1.0) y = binary(&b, "multiply", y, splat(&b, &y, ct, alpha));
+      if (alpha != 1.0) y = binary(b, "multiply", y, splat(b, &y, ct, alpha));
       static const char* kOps[] = {"add", "subtract", "multiply", "divide", "maximum", "minimum"};
-      r = binary(&b, kOps[spec->op], x, y);
+      r = binary(b, kOps[spec->op], x, y);
       break;
     }
     case F_WHERE: {
@@ -633,41 +630,94 @@ tpu_status_t tpu_pjrt_lower(const tpu_k_call_t* call, const tpu_pjrt_loc_t* locs
       shape_str(tc, sizeof(tc), o->ndim, o->sizes, "i1");
       shape_str(tv, sizeof(tv), o->ndim, o->sizes, ct);
       r = in[1];
-      r.id = fresh(&b);
-      emit(&b, "  %%v%d = stablehlo.select %%v%d, %%v%d, %%v%d : (%s, %s, %s) -> %s\n", r.id, in[0].id,
+      r.id = fresh(b);
+      emit(b, "  %%v%d = stablehlo.select %%v%d, %%v%d, %%v%d : (%s, %s, %s) -> %s\n", r.id, in[0].id,
            in[1].id, in[2].id, tc, tv, tv, tv);
       break;
     }
     case F_POW:
-      r = binary(&b, "power", in[0], splat(&b, &in[0], ct, ns > 0 ? scalar_of(scalars[0]) : 1.0));
+      r = binary(b, "power", in[0], splat(b, &in[0], ct, ns > 0 ? scalar_of(scalars[0]) : 1.0));
       break;
     case F_REDUCE:
-      r = reduce_sum(&b, call, in[0], spec->op == L_MEAN);
-      r = reshaped(&b, r, o->ndim, o->sizes);
+      r = reduce_sum(b, call, in[0], spec->op == L_MEAN);
+      r = reshaped(b, r, o->ndim, o->sizes);
       break;
     default: {
       val_t x = in[0];
       switch (spec->op) {
-        case L_NEG: r = unary(&b, "negate", x); break;
-        case L_EXP: r = unary(&b, "exponential", x); break;
-        case L_LOG: r = unary(&b, "log", x); break;
-        case L_SQRT: r = unary(&b, "sqrt", x); break;
-        case L_RSQRT: r = unary(&b, "rsqrt", x); break;
-        case L_SIN: r = unary(&b, "sine", x); break;
-        case L_COS: r = unary(&b, "cosine", x); break;
-        case L_TANH: r = unary(&b, "tanh", x); break;
-        case L_ABS: r = unary(&b, "abs", x); break;
-        case L_SIGMOID: r = unary(&b, "logistic", x); break;
-        default: r = binary(&b, "maximum", x, splat(&b, &x, ct, 0.0)); break; /* relu */
+        case L_NEG: r = unary(b, "negate", x); break;
+        case L_EXP: r = unary(b, "exponential", x); break;
+        case L_LOG: r = unary(b, "log", x); break;
+        case L_SQRT: r = unary(b, "sqrt", x); break;
+        case L_RSQRT: r = unary(b, "rsqrt", x); break;
+        case L_SIN: r = unary(b, "sine", x); break;
+        case L_COS: r = unary(b, "cosine", x); break;
+        case L_TANH: r = unary(b, "tanh", x); break;
+        case L_ABS: r = unary(b, "abs", x); break;
+        case L_SIGMOID: r = unary(b, "logistic", x); break;
+        default: r = binary(b, "maximum", x, splat(b, &x, ct, 0.0)); break; /* relu */
       }
     }
   }
-  r = converted(&b, r, ot.ty);
-  int out = write_out(&b, r, o, oloc, &ot);
-  emit(&b, "  return %%v%d : tensor<%zuxui8>\n}\n", out, oloc->storage_bytes);
+  r = converted(b, r, ot.ty);
+  write_out(b, r, o, oloc, &ot);
+  return TPU_OK;
+}
+
+tpu_status_t tpu_pjrt_lower(const tpu_pjrt_storage_t* storages, int32_t num_storages,
+                            const tpu_pjrt_node_t* nodes, int32_t num_nodes, char** out_text) {
+  *out_text = NULL;
+  int* cur = calloc((size_t)(num_storages > 0 ? num_storages : 1), sizeof(int));
+  if (!cur) return TPU_ERROR(TPU_STATUS_OUT_OF_MEMORY, "pjrt: cannot lower a program of %d storages", num_storages);
+  sb_t b = {.st = storages, .cur = cur};
+  int32_t nargs = 0;
+  for (int32_t s = 0; s < num_storages; s++) {
+    if (storages[s].arg >= 0) {
+      cur[s] = storages[s].arg;
+      nargs++;
+    }
+  }
+  b.next = nargs;
+  emit(&b, "func.func public @main(");
+  for (int32_t a = 0; a < nargs; a++) {
+    for (int32_t s = 0; s < num_storages; s++) {
+      if (storages[s].arg == a) emit(&b, "%s%%v%d: tensor<%zuxui8>", a ? ", " : "", a, storages[s].bytes);
+    }
+  }
+  emit(&b, ") -> (");
+  int nres = 0;
+  for (int32_t s = 0; s < num_storages; s++) {
+    if (storages[s].result) emit(&b, "%stensor<%zuxui8>", nres++ ? ", " : "", storages[s].bytes);
+  }
+  emit(&b, ") {\n");
+  for (int32_t s = 0; s < num_storages; s++) {
+    if (storages[s].arg < 0) {
+      cur[s] = fresh(&b);
+      emit(&b, "  %%v%d = stablehlo.constant dense<0> : tensor<%zuxui8>\n", cur[s], storages[s].bytes);
+    }
+  }
+  tpu_status_t st = TPU_OK;
+  for (int32_t i = 0; i < num_nodes && !st; i++) st = lower_node(&b, nodes[i].call, nodes[i].locs);
+  if (st) {
+    free(cur);
+    free(b.s);
+    return st;
+  }
+  emit(&b, "  return");
+  nres = 0;
+  for (int32_t s = 0; s < num_storages; s++) {
+    if (storages[s].result) emit(&b, "%s %%v%d", nres++ ? "," : "", cur[s]);
+  }
+  emit(&b, " :");
+  nres = 0;
+  for (int32_t s = 0; s < num_storages; s++) {
+    if (storages[s].result) emit(&b, "%s tensor<%zuxui8>", nres++ ? "," : "", storages[s].bytes);
+  }
+  emit(&b, "\n}\n");
+  free(cur);
   if (b.oom) {
     free(b.s);
-    return TPU_ERROR(TPU_STATUS_OUT_OF_MEMORY, "%s: cannot build the StableHLO program", call->op);
+    return TPU_ERROR(TPU_STATUS_OUT_OF_MEMORY, "pjrt: cannot build the StableHLO program");
   }
   *out_text = b.s;
   return TPU_OK;
