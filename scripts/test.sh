@@ -5,6 +5,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
 bash scripts/setup.sh
+# libtpu (Google's PJRT plugin for TPUs, 205 MB): the tests check that loading
+# it on this machine, which has no TPU, is a clear "no TPU found" error.
+"$PY" -m pip install -q --disable-pip-version-check --no-deps libtpu==0.0.51
 
 echo "== C runtime tests (AddressSanitizer + UndefinedBehaviorSanitizer)"
 # The driver conformance suite runs on the pjrt driver too, on XLA's CPU plugin.

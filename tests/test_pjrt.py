@@ -5,7 +5,8 @@ process: the driver is chosen once, at runtime initialisation.
 On pjrt the device's memory is opaque (PJRT buffers behind reserved address
 ranges). A first set of ops (elementwise arithmetic and math, mm) runs as
 StableHLO programs on the device; the others take PyTorch's CPU fallback, and
-strided copies stage through the host. These tests check that PyTorch's
+strided copies stage through the host. Under torch.compile each segment of
+lowerable nodes is one StableHLO module, one PJRT execution per run. These tests check that PyTorch's
 semantics hold on both paths and that failures are clear errors."""
 import os
 import subprocess
@@ -150,17 +151,98 @@ def test_out_of_memory_is_recoverable():
     """, TORCH_TPU_PJRT_MEMORY="64M")
 
 
-def test_compile_runs_graphs_op_by_op():
+def test_compiled_graph_is_one_program_per_run():
     check_ok("""
         import torch, torch_tpu
         from torch_tpu._dynamo_backend import compile_stats
-        def f(x, y):
-            return torch.relu(x @ y) * 2 + 1
-        x, y = torch.randn(4, 8), torch.randn(8, 3)
-        got = torch.compile(f, backend="tpu")(x.to("tpu"), y.to("tpu"))
-        torch.testing.assert_close(got.cpu(), f(x, y))
-        assert compile_stats()["eager_graphs"] >= 1
+        def f(x, y, b):
+            h = torch.relu(x.t() @ y) * 2 + b   # a transposed input, a broadcast bias
+            return h, (h - 1).exp().sum(dim=1)
+        x, y, b = torch.randn(8, 4), torch.randn(8, 3), torch.randn(3)
+        args = [a.to("tpu") for a in (x, y, b)]
+        cf = torch.compile(f, backend="tpu")
+        got = cf(*args)
+        for g, w in zip(got, f(x, y, b)):
+            torch.testing.assert_close(g.cpu(), w)
+        st = compile_stats()
+        assert st["driver_segments"] == 1 and st["eager_nodes"] == 0 and st["eager_graphs"] == 0, st
+        for _ in range(2):   # each later call: one device program, inputs given again
+            before = torch_tpu._C.queue_stats(0)["programs"]
+            got = cf(*args)
+            assert torch_tpu._C.queue_stats(0)["programs"] == before + 1
+        for g, w in zip(got, f(x, y, b)):
+            torch.testing.assert_close(g.cpu(), w)
     """)
+
+
+def test_compiled_graph_with_ops_the_driver_cannot_lower():
+    check_ok("""
+        import torch, torch_tpu
+        from torch_tpu._dynamo_backend import compile_stats
+        def f(x):
+            a = torch.tanh(x) * 3
+            s = torch.sort(a, dim=1).values     # no StableHLO lowering: runs eagerly
+            return (s + x).relu()
+        x = torch.randn(5, 6)
+        got = torch.compile(f, backend="tpu")(x.to("tpu"))
+        torch.testing.assert_close(got.cpu(), f(x))
+        st = compile_stats()
+        assert st["driver_segments"] == 2 and st["eager_nodes"] >= 1, st
+        assert any("sort" in op for op in st["eager_ops"]), st["eager_ops"]
+    """)
+
+
+def test_compiled_graph_updates_inputs_in_place():
+    check_ok("""
+        import torch, torch_tpu
+        def f(cache, x):
+            cache.mul_(2)           # an input updated in place (copy_ back into it)
+            cache[1:3] += x          # through a view
+            return cache.sum(dim=0) * x[0]
+        c0, x = torch.randn(4, 3), torch.randn(2, 3)
+        ct = c0.to("tpu")
+        cf = torch.compile(f, backend="tpu")
+        for _ in range(2):
+            want = f(c0, x)
+            got = cf(ct, x.to("tpu"))
+            torch.testing.assert_close(got.cpu(), want)
+            torch.testing.assert_close(ct.cpu(), c0)
+    """)
+
+
+def _libtpu():
+    import importlib.util
+
+    try:
+        spec = importlib.util.find_spec("libtpu")
+    except ImportError:
+        return None
+    for folder in (spec.submodule_search_locations or []) if spec else []:
+        path = os.path.join(folder, "libtpu.so")
+        if os.path.isfile(path):
+            return path
+    return None
+
+
+@pytest.mark.skipif(_libtpu() is None and os.environ.get("CI") != "true",
+                    reason="libtpu is not installed; scripts/test.sh installs it")
+def test_libtpu_without_a_tpu_is_a_clear_error():
+    # In a network namespace of its own (no cloud metadata server to ask);
+    # TPU_SKIP_MDS_QUERY is left to the driver, which sets it without a TPU.
+    path = _libtpu()
+    assert path, "libtpu is not installed"
+    code = "import torch_tpu"
+    e = dict(os.environ)
+    for k in ("TORCH_TPU_PJRT_OPTIONS", "TPU_SKIP_MDS_QUERY", "TPU_LIBRARY_PATH"):
+        e.pop(k, None)
+    e.update({"TORCH_TPU_DRIVER": "pjrt", "TORCH_TPU_PJRT_PLUGIN": path, "PYTHONPATH": ROOT})
+    cmd = [sys.executable, "-c", code]
+    if subprocess.run(["unshare", "-n", "true"], capture_output=True).returncode == 0:
+        cmd = ["unshare", "-n"] + cmd
+    p = subprocess.run(cmd, env=e, capture_output=True, text=True, timeout=180)
+    assert p.returncode == 1, (p.returncode, p.stderr[-3000:])
+    assert "no TPU found on this machine" in p.stderr, p.stderr[-3000:]
+    assert "TORCH_TPU_DRIVER=host" in p.stderr
 
 
 def test_missing_or_broken_plugin_is_a_clear_error():

@@ -21,7 +21,6 @@ import torch
 from torch._dynamo.backends.common import aot_autograd
 from torch._functorch.aot_autograd import make_boxed_func
 
-import torch_tpu
 from torch_tpu import _graph
 from torch_tpu._compile_options import MODES, CompileOptions, compile_options
 from torch_tpu._rotary import fuse_rotary
@@ -29,15 +28,9 @@ from torch_tpu._rotary import fuse_rotary
 _STATS = {"graphs": 0, "rope_fusions": 0, "eager_graphs": 0}
 
 
-def _host_addressable():
-    return torch_tpu._C.device_properties(0)["host_addressable"]
-
-
 def _compile_graph(gm: torch.fx.GraphModule, example_inputs, opts: CompileOptions):
     _STATS["graphs"] += 1
-    if opts.graph == "eager" or not _host_addressable():
-        # The C graph compiler runs on host-addressable memory only; other
-        # drivers run the ATen graph op by op (no whole-graph lowering yet).
+    if opts.graph == "eager":
         _STATS["eager_graphs"] += 1
         return make_boxed_func(gm.forward)
     before = _graph.graph_stats()["codegen_unavailable"]
@@ -86,8 +79,10 @@ def compile_stats():
     'gemv_batches'/'gemv_batched': steps running several one-row products of
     the same row as one parallel loop and the products in them,
     'rope_fusions': q/k rotary embeddings made one tpu.rope call, arena
-    bytes, 'eager_graphs': graphs run op by op, by TORCH_TPU_GRAPH=eager or
-    because the device's memory is not host-addressable)."""
+    bytes, 'eager_graphs': graphs run op by op (TORCH_TPU_GRAPH=eager),
+    'driver_segments': C segments the device's driver runs whole as one
+    compiled program per run (pjrt: one StableHLO module; nodes it cannot
+    lower run eagerly between segments, listed in 'eager_ops')."""
     out = _graph.graph_stats()
     out["graphs"] = _STATS["graphs"]
     out["rope_fusions"] = _STATS["rope_fusions"]

@@ -37,12 +37,12 @@ _STATS = {"compiles": 0, "hits": 0, "compile_seconds": 0.0, "segments": 0, "c_no
           "eager_nodes": 0, "fused_groups": 0, "fused_nodes": 0, "gemm_epilogues": 0, "gemv_batches": 0,
           "gemv_batched": 0, "arena_bytes": 0,
           "reinplaced": 0, "gqa_rewrites": 0, "codegen_groups": 0, "codegen_functions": 0, "codegen_cache_hits": 0,
-          "codegen_compiles": 0, "codegen_compile_seconds": 0.0, "codegen_unavailable": 0}
+          "codegen_compiles": 0, "codegen_compile_seconds": 0.0, "codegen_unavailable": 0, "driver_segments": 0}
 # per-segment figures summed into _STATS
 _SEGMENT_STATS = ("segments", "c_nodes", "eager_nodes", "fused_groups", "fused_nodes", "gemm_epilogues",
                   "gemv_batches", "gemv_batched",
                   "arena_bytes", "codegen_groups", "codegen_functions", "codegen_cache_hits", "codegen_compiles",
-                  "codegen_compile_seconds", "codegen_unavailable")
+                  "codegen_compile_seconds", "codegen_unavailable", "driver_segments")
 _LIVE = weakref.WeakSet()
 _EAGER_OPS = {}  # op name -> count of nodes left to eager execution
 
@@ -225,14 +225,15 @@ def _classify(node, native):
     return "kernel"
 
 
-_NATIVE = set()
+_NATIVE = {}  # device index -> the kernel ops its graphs may contain
 _OUT_VARIANTS = {}
 
 
 def _out_variant(op, native):
     """The .out overload of a functional op whose kernel exists, or None."""
-    if op in _OUT_VARIANTS:
-        return _OUT_VARIANTS[op]
+    key = (op, id(native))
+    if key in _OUT_VARIANTS:
+        return _OUT_VARIANTS[key]
     found = None
     s = op._schema
     if s.returns and all(r.alias_info is None for r in s.returns) and not s.is_mutable:
@@ -246,7 +247,7 @@ def _out_variant(op, native):
                     and _schema_name(cand) in native):
                 found = cand
                 break
-    _OUT_VARIANTS[op] = found
+    _OUT_VARIANTS[key] = found
     return found
 
 
@@ -628,7 +629,7 @@ def _storage_delta(out, base):
     return out.storage_offset() * out.element_size() - base.storage_offset() * base.element_size()
 
 
-def _build_segment(seg, device, users_outside, opts):
+def _build_segment(seg, device, users_outside, opts, native):
     g = _bridge.Graph(device)
     g.set_codegen(opts.codegen_mode)
     vid = {}
@@ -642,7 +643,7 @@ def _build_segment(seg, device, users_outside, opts):
     multi = {}
     for n in _schedule(seg.nodes):
         try:
-            _build_node(g, n, vid, multi, opts)
+            _build_node(g, n, vid, multi, opts, native)
         except (NotImplementedError, _NotLowerable, ValueError) as e:
             raise _Retry(n) from e
     for n in seg.nodes:
@@ -656,7 +657,7 @@ def _build_segment(seg, device, users_outside, opts):
     return g.stats()
 
 
-def _build_node(g, n, vid, multi, opts):
+def _build_node(g, n, vid, multi, opts, native):
     kind = n.meta["tpu_kind"]
     out = _val(n)
     if kind == "getitem":
@@ -677,19 +678,19 @@ def _build_node(g, n, vid, multi, opts):
         s, vals = _schema_args(n)
         name = _schema_name(n.target)
         # a fill's tensor argument gives only its shape (it may be built before that tensor)
-        args = None if name in _FILLS and name not in _NATIVE else [_encode(a, v, vid) for a, v in zip(s.arguments, vals)]
+        args = None if name in _FILLS and name not in native else [_encode(a, v, vid) for a, v in zip(s.arguments, vals)]
         outs = out if isinstance(out, (list, tuple)) else [out]
         flags = _flags(n.target, opts)
         override = n.meta.get("tpu_out_meta")
         metas = (lambda: [override]) if override else (lambda: [_meta(o) for o in outs])
         if name in _DECOMPOSE and _DECOMPOSE[name][0](n):
             ids = _DECOMPOSE[name][1](g, n, vid, vals, outs)
-        elif name in _NATIVE:
+        elif name in native:
             ids = g.node(name, flags, args, metas(), _out_alias(n.target))
         elif name in _LOWERINGS:
             ids = _LOWERINGS[name][1](g, n, vid, vals, outs)
         else:  # functional op -> its out= variant writing fresh buffers
-            ov = _out_variant(n.target, _NATIVE)
+            ov = _out_variant(n.target, native)
             dsts = [g.empty(*m) for m in metas()]
             nargs = len(args)
             args = args + [(K_TENSOR, d) for d in dsts]
@@ -796,8 +797,8 @@ def lower(gm: torch.fx.GraphModule, example_inputs, opts):
     _STATS["reinplaced"] += reinplace_input_updates(gm)
     _STATS["gqa_rewrites"] += use_gqa_in_attention(gm)
     reinplace_fill_scatter(gm)
-    native = _native_ops()
     nodes = list(gm.graph.nodes)
+    native = _native_ops(_device_of(nodes))
     forced_eager = set()
     while True:
         try:
@@ -819,13 +820,16 @@ class _Retry(Exception):
         self.node = node
 
 
-def _lower_once(gm, nodes, native, forced_eager, opts):
-    device = None
+def _device_of(nodes):
     for n in nodes:
         v = _val(n)
         if isinstance(v, torch.Tensor) and v.device.type == "tpu":
-            device = v.device.index or 0
-            break
+            return v.device.index or 0
+    return 0
+
+
+def _lower_once(gm, nodes, native, forced_eager, opts):
+    device = _device_of(nodes)
     for n in nodes:
         k = _classify(n, native)
         if n in forced_eager and k is not None:
@@ -877,7 +881,7 @@ def _lower_once(gm, nodes, native, forced_eager, opts):
         for n in s.nodes:
             if any(seg_of.get(u) is not s for u in n.users):
                 outside.add(n)
-        st = _build_segment(s, device, outside, opts)
+        st = _build_segment(s, device, outside, opts, native)
         stats["segments"] += 1
         stats["c_nodes"] += st["nodes"]
         for k in ("fused_groups", "fused_nodes", "gemv_batches", "gemv_batched", "arena_bytes", "codegen_groups",
@@ -885,17 +889,24 @@ def _lower_once(gm, nodes, native, forced_eager, opts):
                   "codegen_cache_hits", "codegen_compile_seconds", "codegen_unavailable"):
             stats[k] += st[k]
         stats["gemm_epilogues"] += st["gemm_groups"]
+        # segments the device's driver runs whole, one compiled program per run (pjrt)
+        stats["driver_segments"] += st["driver_graph"]
         # a segment with generated code either found it on disk or compiled it
         stats["codegen_compiles"] += 1 if st["codegen_functions"] and not st["codegen_cache_hits"] else 0
     return _make_runner(gm, nodes, steps), stats
 
 
-def _native_ops():
+def _native_ops(device):
+    """The kernel ops a graph on tpu:`device` may contain: all of them on
+    the host driver; on a driver that runs graphs itself (pjrt), those it
+    lowers (the others run eagerly between segments)."""
     import torch_tpu
 
-    if not _NATIVE:
-        _NATIVE.update(torch_tpu.native_ops())
-    return _NATIVE
+    ops = _NATIVE.get(device)
+    if ops is None:
+        torch_tpu._C.init()
+        ops = _NATIVE[device] = frozenset(torch_tpu._C.graph_ops(device))
+    return ops
 
 
 def _make_runner(gm, nodes, steps):

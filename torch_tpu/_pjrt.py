@@ -1,9 +1,10 @@
 """Finds the PJRT plugin for the pjrt driver before the C runtime starts.
 
 The C driver reads TORCH_TPU_PJRT_PLUGIN (else TPU_LIBRARY_PATH). When
-neither is set, this looks for an installed plugin package: libtpu (TPU VMs),
-then XLA's CPU plugin (`xla-cpu-pjrt`, used by the tests), and sets the
-variable for the runtime. For the CPU plugin it also asks for as many chips
+neither is set, this looks for an installed plugin package: libtpu when a TPU
+is on the PCI bus (TPU VMs), else XLA's CPU plugin (`xla-cpu-pjrt`, used by
+the tests), else libtpu (which then reports that no TPU was found), and sets
+the variable for the runtime. For the CPU plugin it also asks for as many chips
 as TORCH_TPU_HOST_DEVICES says (default 1) unless TORCH_TPU_PJRT_OPTIONS is
 set: XLA's CPU client otherwise makes one device per core."""
 import importlib.util
@@ -24,39 +25,22 @@ def _package_file(module, filename):
     return None
 
 
-def _tpu_on_pci():
-    root = "/sys/bus/pci/devices"
-    try:
-        names = os.listdir(root)
-    except OSError:
-        return False
-    for name in names:
-        try:
-            with open(os.path.join(root, name, "vendor")) as f:
-                if int(f.read().strip(), 16) == 0x1AE0:
-                    return True
-        except (OSError, ValueError):
-            continue
-    return False
-
-
-def selected_driver():
-    value = os.environ.get("TORCH_TPU_DRIVER", "").strip()
-    if value:
-        return value  # the C runtime validates it
-    return "pjrt" if _tpu_on_pci() else "host"
-
-
 def configure():
-    if selected_driver() != "pjrt":
+    from torch_tpu import _C
+
+    try:
+        driver = _C.selected_driver()
+    except ValueError:
+        return  # the runtime's start reports it
+    if driver != "pjrt":
         return
     if os.environ.get("TORCH_TPU_PJRT_PLUGIN", "").strip() or os.environ.get("TPU_LIBRARY_PATH", "").strip():
         return
     libtpu = _package_file("libtpu", "libtpu.so")
-    if libtpu:
+    cpu = _package_file("xla_plugins.xla_cpu_pjrt", "xla_cpu_pjrt.so")
+    if libtpu and (_C.tpu_present() or not cpu):  # without a TPU libtpu says "no TPU found"
         os.environ["TORCH_TPU_PJRT_PLUGIN"] = libtpu
         return
-    cpu = _package_file("xla_plugins.xla_cpu_pjrt", "xla_cpu_pjrt.so")
     if cpu:
         os.environ["TORCH_TPU_PJRT_PLUGIN"] = cpu
         if not os.environ.get("TORCH_TPU_PJRT_OPTIONS", "").strip():

@@ -135,7 +135,20 @@ struct tpu_graph_t {
   int32_t profiling; /* atomic */
   int32_t cg_mode;   /* tpu_cg_mode_t */
   tpu_cg_module_t* cg_module;
+  /* the driver runs the graph (HAL run_graph): its description */
+  bool driver_graph;
+  tpu_hal_graph_t hal;
+  tpu_hal_graph_buffer_t* hal_bufs;
+  tpu_hal_graph_node_t* hal_nodes;
+  tpu_k_call_t* hal_calls;
+  int32_t* hal_slot_buf;
+  int64_t* hal_slot_off;
 };
+
+_Static_assert((int)TPU_HAL_GRAPH_INPUT == (int)TPU_GRAPH_BUF_INPUT &&
+                   (int)TPU_HAL_GRAPH_OUTPUT == (int)TPU_GRAPH_BUF_OUTPUT &&
+                   (int)TPU_HAL_GRAPH_INTERNAL == (int)TPU_GRAPH_BUF_INTERNAL,
+               "graph buffer kinds are the HAL's");
 
 /* ---- small helpers ---------------------------------------------------------- */
 
@@ -246,6 +259,11 @@ static void graph_destroy(tpu_object_t* object) {
   free(g->steps);
   free(g->slot_busy);
   tpu_cg_unload(g->cg_module);
+  free(g->hal_bufs);
+  free(g->hal_nodes);
+  free(g->hal_calls);
+  free(g->hal_slot_buf);
+  free(g->hal_slot_off);
   free(g);
 }
 
@@ -257,8 +275,10 @@ tpu_status_t tpu_graph_create(int32_t device_index, tpu_graph_t** out_graph) {
   tpu_hal_device_t* device = NULL;
   TPU_RETURN_IF_ERROR(tpu_runtime_device(device_index, &device));
   tpu_hal_device_properties_t props;
-  tpu_hal_device_vt(device)->query_properties(device, &props);
-  if (!props.host_addressable)
+  const tpu_hal_device_vtable_t* vt = tpu_hal_device_vt(device);
+  vt->query_properties(device, &props);
+  bool driver_graph = vt->run_graph && vt->check_graph_node;
+  if (!props.host_addressable && !driver_graph)
     return TPU_ERROR(TPU_STATUS_UNIMPLEMENTED,
                      "graph: tpu:%d (%s driver) has memory the C graph compiler cannot address",
                      device_index, props.driver);
@@ -267,6 +287,7 @@ tpu_status_t tpu_graph_create(int32_t device_index, tpu_graph_t** out_graph) {
   tpu_object_init(&g->object, &kGraphVtable);
   g->device_index = device_index;
   g->device = device;
+  g->driver_graph = driver_graph;
   g->cg_mode = (int32_t)tpu_cg_mode_from_env();
   *out_graph = g;
   return TPU_OK;
@@ -484,6 +505,12 @@ tpu_status_t tpu_graph_node(tpu_graph_t* g, const char* op, uint32_t flags, int3
     call.outputs = n->tens + n->nargtens;
     st = entry->check(&call);
     if (st != TPU_OK) st = tpu_status_annotate(st, "%s", entry->name);
+  }
+  if (st == TPU_OK && g->driver_graph) {
+    tpu_k_call_t call = {.op = entry->name, .num_args = n->nargs, .args = n->vals, .num_outputs = n->nout,
+                         .outputs = n->tens + n->nargtens};
+    st = tpu_hal_device_vt(g->device)->check_graph_node(g->device, &call);
+    if (st != TPU_OK) st = tpu_status_annotate(st, "graph: tpu:%d", g->device_index);
   }
   if (st != TPU_OK) {  /* roll back: the graph stays usable */
     node_free(n);
@@ -1233,8 +1260,48 @@ static tpu_status_t plan_memory(tpu_graph_t* g) {
   return TPU_OK;
 }
 
+/* The graph as the driver runs it (HAL run_graph): buffers, and per node
+ * its call and where each tensor slot lives. */
+static tpu_status_t describe_for_driver(tpu_graph_t* g) {
+  int64_t nslots = 0;
+  for (int32_t i = 0; i < g->nnodes; ++i) nslots += g->nodes[i].ntens;
+  g->hal_bufs = calloc((size_t)(g->nbufs ? g->nbufs : 1), sizeof(*g->hal_bufs));
+  g->hal_nodes = calloc((size_t)(g->nnodes ? g->nnodes : 1), sizeof(*g->hal_nodes));
+  g->hal_calls = calloc((size_t)(g->nnodes ? g->nnodes : 1), sizeof(*g->hal_calls));
+  g->hal_slot_buf = calloc((size_t)(nslots ? nslots : 1), sizeof(int32_t));
+  g->hal_slot_off = calloc((size_t)(nslots ? nslots : 1), sizeof(int64_t));
+  if (!g->hal_bufs || !g->hal_nodes || !g->hal_calls || !g->hal_slot_buf || !g->hal_slot_off)
+    return TPU_ERROR(TPU_STATUS_OUT_OF_MEMORY, "graph: out of host memory");
+  for (int32_t b = 0; b < g->nbufs; ++b) {
+    const buf_t* bf = &g->bufs[b];
+    g->hal_bufs[b] = (tpu_hal_graph_buffer_t){
+        .kind = bf->kind, .index = bf->kind == TPU_GRAPH_BUF_INTERNAL ? -1 : bf->index, .bytes = bf->bytes};
+  }
+  int64_t slot = 0;
+  for (int32_t i = 0; i < g->nnodes; ++i) {
+    const node_t* n = &g->nodes[i];
+    g->hal_calls[i] = (tpu_k_call_t){.op = n->entry->name, .num_args = n->nargs, .args = n->vals,
+                                     .num_outputs = n->nout, .outputs = n->tens + n->nargtens};
+    g->hal_nodes[i] = (tpu_hal_graph_node_t){
+        .call = &g->hal_calls[i], .buffer = g->hal_slot_buf + slot, .offset = g->hal_slot_off + slot};
+    for (int32_t k = 0; k < n->ntens; ++k, ++slot) {
+      int32_t vid = n->tens_vid[k];
+      g->hal_slot_buf[slot] = vid < 0 ? -1 : g->vals[vid].buf;
+      g->hal_slot_off[slot] = vid < 0 ? 0 : g->vals[vid].off;
+    }
+  }
+  g->hal = (tpu_hal_graph_t){.num_buffers = g->nbufs, .buffers = g->hal_bufs, .num_nodes = g->nnodes,
+                             .nodes = g->hal_nodes, .num_inputs = g->ninputs, .num_outputs = g->noutputs};
+  g->stats.nodes = g->nnodes;
+  g->stats.steps = 1;
+  g->stats.driver_graph = 1;
+  g->compiled = true;
+  return TPU_OK;
+}
+
 tpu_status_t tpu_graph_compile(tpu_graph_t* g) {
   TPU_RETURN_IF_ERROR(check_building(g));
+  if (g->driver_graph) return describe_for_driver(g);
   TPU_RETURN_IF_ERROR(form_groups(g));
   batch_gemvs(g);
   plan_groups(g);
@@ -1553,6 +1620,7 @@ tpu_status_t tpu_graph_run(tpu_graph_t* g, void* const* inputs, void* const* out
   if ((g->ninputs && !inputs) || (g->noutputs && !outputs)) {
     return TPU_ERROR(TPU_STATUS_INVALID_ARGUMENT, "graph: missing input or output pointers");
   }
+  if (g->driver_graph) return tpu_hal_device_vt(g->device)->run_graph(g->device, &g->hal, inputs, outputs);
   size_t nptr = (size_t)g->ninputs + (size_t)g->noutputs;
   run_t* r = malloc(sizeof(run_t) + (nptr ? nptr : 1) * sizeof(void*));
   if (!r) return TPU_ERROR(TPU_STATUS_OUT_OF_MEMORY, "graph: out of host memory");

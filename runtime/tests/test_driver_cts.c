@@ -425,6 +425,82 @@ static void test_ops(void) {
   CHECK(!vt->supports_op(device(0), "aten::nonzero"));
 }
 
+/* A whole graph run by the driver (run_graph): an intermediate buffer, a
+ * strided read, an in-place update of an input view seen by the nodes after
+ * it and by the next run, two outputs; one device program per run. */
+static void test_graphs(void) {
+  tpu_hal_device_t* d = device(0);
+  const tpu_hal_device_vtable_t* vt = DVT(d);
+  if (!vt->run_graph) {
+    fprintf(stderr, "  (this driver runs no graphs itself)\n");
+    return;
+  }
+  const float xs[6] = {1, -2, 3, 0.5f, -1, 2};
+  void *x = NULL, *o0 = NULL, *o1 = NULL;
+  CHECK_OK(vt->allocate(d, 24, &x));
+  CHECK_OK(vt->allocate(d, 24, &o0));
+  CHECK_OK(vt->allocate(d, 24, &o1));
+  CHECK_OK(vt->copy_h2d(d, x, xs, sizeof(xs)));
+  const tpu_tensor_t v6 = {NULL, TPU_DTYPE_F32, 1, {6}, {1}};
+  const tpu_tensor_t v3 = {NULL, TPU_DTYPE_F32, 1, {3}, {1}};
+  const tpu_tensor_t vt32 = {NULL, TPU_DTYPE_F32, 2, {3, 2}, {1, 3}}; /* x viewed [2,3] then transposed */
+  const tpu_tensor_t v32 = {NULL, TPU_DTYPE_F32, 2, {3, 2}, {2, 1}};
+  /* buffers: 0 x (input), 1 t (internal), 2 and 3 the outputs */
+  const tpu_hal_graph_buffer_t bufs[4] = {{TPU_HAL_GRAPH_INPUT, 0, 24}, {TPU_HAL_GRAPH_INTERNAL, -1, 24},
+                                          {TPU_HAL_GRAPH_OUTPUT, 0, 24}, {TPU_HAL_GRAPH_OUTPUT, 1, 24}};
+  /* t = x * x; o0 = t + 2 x; x[3:] = -x[3:]; o1 = exp(x viewed [3,2] by columns) */
+  tpu_k_value_t a_mul[2] = {{.kind = TPU_K_TENSOR, .v.tensor = &v6}, {.kind = TPU_K_TENSOR, .v.tensor = &v6}};
+  tpu_k_value_t a_add[3] = {{.kind = TPU_K_TENSOR, .v.tensor = &v6}, {.kind = TPU_K_TENSOR, .v.tensor = &v6},
+                            {.kind = TPU_K_INT, .v.i = 2}};
+  tpu_k_value_t a_neg[1] = {{.kind = TPU_K_TENSOR, .v.tensor = &v3}};
+  tpu_k_value_t a_exp[1] = {{.kind = TPU_K_TENSOR, .v.tensor = &vt32}};
+  const tpu_k_call_t calls[4] = {{"aten::mul.Tensor", 2, a_mul, 1, &v6, NULL},
+                                 {"aten::add.Tensor", 3, a_add, 1, &v6, NULL},
+                                 {"aten::neg_", 1, a_neg, 1, &v3, NULL},
+                                 {"aten::exp", 1, a_exp, 1, &v32, NULL}};
+  const int32_t b_mul[3] = {0, 0, 1}, b_add[3] = {1, 0, 2}, b_neg[2] = {0, 0}, b_exp[2] = {0, 3};
+  const int64_t o_mul[3] = {0, 0, 0}, o_add[3] = {0, 0, 0}, o_neg[2] = {12, 12}, o_exp[2] = {0, 0};
+  const tpu_hal_graph_node_t nodes[4] = {
+      {&calls[0], b_mul, o_mul}, {&calls[1], b_add, o_add}, {&calls[2], b_neg, o_neg}, {&calls[3], b_exp, o_exp}};
+  const tpu_hal_graph_t g = {4, bufs, 4, nodes, 1, 2};
+  for (int i = 0; i < 4; i++) CHECK_OK(vt->check_graph_node(d, &calls[i]));
+  const tpu_k_call_t lists = {"aten::nonzero", 1, a_neg, 1, &v3, NULL};
+  CHECK_STATUS(vt->check_graph_node(d, &lists), TPU_STATUS_UNIMPLEMENTED, "aten::nonzero");
+  float cur[6];
+  memcpy(cur, xs, sizeof(cur));
+  for (int run = 0; run < 2; run++) {
+    tpu_hal_queue_stats_t before, after;
+    vt->queue_stats(d, &before);
+    void* ins[1] = {x};
+    void* outs[2] = {o0, o1};
+    CHECK_OK(vt->run_graph(d, &g, ins, outs));
+    CHECK_OK(vt->synchronize(d));
+    vt->queue_stats(d, &after);
+    CHECK(after.programs == before.programs + 1);
+    float r0[6], r1[6], rx[6], want0[6], want1[6];
+    for (int i = 0; i < 6; i++) want0[i] = cur[i] * cur[i] + 2 * cur[i];
+    for (int i = 3; i < 6; i++) cur[i] = -cur[i];
+    for (int r = 0; r < 3; r++)
+      for (int c = 0; c < 2; c++) want1[r * 2 + c] = expf(cur[r + 3 * c]);
+    CHECK_OK(vt->copy_d2h(d, r0, o0, 24));
+    CHECK_OK(vt->copy_d2h(d, r1, o1, 24));
+    CHECK_OK(vt->copy_d2h(d, rx, x, 24));
+    for (int i = 0; i < 6; i++) {
+      CHECK(fabsf(r0[i] - want0[i]) <= 1e-6f * (1 + fabsf(want0[i])));
+      CHECK(fabsf(r1[i] - want1[i]) <= 1e-6f * (1 + fabsf(want1[i])));
+      CHECK(rx[i] == cur[i]);
+    }
+  }
+  /* an input pointer outside the device's memory: a clear error */
+  float host[6];
+  void* bad_in[1] = {host};
+  void* outs[2] = {o0, o1};
+  CHECK_STATUS(vt->run_graph(d, &g, bad_in, outs), TPU_STATUS_INVALID_ARGUMENT, "not inside a live allocation");
+  vt->deallocate(d, x);
+  vt->deallocate(d, o0);
+  vt->deallocate(d, o1);
+}
+
 static void run_suite(const char* name) {
   g_name = name;
   tpu_status_t st = tpu_drivers_create(name, NULL, &g_drv);
@@ -444,6 +520,7 @@ static void run_suite(const char* name) {
   RUN_TEST(test_works_and_errors);
   RUN_TEST(test_events);
   RUN_TEST(test_ops);
+  RUN_TEST(test_graphs);
   tpu_object_release(&g_drv->base);
   g_drv = NULL;
 }

@@ -68,6 +68,7 @@ typedef struct tpu_pjrt_device_t {
   tpu_status_t error; /* first asynchronous error since the last take */
   tpu_hal_memory_stats_t stats;
   uint64_t works;
+  uint64_t programs; /* executions */
 } tpu_pjrt_device_t;
 
 typedef struct tpu_pjrt_exe_t {
@@ -341,13 +342,13 @@ static tpu_status_t executable(tpu_pjrt_driver_t* drv, const char* text,
   return st;
 }
 
-/* Runs a one-output executable on `d` and returns its output buffer. */
-static tpu_status_t execute(tpu_pjrt_device_t* d, PJRT_LoadedExecutable* exe, PJRT_Buffer* const* args,
-                            size_t num_args, const char* what, PJRT_Buffer** out) {
+/* Runs an executable of `num_outs` results on `d` (outs[0..num_outs)). */
+static tpu_status_t execute_n(tpu_pjrt_device_t* d, PJRT_LoadedExecutable* exe, PJRT_Buffer* const* args,
+                              size_t num_args, const char* what, PJRT_Buffer** outs, size_t num_outs) {
   const PJRT_Api* api = d->driver->api;
   PJRT_ExecuteOptions opts = {.struct_size = TPU_PJRT_SIZE(PJRT_ExecuteOptions, incarnation_ids)};
-  PJRT_Buffer* outputs[1] = {NULL};
-  PJRT_Buffer** output_list[1] = {outputs};
+  for (size_t i = 0; i < num_outs; i++) outs[i] = NULL;
+  PJRT_Buffer** output_list[1] = {outs};
   PJRT_Buffer* const* arg_list[1] = {args};
   PJRT_Event* done[1] = {NULL};
   PJRT_LoadedExecutable_Execute_Args a = {
@@ -361,9 +362,14 @@ static tpu_status_t execute(tpu_pjrt_device_t* d, PJRT_LoadedExecutable* exe, PJ
       .device_complete_events = done,
       .execute_device = d->device};
   TPU_RETURN_IF_ERROR(take(api, api->PJRT_LoadedExecutable_Execute(&a), what));
+  d->programs++;
   pending_add(d, done[0], NULL, what);
-  *out = outputs[0];
   return TPU_OK;
+}
+
+static tpu_status_t execute(tpu_pjrt_device_t* d, PJRT_LoadedExecutable* exe, PJRT_Buffer* const* args,
+                            size_t num_args, const char* what, PJRT_Buffer** out) {
+  return execute_n(d, exe, args, num_args, what, out, 1);
 }
 
 /* Uploads `size` host bytes as a new u8[size] buffer (or an s64 scalar when
@@ -650,7 +656,7 @@ static bool device_query_idle(tpu_hal_device_t* device) {
 static void device_queue_stats(tpu_hal_device_t* device, tpu_hal_queue_stats_t* out) {
   tpu_pjrt_device_t* d = dev(device);
   pthread_mutex_lock(&d->mu);
-  *out = (tpu_hal_queue_stats_t){.works = d->works};
+  *out = (tpu_hal_queue_stats_t){.works = d->works, .programs = d->programs};
   pthread_mutex_unlock(&d->mu);
 }
 
@@ -817,8 +823,13 @@ static tpu_status_t device_execute_op(tpu_hal_device_t* device, const tpu_k_call
   if (span_bytes(o, 1) == 0) return TPU_OK; /* nothing to write */
   const tpu_tensor_t* tens[TPU_PJRT_MAX_OP_TENSORS];
   int nt = 0;
-  for (int32_t i = 0; i < call->num_args && nt < TPU_PJRT_MAX_OP_TENSORS - 1; i++) {
-    if (call->args[i].kind == TPU_K_TENSOR) tens[nt++] = call->args[i].v.tensor;
+  for (int32_t i = 0; i < call->num_args; i++) {
+    const tpu_k_value_t* v = &call->args[i];
+    int64_t n = v->kind == TPU_K_TENSOR ? 1 : v->kind == TPU_K_TENSORS ? v->v.tensors.len : 0;
+    if (nt + n > TPU_PJRT_MAX_OP_TENSORS - 1)
+      return TPU_ERROR(TPU_STATUS_UNIMPLEMENTED, "%s: more than %d tensors", call->op, TPU_PJRT_MAX_OP_TENSORS - 1);
+    if (v->kind == TPU_K_TENSOR) tens[nt++] = v->v.tensor;
+    for (int64_t j = 0; v->kind == TPU_K_TENSORS && j < n; j++) tens[nt++] = &v->v.tensors.data[j];
   }
   tens[nt++] = o;
   pthread_mutex_lock(&d->mu);
@@ -829,6 +840,10 @@ static tpu_status_t device_execute_op(tpu_hal_device_t* device, const tpu_k_call
   int32_t nargs = 0;
   for (int k = 0; k < nt && !st; k++) {
     int64_t n = span_bytes(tens[k], elem_size(tens[k]->dtype));
+    if (tens[k]->dtype == TPU_DTYPE_INVALID || (n == 0 && !tens[k]->data)) {
+      locs[k] = (tpu_pjrt_loc_t){.storage = -1, .offset = 0}; /* absent, or no bytes to read */
+      continue;
+    }
     tpu_pjrt_alloc_t* a = alloc_lookup(d, tens[k]->data, (size_t)n);
     if (!a) {
       st = TPU_ERROR(TPU_STATUS_INVALID_ARGUMENT,
@@ -866,6 +881,211 @@ static tpu_status_t device_execute_op(tpu_hal_device_t* device, const tpu_k_call
   if (!st) alloc_set(d, allocs[locs[nt - 1].storage], nb);
   pthread_mutex_unlock(&d->mu);
   return st ? tpu_status_annotate(st, "tpu:%d: %s", d->index, call->op) : TPU_OK;
+}
+
+/* ---- device: whole graphs (one program per run) ---- */
+#define TPU_PJRT_NODE_TENSORS 64
+
+/* A node's tensors in the lowering's order (tensor arguments, list members
+ * included, then outputs); returns their count or -1 above `cap`. */
+static int node_tensors(const tpu_k_call_t* call, const tpu_tensor_t** out, int cap) {
+  int nt = 0;
+  for (int32_t i = 0; i < call->num_args; i++) {
+    const tpu_k_value_t* v = &call->args[i];
+    if (v->kind == TPU_K_TENSOR) {
+      if (nt == cap) return -1;
+      out[nt++] = v->v.tensor;
+    }
+    for (int64_t j = 0; v->kind == TPU_K_TENSORS && j < v->v.tensors.len; j++) {
+      if (nt == cap) return -1;
+      out[nt++] = &v->v.tensors.data[j];
+    }
+  }
+  for (int32_t j = 0; j < call->num_outputs; j++) {
+    if (nt == cap) return -1;
+    out[nt++] = &call->outputs[j];
+  }
+  return nt;
+}
+
+/* Whether `call` lowers: a program of that one node over storages holding
+ * exactly its tensors' spans is built (not compiled). */
+static tpu_status_t device_check_graph_node(tpu_hal_device_t* device, const tpu_k_call_t* call) {
+  (void)device;
+  if (!tpu_pjrt_lowerable(call->op))
+    return TPU_ERROR(TPU_STATUS_UNIMPLEMENTED, "%s: no StableHLO lowering", call->op);
+  const tpu_tensor_t* tens[TPU_PJRT_NODE_TENSORS];
+  int nt = node_tensors(call, tens, TPU_PJRT_NODE_TENSORS);
+  if (nt < 0) return TPU_ERROR(TPU_STATUS_UNIMPLEMENTED, "%s: too many tensors", call->op);
+  tpu_pjrt_storage_t storages[TPU_PJRT_NODE_TENSORS];
+  tpu_pjrt_loc_t locs[TPU_PJRT_NODE_TENSORS];
+  int32_t nargs = 0;
+  for (int k = 0; k < nt; k++) {
+    int64_t n = tens[k]->dtype == TPU_DTYPE_INVALID ? 0 : span_bytes(tens[k], elem_size(tens[k]->dtype));
+    locs[k] = (tpu_pjrt_loc_t){.storage = n > 0 ? nargs : -1, .offset = 0};
+    if (n > 0) {
+      storages[nargs] = (tpu_pjrt_storage_t){.bytes = (size_t)n, .arg = nargs, .result = false};
+      nargs++;
+    }
+  }
+  if (nargs == 0 || locs[nt - 1].storage < 0) return TPU_OK; /* writes nothing */
+  storages[locs[nt - 1].storage].result = true;
+  tpu_pjrt_node_t node = {call, locs};
+  char* text = NULL;
+  tpu_status_t st = tpu_pjrt_lower(storages, nargs, &node, 1, &text);
+  free(text);
+  return st;
+}
+
+typedef struct {
+  tpu_pjrt_alloc_t* alloc; /* NULL: a fresh storage (internal, or an output written whole) */
+  size_t base;             /* the graph buffer's first byte in the storage */
+  int32_t storage;
+} gbuf_t;
+
+static tpu_status_t run_graph_locked(tpu_pjrt_device_t* d, const tpu_hal_graph_t* g, void* const* inputs,
+                                     void* const* outputs) {
+  int32_t nb = g->num_buffers;
+  gbuf_t* gb = calloc((size_t)(nb ? nb : 1), sizeof(*gb));
+  tpu_pjrt_storage_t* stg = calloc((size_t)(nb ? nb : 1), sizeof(*stg));
+  tpu_pjrt_alloc_t** salloc = calloc((size_t)(nb ? nb : 1), sizeof(*salloc));
+  tpu_pjrt_node_t* nodes = calloc((size_t)(g->num_nodes ? g->num_nodes : 1), sizeof(*nodes));
+  tpu_pjrt_loc_t* locs = NULL;
+  char* text = NULL;
+  PJRT_Buffer** args = NULL;
+  PJRT_Buffer** outs = NULL;
+  tpu_status_t st = TPU_OK;
+  if (!gb || !stg || !salloc || !nodes) {
+    st = TPU_ERROR(TPU_STATUS_OUT_OF_MEMORY, "tpu:%d: graph: out of host memory", d->index);
+    goto done;
+  }
+  /* Storages: the allocations holding input and output buffers (one per
+   * allocation, several buffers may share it), then fresh ones. An output
+   * buffer that is a whole allocation of its own starts fresh: its old
+   * bytes are never read. */
+  int32_t ns = 0, nargs = 0;
+  for (int32_t b = 0; b < nb && !st; b++) {
+    const tpu_hal_graph_buffer_t* hb = &g->buffers[b];
+    gb[b].storage = -1;
+    if (hb->kind == TPU_HAL_GRAPH_INTERNAL || hb->bytes == 0) continue;
+    void* p = hb->kind == TPU_HAL_GRAPH_INPUT ? inputs[hb->index] : outputs[hb->index];
+    st = range_of(d, "graph", hb->kind == TPU_HAL_GRAPH_INPUT ? "input" : "output", p, (size_t)hb->bytes,
+                  &gb[b].alloc);
+    if (!st) gb[b].base = (uintptr_t)p - gb[b].alloc->base;
+  }
+  for (int32_t b = 0; b < nb && !st; b++) {
+    const tpu_hal_graph_buffer_t* hb = &g->buffers[b];
+    if (!gb[b].alloc) continue;
+    bool shared = false;
+    for (int32_t c = 0; c < nb; c++) shared |= c != b && gb[c].alloc == gb[b].alloc;
+    if (hb->kind == TPU_HAL_GRAPH_OUTPUT && !shared && gb[b].base == 0 &&
+        gb[b].alloc->size == (size_t)hb->bytes) {
+      stg[ns] = (tpu_pjrt_storage_t){.bytes = (size_t)hb->bytes, .arg = -1, .result = true};
+      salloc[ns] = gb[b].alloc;
+      gb[b].storage = ns++;
+      continue;
+    }
+    int32_t s = 0;
+    while (s < ns && !(salloc[s] == gb[b].alloc && stg[s].arg >= 0)) s++;
+    if (s == ns) {
+      stg[ns] = (tpu_pjrt_storage_t){.bytes = gb[b].alloc->size, .arg = nargs++,
+                                     .result = hb->kind == TPU_HAL_GRAPH_OUTPUT};
+      salloc[ns++] = gb[b].alloc;
+    } else if (hb->kind == TPU_HAL_GRAPH_OUTPUT) {
+      stg[s].result = true;
+    }
+    gb[b].storage = s;
+  }
+  for (int32_t b = 0; b < nb && !st; b++) {
+    if (gb[b].storage >= 0 || g->buffers[b].bytes == 0) continue;
+    stg[ns] = (tpu_pjrt_storage_t){.bytes = (size_t)g->buffers[b].bytes, .arg = -1, .result = false};
+    salloc[ns] = NULL;
+    gb[b].storage = ns++;
+  }
+  /* Nodes: each tensor slot at its storage; a node writing an input's
+   * allocation makes that allocation a result. */
+  int64_t total = 0;
+  for (int32_t i = 0; i < g->num_nodes; i++) {
+    const tpu_tensor_t* tens[TPU_PJRT_NODE_TENSORS];
+    int nt = node_tensors(g->nodes[i].call, tens, TPU_PJRT_NODE_TENSORS);
+    total += nt < 0 ? 0 : nt;
+  }
+  locs = calloc((size_t)(total ? total : 1), sizeof(*locs));
+  if (!st && !locs) st = TPU_ERROR(TPU_STATUS_OUT_OF_MEMORY, "tpu:%d: graph: out of host memory", d->index);
+  int32_t nn = 0;
+  int64_t at = 0;
+  for (int32_t i = 0; i < g->num_nodes && !st; i++) {
+    const tpu_hal_graph_node_t* hn = &g->nodes[i];
+    const tpu_tensor_t* tens[TPU_PJRT_NODE_TENSORS];
+    int nt = node_tensors(hn->call, tens, TPU_PJRT_NODE_TENSORS);
+    if (nt < 0) {
+      st = TPU_ERROR(TPU_STATUS_UNIMPLEMENTED, "%s: too many tensors", hn->call->op);
+      break;
+    }
+    bool writes = false;
+    int nin = nt - hn->call->num_outputs;
+    for (int k = 0; k < nt; k++) {
+      int32_t b = hn->buffer[k];
+      int64_t bytes = b < 0 || tens[k]->dtype == TPU_DTYPE_INVALID ? 0 : span_bytes(tens[k], elem_size(tens[k]->dtype));
+      if (b < 0 || gb[b].storage < 0 || bytes == 0) {
+        locs[at + k] = (tpu_pjrt_loc_t){.storage = -1, .offset = 0};
+        continue;
+      }
+      locs[at + k] = (tpu_pjrt_loc_t){.storage = gb[b].storage, .offset = gb[b].base + (size_t)hn->offset[k]};
+      if (k >= nin) {
+        writes = true;
+        if (stg[gb[b].storage].arg >= 0) stg[gb[b].storage].result = true;
+      }
+    }
+    if (!writes) continue; /* its outputs are empty */
+    nodes[nn++] = (tpu_pjrt_node_t){hn->call, locs + at};
+    at += nt;
+  }
+  int32_t nres = 0;
+  for (int32_t s = 0; s < ns; s++) nres += stg[s].result;
+  if (!st && nres == 0) goto done; /* nothing to write */
+  if (!st) st = tpu_pjrt_lower(stg, ns, nodes, nn, &text);
+  PJRT_LoadedExecutable* exe = NULL;
+  if (!st) st = executable(d->driver, text, &exe);
+  args = calloc((size_t)(nargs ? nargs : 1), sizeof(*args));
+  outs = calloc((size_t)nres, sizeof(*outs));
+  if (!st && (!args || !outs)) st = TPU_ERROR(TPU_STATUS_OUT_OF_MEMORY, "tpu:%d: graph: out of host memory", d->index);
+  for (int32_t s = 0; s < ns && !st; s++) {
+    if (stg[s].arg < 0) continue;
+    tpu_pjrt_buf_t* b = NULL;
+    st = alloc_buffer(d, salloc[s], &b);
+    if (!st) args[stg[s].arg] = b->buffer;
+  }
+  if (!st) st = execute_n(d, exe, args, (size_t)nargs, "graph", outs, (size_t)nres);
+  for (int32_t s = 0, r = 0; s < ns && !st; s++) {
+    if (!stg[s].result) continue;
+    tpu_pjrt_buf_t* nbuf = NULL;
+    st = buf_wrap(d->driver->api, outs[r], &nbuf);
+    outs[r++] = NULL;
+    if (!st) alloc_set(d, salloc[s], nbuf);
+  }
+  for (int32_t r = 0; r < nres && outs; r++) buffer_destroy(d->driver->api, outs[r]);
+done:
+  free(text);
+  free(args);
+  free(outs);
+  free(locs);
+  free(nodes);
+  free(salloc);
+  free(stg);
+  free(gb);
+  return st;
+}
+
+static tpu_status_t device_run_graph(tpu_hal_device_t* device, const tpu_hal_graph_t* graph, void* const* inputs,
+                                     void* const* outputs) {
+  tpu_pjrt_device_t* d = dev(device);
+  pthread_mutex_lock(&d->mu);
+  pending_reap(d, false);
+  d->works++;
+  tpu_status_t st = run_graph_locked(d, graph, inputs, outputs);
+  pthread_mutex_unlock(&d->mu);
+  return st ? tpu_status_annotate(st, "tpu:%d: graph", d->index) : TPU_OK;
 }
 
 /* ---- events ----
@@ -1003,6 +1223,8 @@ static const tpu_hal_device_vtable_t tpu_pjrt_device_vtable = {
     .queue_stats = device_queue_stats,
     .supports_op = device_supports_op,
     .execute_op = device_execute_op,
+    .check_graph_node = device_check_graph_node,
+    .run_graph = device_run_graph,
 };
 
 /* ---- driver ---- */
@@ -1148,6 +1370,10 @@ tpu_status_t tpu_pjrt_driver_create(const tpu_pjrt_driver_options_t* options,
   const char* path = options->plugin_path;
   void* lib = NULL;
   const PJRT_Api* api = NULL;
+  /* libtpu on a machine without a TPU would retry the cloud metadata server
+   * for minutes before failing; without a TPU on the PCI bus it is told not
+   * to ask (a value the user set wins). */
+  if (!tpu_drivers_tpu_present()) setenv("TPU_SKIP_MDS_QUERY", "1", 0);
   TPU_RETURN_IF_ERROR(load_plugin(path, &lib, &api));
 
   tpu_pjrt_driver_t* drv = calloc(1, sizeof(*drv));
@@ -1172,6 +1398,16 @@ tpu_status_t tpu_pjrt_driver_create(const tpu_pjrt_driver_options_t* options,
                                   .num_options = num_named};
     st = take(api, api->PJRT_Client_Create(&ca), "PJRT client creation");
     drv->client = ca.client;
+    /* libtpu without a TPU chip: say so, and what to do instead */
+    if (st && (strstr(tpu_status_message(st), "No jellyfish device found") ||
+               strstr(tpu_status_message(st), "TPU initialization failed"))) {
+      tpu_status_t why = st;
+      st = TPU_ERROR(TPU_STATUS_UNAVAILABLE,
+                     "no TPU found on this machine (%s); without a TPU use TORCH_TPU_DRIVER=host, or name "
+                     "another PJRT plugin in TORCH_TPU_PJRT_PLUGIN",
+                     tpu_status_message(why));
+      tpu_status_free(why);
+    }
   }
   free(optbuf);
   if (st) goto fail;

@@ -289,6 +289,11 @@ static void strided(sb_t* b, const tpu_tensor_t* t, const ltype_t* lt, int64_t s
 static val_t read_span(sb_t* b, const tpu_tensor_t* t, const tpu_pjrt_loc_t* loc, const ltype_t* lt,
                        int64_t span) {
   int64_t nbytes = span * (int64_t)lt->size;
+  if (span == 0 || loc->storage < 0) { /* no bytes (an empty view) */
+    val_t r = {.id = fresh(b), .ndim = 1, .sizes = {0}, .ty = lt->ty};
+    emit(b, "  %%v%d = stablehlo.constant dense<> : tensor<0x%s>\n", r.id, lt->ty);
+    return r;
+  }
   int sl = fresh(b);
   emit(b, "  %%v%d = stablehlo.slice %%v%d [%zu:%" PRId64 "] : (tensor<%zuxui8>) -> tensor<%" PRId64 "xui8>\n",
        sl, b->cur[loc->storage], loc->offset, (int64_t)loc->offset + nbytes, b->st[loc->storage].bytes, nbytes);
@@ -546,11 +551,14 @@ static tpu_status_t lower_node(sb_t* b, const tpu_k_call_t* call, const tpu_pjrt
       if (nt == 4) return TPU_ERROR(TPU_STATUS_UNIMPLEMENTED, "%s: too many tensors", call->op);
       tens[nt] = v->v.tensor;
       tlocs[nt++] = &locs[li++];
+    } else if (v->kind == TPU_K_TENSORS) {
+      li += (int)v->v.tensors.len; /* no op below takes a list */
     } else if (v->kind == TPU_K_INT || v->kind == TPU_K_DOUBLE || v->kind == TPU_K_BOOL) {
       if (ns < 4) scalars[ns++] = v;
     }
   }
   const tpu_pjrt_loc_t* oloc = &locs[li];
+  if (oloc->storage < 0) return TPU_OK; /* an empty output: nothing to write */
   /* Inputs are the first tensors (out= overloads list the output last). For
    * arithmetic and comparisons either operand may be a number: the .Scalar
    * overloads, and .Tensor ones given a wrapped number (the bridge passes

@@ -44,7 +44,9 @@ typedef struct tpu_pjrt_loc_t {
 } tpu_pjrt_loc_t;
 
 /* A node: `call`'s tensors (their data pointers are not read) at `locs`:
- * every TPU_K_TENSOR argument in schema order, then every output. */
+ * every tensor argument in schema order (members of tensor lists
+ * included), then every output. storage -1: a tensor without bytes (absent,
+ * or empty). */
 typedef struct tpu_pjrt_node_t {
   const tpu_k_call_t* call;
   const tpu_pjrt_loc_t* locs;

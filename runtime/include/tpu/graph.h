@@ -40,6 +40,12 @@
  * cached on disk (TORCH_TPU_CACHE_DIR); other groups, and every group when
  * TORCH_TPU_CODEGEN=0 or no compiler works, run on the tile interpreter.
  *
+ * Drivers that run graphs themselves (the HAL's run_graph: PJRT, whose
+ * memory the host cannot address) get the graph as built instead: no
+ * fusion, planning or code generation here; a node the driver cannot run is
+ * refused by tpu_graph_node (UNIMPLEMENTED, the caller runs it eagerly), and
+ * each run is one tpu_hal_graph_t run (one compiled program).
+ *
  * Running (tpu_graph_run) queues one work item on the device; kernel errors
  * surface at the next synchronisation, named by op, like eager kernels.
  * Runs of one graph execute in submission order (one in-order queue per
@@ -102,6 +108,7 @@ typedef struct tpu_graph_stats_t {
   int64_t gemm_groups;    /* fused groups headed by a GEMM (its epilogue runs on its tiles) */
   int64_t gemv_batches;   /* steps running >= 2 one-row products of the same row as one parallel loop */
   int64_t gemv_batched;   /* products inside those steps */
+  int64_t driver_graph;   /* 1: the device's driver runs the whole graph as one program per run */
 } tpu_graph_stats_t;
 
 /* New empty graph for device `device_index` (must exist). */

@@ -72,7 +72,39 @@ typedef struct tpu_hal_queue_stats_t {
   uint64_t list_groups;      /* groups of list works run piece-major */
   uint64_t list_works;       /* list works run inside those groups */
   uint64_t list_conflicts;   /* list works run alone because pieces met */
+  uint64_t programs;         /* compiled device programs executed (drivers that compile ops) */
 } tpu_hal_queue_stats_t;
+
+/* A whole graph handed to a driver that runs graphs itself (run_graph).
+ * Its buffers are the graph compiler's (tpu/graph.h): INPUTs bound at run
+ * time, OUTPUTs the caller allocates per run, INTERNAL ones the driver's
+ * business. A node is a kernel call whose tensors' data pointers are not
+ * read: tensor `k` (every tensor argument in schema order, members of
+ * tensor lists included, then every output) lives in buffer buffer[k]
+ * (-1: an absent optional tensor or an output nobody wants) at byte
+ * offset[k]. Nodes run in order; a node writing a buffer another reads
+ * later (in-place and out= ops, copies into views) is seen by it. */
+enum { TPU_HAL_GRAPH_INPUT = 0, TPU_HAL_GRAPH_OUTPUT = 1, TPU_HAL_GRAPH_INTERNAL = 2 };
+
+typedef struct tpu_hal_graph_buffer_t {
+  int32_t kind;  /* TPU_HAL_GRAPH_* */
+  int32_t index; /* input number, output buffer number; -1 for INTERNAL */
+  int64_t bytes;
+} tpu_hal_graph_buffer_t;
+
+typedef struct tpu_hal_graph_node_t {
+  const tpu_k_call_t* call;
+  const int32_t* buffer;
+  const int64_t* offset;
+} tpu_hal_graph_node_t;
+
+typedef struct tpu_hal_graph_t {
+  int32_t num_buffers;
+  const tpu_hal_graph_buffer_t* buffers;
+  int32_t num_nodes;
+  const tpu_hal_graph_node_t* nodes;
+  int32_t num_inputs, num_outputs;
+} tpu_hal_graph_t;
 
 /* ---- Statistics ----------------------------------------------------------- */
 typedef struct tpu_hal_memory_stats_t {
@@ -183,6 +215,19 @@ typedef struct tpu_hal_device_vtable_t {
    * the next synchronize. */
   bool (*supports_op)(tpu_hal_device_t* device, const char* op);
   tpu_status_t (*execute_op)(tpu_hal_device_t* device, const tpu_k_call_t* call);
+
+  /* Whole graphs the driver runs itself (torch.compile). Optional (NULL:
+   * none; the graph compiler then runs the C kernels, which needs
+   * host-addressable memory). check_graph_node returns TPU_OK if the driver
+   * can run `call` (data pointers not read) inside a graph, else
+   * UNIMPLEMENTED saying why (the caller runs that op eagerly instead).
+   * run_graph queues one run of `graph` (tpu_hal_graph_t; it stays valid
+   * until the caller's last run) with input k's buffer at inputs[k] and
+   * output buffer k at outputs[k], in order with the device's other work;
+   * errors follow execute_op's rules. */
+  tpu_status_t (*check_graph_node)(tpu_hal_device_t* device, const tpu_k_call_t* call);
+  tpu_status_t (*run_graph)(tpu_hal_device_t* device, const tpu_hal_graph_t* graph,
+                            void* const* inputs, void* const* outputs);
 } tpu_hal_device_vtable_t;
 
 struct tpu_hal_device_t {

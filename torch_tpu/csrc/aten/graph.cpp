@@ -250,6 +250,7 @@ class Graph {
     d["codegen_cache_hits"] = s.codegen_cache_hits;
     d["codegen_compile_seconds"] = static_cast<double>(s.codegen_compile_ns) * 1e-9;
     d["codegen_unavailable"] = s.codegen_unavailable;
+    d["driver_graph"] = s.driver_graph;
     d["inputs"] = tpu_graph_num_inputs(g_);
     d["output_buffers"] = tpu_graph_num_output_buffers(g_);
     d["input_restrides"] = restrides_;

@@ -15,6 +15,7 @@
 #include <cstring>
 #include <list>
 #include <mutex>
+#include <stdexcept>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -92,6 +93,13 @@ void list_part_footprint(void* ctx, int64_t part, tpu_hal_range_fn_t visit, void
   throw_status(st);
 }
 
+// A driver without host kernels that has no lowering of this particular call
+// (its dtypes, arguments or number of outputs): the caller runs the op on
+// the CPU fallback instead, its stack still intact.
+struct DriverDeclined : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
 // Validates synchronously, then queues the kernel on `index`'s device.
 void submit(std::unique_ptr<Work> w, const char* op, c10::DeviceIndex index) {
   w->call.op = op;
@@ -106,6 +114,11 @@ void submit(std::unique_ptr<Work> w, const char* op, c10::DeviceIndex index) {
   if (!host_kernels()) {
     // The driver lowers and queues the call itself; the Work dies here.
     tpu_status_t st = tpu_hal_device_vt(d)->execute_op(d, &w->call);
+    if (tpu_status_code(st) == TPU_STATUS_UNIMPLEMENTED) {
+      DriverDeclined declined(tpu_status_message(st));
+      tpu_status_free(st);
+      throw declined;
+    }
     if (st != TPU_OK) throw_for_op(st, op);
     tpu_stats_record_native();
     return;
@@ -1031,6 +1044,8 @@ bool run_mutating_pointwise(const c10::OperatorHandle& op, const OpPlan& plan, t
   return true;
 }
 
+void run_cpu_fallback(const c10::OperatorHandle& op, const OpPlan& plan, torch::jit::Stack* stack);
+
 void run_native(const c10::OperatorHandle& op, const OpPlan& plan, torch::jit::Stack* stack) {
   const auto& schema = op.schema();
   const size_t nargs = schema.arguments().size();
@@ -1128,7 +1143,12 @@ void run_native(const c10::OperatorHandle& op, const OpPlan& plan, torch::jit::S
   if (plan.entry->flags & TPU_K_FLAG_RANDOM) {
     reserve_random(gen, index, tpu_k_random_counters(&w->call), &w->call.rng_seed, &w->call.rng_offset);
   }
-  submit(std::move(w), plan.name.c_str(), index);
+  try {
+    submit(std::move(w), plan.name.c_str(), index);
+  } catch (const DriverDeclined&) {
+    run_cpu_fallback(op, plan, stack);
+    return;
+  }
 
   torch::jit::drop(*stack, nargs);
   if (plan.list_return) {
@@ -1144,6 +1164,10 @@ void tpu_boxed_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack)
     run_native(op, plan, stack);
     return;
   }
+  run_cpu_fallback(op, plan, stack);
+}
+
+void run_cpu_fallback(const c10::OperatorHandle& op, const OpPlan& plan, torch::jit::Stack* stack) {
   TORCH_CHECK_NOT_IMPLEMENTED(!fallback_is_error(), plan.name, " (tensor arguments: ", argument_dtypes(op, stack),
                               ") has no native tpu kernel and TORCH_TPU_FALLBACK=error forbids the CPU fallback");
   tpu_stats_record_fallback(plan.name.c_str());
@@ -1186,7 +1210,11 @@ void submit_kernel(const char* name, c10::ArrayRef<c10::IValue> args, const std:
   if (entry->flags & TPU_K_FLAG_RANDOM) {
     reserve_random(gen, index, tpu_k_random_counters(&w->call), &w->call.rng_seed, &w->call.rng_offset);
   }
-  submit(std::move(w), entry->name, index);
+  try {
+    submit(std::move(w), entry->name, index);
+  } catch (const DriverDeclined& e) {
+    TORCH_CHECK_NOT_IMPLEMENTED(false, name, " is not supported on the tpu device's driver: ", e.what());
+  }
 }
 
 void resize_storage_bytes(const c10::Storage& storage, size_t newsize) {

@@ -6,6 +6,7 @@
 #include <Python.h>
 #include <string.h>
 
+#include "tpu/drivers.h"
 #include "tpu/kernels.h"
 #include "tpu/runtime.h"
 
@@ -113,6 +114,7 @@ static PyObject* py_queue_stats(PyObject* self, PyObject* arg) {
   SET_U64(out, "list_groups", s.list_groups);
   SET_U64(out, "list_works", s.list_works);
   SET_U64(out, "list_conflicts", s.list_conflicts);
+  SET_U64(out, "programs", s.programs);
   return out;
 }
 
@@ -229,6 +231,42 @@ static PyObject* py_native_ops(PyObject* self, PyObject* noargs) {
   return out;
 }
 
+/* The driver TORCH_TPU_DRIVER selects (the runtime's rule, before it starts). */
+static PyObject* py_selected_driver(PyObject* self, PyObject* noargs) {
+  const char* name = NULL;
+  tpu_status_t st = tpu_drivers_selected(&name);
+  if (st != TPU_OK) return raise_status(st);
+  return PyUnicode_FromString(name);
+}
+
+static PyObject* py_tpu_present(PyObject* self, PyObject* noargs) {
+  return PyBool_FromLong(tpu_drivers_tpu_present());
+}
+
+/* The kernel ops a graph on `device` may contain: every kernel, or, when
+ * the device's driver runs graphs itself, those it lowers. */
+static PyObject* py_graph_ops(PyObject* self, PyObject* arg) {
+  tpu_hal_device_t* d = device_arg(arg);
+  if (!d) return NULL;
+  const tpu_hal_device_vtable_t* vt = tpu_hal_device_vt(d);
+  bool by_driver = vt->run_graph && vt->supports_op;
+  PyObject* out = PyList_New(0);
+  if (!out) return NULL;
+  size_t n = tpu_k_entry_count();
+  for (size_t i = 0; i < n; ++i) {
+    const char* name = tpu_k_entry_at(i)->name;
+    if (by_driver && !vt->supports_op(d, name)) continue;
+    PyObject* s = PyUnicode_FromString(name);
+    if (!s || PyList_Append(out, s) < 0) {
+      Py_XDECREF(s);
+      Py_DECREF(out);
+      return NULL;
+    }
+    Py_DECREF(s);
+  }
+  return out;
+}
+
 static PyMethodDef kMethods[] = {
     {"init", py_init, METH_NOARGS, "Initialise the runtime (idempotent)."},
     {"device_count", py_device_count, METH_NOARGS, "Number of tpu devices."},
@@ -246,6 +284,9 @@ static PyMethodDef kMethods[] = {
     {"fallback_reset", py_fallback_reset, METH_NOARGS, "Clear the fallback counters."},
     {"native_count", py_native_count, METH_NOARGS, "Ops run by native kernels so far."},
     {"native_ops", py_native_ops, METH_NOARGS, "Names of the ops with native kernels."},
+    {"selected_driver", py_selected_driver, METH_NOARGS, "The driver TORCH_TPU_DRIVER selects."},
+    {"tpu_present", py_tpu_present, METH_NOARGS, "Whether a TPU is on this machine's PCI bus."},
+    {"graph_ops", py_graph_ops, METH_O, "Kernel ops a compiled graph on a device may contain."},
     {NULL, NULL, 0, NULL},
 };
 
