@@ -175,6 +175,34 @@ def test_compiled_graph_is_one_program_per_run():
     """)
 
 
+def test_programs_are_kept_on_disk(tmp_path):
+    code = """
+        import torch, torch_tpu
+        x = torch.arange(12.).reshape(3, 4).to("tpu")
+        y = torch.compile(lambda a: (a.t() @ a).relu() * 2 + 1, backend="tpu")(x)
+        z = (x * 3).exp()
+        c = x.cpu()
+        torch.testing.assert_close(y.cpu(), (c.t() @ c).relu() * 2 + 1)
+        torch.testing.assert_close(z.cpu(), (c * 3).exp())
+        s = torch_tpu._C.queue_stats(0)
+        print("compiles", s["program_compiles"], "loads", s["program_loads"])
+    """
+    first = check_ok(code, TORCH_TPU_CACHE_DIR=tmp_path)
+    assert "loads 0" in first and "compiles 0" not in first, first
+    files = [f for f in os.listdir(tmp_path) if f.startswith("pjrt-cpu-") and f.endswith(".exe")]
+    assert files, os.listdir(tmp_path)
+    second = check_ok(code, TORCH_TPU_CACHE_DIR=tmp_path)   # a new process: every program from disk
+    assert "compiles 0" in second and "loads 0" not in second, second
+    off = check_ok(code, TORCH_TPU_CACHE_DIR=tmp_path, TORCH_TPU_PJRT_CACHE="0")
+    assert "loads 0" in off, off
+    # a file that no longer loads (another plugin build, a truncated write) is compiled again
+    for f in files:
+        with open(os.path.join(tmp_path, f), "r+b") as fh:
+            fh.truncate(os.path.getsize(os.path.join(tmp_path, f)) - 100)
+    again = check_ok(code, TORCH_TPU_CACHE_DIR=tmp_path)
+    assert "compiles 0" not in again, again
+
+
 def test_compiled_graph_with_ops_the_driver_cannot_lower():
     check_ok("""
         import torch, torch_tpu

@@ -42,6 +42,15 @@ def _compile_graph(gm: torch.fx.GraphModule, example_inputs, opts: CompileOption
     return runner
 
 
+def _device_runs(example_inputs, kernel):
+    """Whether graphs on the inputs' tpu device may contain `kernel` (the
+    fused kernels are host C code: a driver that lowers graphs itself, such
+    as pjrt, has none)."""
+    index = next((t.device.index or 0 for t in example_inputs
+                  if isinstance(t, torch.Tensor) and t.device.type == "tpu"), 0)
+    return kernel in _graph._native_ops(index)
+
+
 @functools.cache
 def _decompositions():
     from torch._decomp import core_aten_decompositions
@@ -61,7 +70,7 @@ def tpu_backend(gm: torch.fx.GraphModule, example_inputs, options=None, mode=Non
         raise ValueError(f"torch.compile(backend='tpu'): unknown mode {mode!r}; valid modes: {', '.join(MODES)} "
                          "(none changes what this backend does)")
     opts = compile_options(options)
-    if opts.graph == "c" and opts.fuse_rotary:
+    if opts.graph == "c" and opts.fuse_rotary and _device_runs(example_inputs, "tpu::rope"):
         _STATS["rope_fusions"] += fuse_rotary(gm)
     compiler = functools.partial(_compile_graph, opts=opts)
     # keep_inference_input_mutations: input updates (a static KV cache) stay in

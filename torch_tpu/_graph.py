@@ -811,6 +811,8 @@ def lower(gm: torch.fx.GraphModule, example_inputs, opts):
     _STATS["compile_seconds"] += dt
     for k in _SEGMENT_STATS:
         _STATS[k] += stats[k]
+    for name, count in stats["eager_ops"].items():
+        _EAGER_OPS[name] = _EAGER_OPS.get(name, 0) + count
     _LIVE.add(runner)
     return runner
 
@@ -870,12 +872,13 @@ def _lower_once(gm, nodes, native, forced_eager, opts):
     _mark_scalar_fills(nodes, seg_of)
     _mark_cat_copies(nodes, seg_of)
     stats = dict.fromkeys(_SEGMENT_STATS, 0)
+    eager_ops = stats["eager_ops"] = {}  # counted once the whole lowering succeeded (a _Retry redoes it)
     for s in steps:
         if not isinstance(s, _Segment):
             stats["eager_nodes"] += 1
             if isinstance(s.target, torch._ops.OpOverload):
                 name = _schema_name(s.target)
-                _EAGER_OPS[name] = _EAGER_OPS.get(name, 0) + 1
+                eager_ops[name] = eager_ops.get(name, 0) + 1
             continue
         outside = set()
         for n in s.nodes:

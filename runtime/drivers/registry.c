@@ -56,11 +56,18 @@ static tpu_status_t pjrt_from_env(tpu_threadpool_t* pool, tpu_hal_driver_t** out
       return TPU_ERROR(TPU_STATUS_INVALID_ARGUMENT,
                        "invalid byte size for TORCH_TPU_PJRT_MEMORY: '%s' (must be > 0)", v);
   }
+  /* Compiled programs on disk (TORCH_TPU_PJRT_CACHE=0: in memory only). */
+  static const char* const kOnOff[] = {"1", "0"};
+  int32_t off = 0;
+  TPU_RETURN_IF_ERROR(tpu_env_choice("TORCH_TPU_PJRT_CACHE", kOnOff, 2, &off));
+  char dir[4096];
+  tpu_cache_dir(dir, sizeof(dir));
   tpu_pjrt_driver_options_t options = {
       .struct_size = sizeof(options),
       .plugin_path = plugin,
       .create_options = tpu_env_value("TORCH_TPU_PJRT_OPTIONS"),
       .memory_per_device = memory,
+      .cache_dir = off == 1 ? NULL : dir,
   };
   return tpu_pjrt_driver_create(&options, out);
 }

@@ -682,12 +682,6 @@ struct tpu_cg_module_t {
   void* handle;
 };
 
-static int64_t now_ns(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
-
 static const char* compiler(void) {
   const char* cc = getenv("TORCH_TPU_CC");
   if (!cc || !*cc) cc = getenv("CC");
@@ -725,60 +719,6 @@ static int run(char* const* argv, const char* log, int* err) {
   return WEXITSTATUS(status);
 }
 
-static char* read_file(const char* path, size_t max, size_t* out_len) {
-  FILE* f = fopen(path, "rb");
-  if (!f) return NULL;
-  char* s = malloc(max + 1);
-  size_t n = s ? fread(s, 1, max, f) : 0;
-  fclose(f);
-  if (!s) return NULL;
-  s[n] = 0;
-  if (out_len) *out_len = n;
-  return s;
-}
-
-static tpu_status_t write_file(const char* path, const char* s, size_t n) {
-  FILE* f = fopen(path, "wb");
-  if (!f) return TPU_ERROR(TPU_STATUS_INTERNAL, "graph codegen: cannot write %s: %s", path, strerror(errno));
-  size_t w = fwrite(s, 1, n, f);
-  int c = fclose(f);
-  if (w != n || c != 0) {
-    return TPU_ERROR(TPU_STATUS_INTERNAL, "graph codegen: cannot write %s: %s", path, strerror(errno));
-  }
-  return TPU_OK;
-}
-
-static tpu_status_t make_dirs(const char* dir) {
-  char path[4096];
-  size_t n = strlen(dir);
-  if (n == 0 || n >= sizeof(path)) return TPU_ERROR(TPU_STATUS_INVALID_ARGUMENT, "graph codegen: bad cache dir");
-  memcpy(path, dir, n + 1);
-  for (size_t i = 1; i <= n; ++i) {
-    if (path[i] != '/' && path[i] != 0) continue;
-    char c = path[i];
-    path[i] = 0;
-    if (mkdir(path, 0755) != 0 && errno != EEXIST) {
-      return TPU_ERROR(TPU_STATUS_INTERNAL, "graph codegen: cannot create cache directory %s: %s", path,
-                       strerror(errno));
-    }
-    path[i] = c;
-  }
-  return TPU_OK;
-}
-
-static void cache_dir(char* out, size_t n) {
-  const char* d = getenv("TORCH_TPU_CACHE_DIR");
-  if (d && *d) {
-    snprintf(out, n, "%s", d);
-    return;
-  }
-  const char* x = getenv("XDG_CACHE_HOME");
-  const char* h = getenv("HOME");
-  if (x && *x) snprintf(out, n, "%s/torch_tpu", x);
-  else if (h && *h) snprintf(out, n, "%s/.cache/torch_tpu", h);
-  else snprintf(out, n, "/tmp/torch_tpu-%ld", (long)getuid());
-}
-
 /* What the cache key covers besides the source: the compiler's own
  * --version text and the CPU's feature flags (-march=native). */
 static pthread_once_t g_ident_once = PTHREAD_ONCE_INIT;
@@ -788,13 +728,13 @@ static int g_cc_err;
 
 static void identify(void) {
   char dir[4096], log[4200];
-  cache_dir(dir, sizeof(dir));
-  if (make_dirs(dir) != TPU_OK) snprintf(dir, sizeof(dir), "/tmp");
+  tpu_cache_dir(dir, sizeof(dir));
+  if (tpu_make_dirs(dir) != TPU_OK) snprintf(dir, sizeof(dir), "/tmp");
   snprintf(log, sizeof(log), "%s/cc-version.%ld.log", dir, (long)getpid());
   char* argv[] = {(char*)compiler(), "--version", NULL};
   int err = 0;
   int rc = run(argv, log, &err);
-  char* text = read_file(log, sizeof(g_cc_ident) - 1, NULL);
+  char* text = tpu_read_file(log, sizeof(g_cc_ident) - 1, NULL);
   unlink(log);
   if (rc != 0) {
     g_cc_err = rc < 0 ? (err ? err : ENOENT) : EINVAL;
@@ -802,7 +742,7 @@ static void identify(void) {
     snprintf(g_cc_ident, sizeof(g_cc_ident), "%s|%s", compiler(), text ? text : "");
   }
   free(text);
-  char* cpu = read_file("/proc/cpuinfo", 1 << 16, NULL);
+  char* cpu = tpu_read_file("/proc/cpuinfo", 1 << 16, NULL);
   const char* flags = cpu ? strstr(cpu, "\nflags") : NULL;
   if (flags) {
     const char* eol = strchr(flags + 1, '\n');
@@ -810,14 +750,6 @@ static void identify(void) {
     snprintf(g_cpu_ident, sizeof(g_cpu_ident), "%.*s", len, flags + 1);
   }
   free(cpu);
-}
-
-static uint64_t fnv(uint64_t h, const char* s, size_t n) {
-  for (size_t i = 0; i < n; ++i) {
-    h ^= (unsigned char)s[i];
-    h *= 0x100000001b3ull;
-  }
-  return h;
 }
 
 static tpu_status_t compile_to(const char* cpath, const char* sopath, const char* log) {
@@ -840,7 +772,7 @@ static tpu_status_t compile_to(const char* cpath, const char* sopath, const char
                      "or set TORCH_TPU_CODEGEN=0 to use the tile interpreter",
                      compiler(), strerror(err));
   }
-  char* text = read_file(log, 1500, NULL);
+  char* text = tpu_read_file(log, 1500, NULL);
   tpu_status_t st = TPU_ERROR(TPU_STATUS_INTERNAL, "graph codegen: `%s` failed (exit %d) on %s:\n%s", compiler(), rc,
                               cpath, text ? text : "");
   free(text);
@@ -859,26 +791,26 @@ tpu_status_t tpu_cg_load(const tpu_cg_text_t* src, tpu_cg_module_t** out, bool* 
                      "TORCH_TPU_CODEGEN=0 to use the tile interpreter",
                      compiler(), strerror(g_cc_err));
   }
-  int64_t t0 = now_ns();
+  int64_t t0 = (int64_t)tpu_now_ns();
   char dir[4096];
-  cache_dir(dir, sizeof(dir));
-  TPU_RETURN_IF_ERROR(make_dirs(dir));
+  tpu_cache_dir(dir, sizeof(dir));
+  TPU_RETURN_IF_ERROR(tpu_make_dirs(dir));
   uint64_t h1 = 0xcbf29ce484222325ull, h2 = 0x84222325cbf29ce4ull;
   const char* parts[] = {g_cc_ident, g_cpu_ident};
   for (int i = 0; i < 2; ++i) {
-    h1 = fnv(h1, parts[i], strlen(parts[i]) + 1);
-    h2 = fnv(h2 ^ 0x9e3779b97f4a7c15ull, parts[i], strlen(parts[i]) + 1);
+    h1 = tpu_fnv1a(h1, parts[i], strlen(parts[i]) + 1);
+    h2 = tpu_fnv1a(h2 ^ 0x9e3779b97f4a7c15ull, parts[i], strlen(parts[i]) + 1);
   }
-  for (int i = 0; i < CG_NFLAGS; ++i) h1 = fnv(h1, CG_FLAGS[i], strlen(CG_FLAGS[i]) + 1);
-  h1 = fnv(h1, src->s, src->len);
-  h2 = fnv(h2, src->s, src->len);
+  for (int i = 0; i < CG_NFLAGS; ++i) h1 = tpu_fnv1a(h1, CG_FLAGS[i], strlen(CG_FLAGS[i]) + 1);
+  h1 = tpu_fnv1a(h1, src->s, src->len);
+  h2 = tpu_fnv1a(h2, src->s, src->len);
   char base[4200], cpath[4300], sopath[4300], tmpc[4300], tmpso[4300], log[4300];
   snprintf(base, sizeof(base), "%s/cg-%016llx%016llx", dir, (unsigned long long)h1, (unsigned long long)h2);
   snprintf(cpath, sizeof(cpath), "%s.c", base);
   snprintf(sopath, sizeof(sopath), "%s.so", base);
   /* A hit: the object is there and its source is exactly ours. */
   size_t have_len = 0;
-  char* have = read_file(cpath, src->len + 1, &have_len);
+  char* have = tpu_read_file(cpath, src->len + 1, &have_len);
   bool same = have && have_len == src->len && memcmp(have, src->s, src->len) == 0;
   free(have);
   if (!(same && access(sopath, R_OK) == 0)) {
@@ -887,7 +819,7 @@ tpu_status_t tpu_cg_load(const tpu_cg_text_t* src, tpu_cg_module_t** out, bool* 
     snprintf(tmpc, sizeof(tmpc), "%s.%ld.%ld.c", base, (long)getpid(), k);
     snprintf(tmpso, sizeof(tmpso), "%s.%ld.%ld.so", base, (long)getpid(), k);
     snprintf(log, sizeof(log), "%s.%ld.%ld.log", base, (long)getpid(), k);
-    tpu_status_t st = write_file(tmpc, src->s, src->len);
+    tpu_status_t st = tpu_write_file(tmpc, src->s, src->len);
     if (st == TPU_OK) st = compile_to(tmpc, tmpso, log);
     unlink(log);
     /* the object first, so a source on disk always has its object */
@@ -897,7 +829,7 @@ tpu_status_t tpu_cg_load(const tpu_cg_text_t* src, tpu_cg_module_t** out, bool* 
     unlink(tmpc);
     unlink(tmpso);
     if (st != TPU_OK) return st;
-    *compile_ns = now_ns() - t0;
+    *compile_ns = (int64_t)tpu_now_ns() - t0;
   } else {
     *hit = true;
   }

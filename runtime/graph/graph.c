@@ -1525,12 +1525,6 @@ static void run_gemv_blocks(void* ctx, int64_t begin, int64_t end) {
   }
 }
 
-static int64_t now_ns(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
-
 typedef struct cg_ctx_t {
   tpu_cg_fn_t fn;
   char* const* ptrs;
@@ -1579,11 +1573,11 @@ static tpu_status_t execute(void* ctx) {
   bind(g, r);
   for (int32_t s = 0; s < g->nsteps; ++s) {
     const step_t* st = &g->steps[s];
-    int64_t t0 = profiling ? now_ns() : 0;
+    int64_t t0 = profiling ? (int64_t)tpu_now_ns() : 0;
     TPU_RETURN_IF_ERROR(run_step(g, st, pool));
     if (profiling) {
       node_t* first = &g->nodes[st->node >= 0 ? st->node : g->groups[st->group].first];
-      first->ns += now_ns() - t0;
+      first->ns += (int64_t)tpu_now_ns() - t0;
     }
   }
   return TPU_OK;

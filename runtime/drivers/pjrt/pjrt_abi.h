@@ -39,6 +39,8 @@ typedef struct PJRT_DeviceDescription PJRT_DeviceDescription;
 typedef struct PJRT_Buffer PJRT_Buffer;
 typedef struct PJRT_Event PJRT_Event;
 typedef struct PJRT_LoadedExecutable PJRT_LoadedExecutable;
+typedef struct PJRT_Executable PJRT_Executable;
+typedef struct PJRT_SerializedExecutable PJRT_SerializedExecutable;
 typedef struct PJRT_Extension_Base PJRT_Extension_Base;
 
 /* Error codes: those of absl::Status. */
@@ -264,6 +266,42 @@ typedef struct {
   PJRT_LoadedExecutable* executable;
 } PJRT_LoadedExecutable_Destroy_Args;
 
+/* Executables on disk: a loaded executable's executable, serialized, and
+ * loaded back. */
+typedef struct {
+  size_t struct_size;
+  PJRT_Extension_Base* extension_start;
+  PJRT_LoadedExecutable* loaded_executable;
+  PJRT_Executable* executable; /* out; freed with PJRT_Executable_Destroy */
+} PJRT_LoadedExecutable_GetExecutable_Args;
+
+typedef struct {
+  size_t struct_size;
+  PJRT_Extension_Base* extension_start;
+  PJRT_Executable* executable;
+} PJRT_Executable_Destroy_Args;
+
+typedef struct {
+  size_t struct_size;
+  PJRT_Extension_Base* extension_start;
+  const PJRT_Executable* executable;
+  const char* serialized_bytes;   /* out, lives as long as serialized_executable */
+  size_t serialized_bytes_size;   /* out */
+  PJRT_SerializedExecutable* serialized_executable;                     /* out */
+  void (*serialized_executable_deleter)(PJRT_SerializedExecutable* exec); /* out */
+} PJRT_Executable_Serialize_Args;
+
+typedef struct {
+  size_t struct_size;
+  PJRT_Extension_Base* extension_start;
+  PJRT_Client* client;
+  const char* serialized_executable;
+  size_t serialized_executable_size;
+  PJRT_LoadedExecutable* loaded_executable; /* out */
+  const char* overridden_serialized_compile_options; /* NULL: the serialized ones */
+  size_t overridden_serialized_compile_options_size;
+} PJRT_Executable_DeserializeAndLoad_Args;
+
 typedef struct {
   size_t struct_size;
   PJRT_Extension_Base* extension_start;
@@ -380,7 +418,7 @@ typedef struct PJRT_Api {
   tpu_pjrt_slot_t Memory_DebugString;
   tpu_pjrt_slot_t Memory_ToString;
   tpu_pjrt_slot_t Memory_AddressableByDevices;
-  tpu_pjrt_slot_t Executable_Destroy;
+  PJRT_Error* (*PJRT_Executable_Destroy)(PJRT_Executable_Destroy_Args*);
   tpu_pjrt_slot_t Executable_Name;
   tpu_pjrt_slot_t Executable_NumReplicas;
   tpu_pjrt_slot_t Executable_NumPartitions;
@@ -389,14 +427,14 @@ typedef struct PJRT_Api {
   tpu_pjrt_slot_t Executable_GetCostAnalysis;
   tpu_pjrt_slot_t Executable_OutputMemoryKinds;
   tpu_pjrt_slot_t Executable_OptimizedProgram;
-  tpu_pjrt_slot_t Executable_Serialize;
+  PJRT_Error* (*PJRT_Executable_Serialize)(PJRT_Executable_Serialize_Args*);
   PJRT_Error* (*PJRT_LoadedExecutable_Destroy)(PJRT_LoadedExecutable_Destroy_Args*);
-  tpu_pjrt_slot_t LoadedExecutable_GetExecutable;
+  PJRT_Error* (*PJRT_LoadedExecutable_GetExecutable)(PJRT_LoadedExecutable_GetExecutable_Args*);
   tpu_pjrt_slot_t LoadedExecutable_AddressableDevices;
   tpu_pjrt_slot_t LoadedExecutable_Delete;
   tpu_pjrt_slot_t LoadedExecutable_IsDeleted;
   PJRT_Error* (*PJRT_LoadedExecutable_Execute)(PJRT_LoadedExecutable_Execute_Args*);
-  tpu_pjrt_slot_t Executable_DeserializeAndLoad;
+  PJRT_Error* (*PJRT_Executable_DeserializeAndLoad)(PJRT_Executable_DeserializeAndLoad_Args*);
   tpu_pjrt_slot_t LoadedExecutable_Fingerprint;
   PJRT_Error* (*PJRT_Buffer_Destroy)(PJRT_Buffer_Destroy_Args*);
   tpu_pjrt_slot_t Buffer_ElementType;

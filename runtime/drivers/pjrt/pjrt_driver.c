@@ -22,6 +22,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <time.h>
 
 #include "drivers/pjrt/pjrt_abi.h"
@@ -89,6 +91,9 @@ struct tpu_pjrt_driver_t {
   pthread_mutex_t exe_mu;
   tpu_pjrt_exe_t* exes;
   size_t num_exes, cap_exes;
+  uint64_t compiles, disk_hits; /* programs compiled, loaded from disk */
+  char cache_dir[4096];         /* executables on disk ("" none) */
+  char plugin_ident[4200];      /* path, size, mtime, API version: part of the disk key */
 };
 
 static const tpu_hal_device_vtable_t tpu_pjrt_device_vtable;
@@ -291,10 +296,93 @@ static tpu_status_t range_of(tpu_pjrt_device_t* d, const char* op, const char* w
  * without replica and partition counts. */
 static const char kCompileOptions[] = {0x1a, 0x04, 0x20, 0x01, 0x28, 0x01, 0x20, 0x01};
 
-static uint64_t fnv1a(const char* s) {
-  uint64_t h = 1469598103934665603ull;
-  for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ull;
-  return h;
+static uint64_t fnv1a(const char* s) { return tpu_fnv1a(TPU_FNV1A_INIT, s, strlen(s)); }
+
+/* ---- executables on disk ----
+ * <cache dir>/pjrt-<platform>-<hash>.exe: a header line, the program text
+ * (a hit must match it exactly) and the plugin's serialization of the
+ * executable. The hash covers the plugin (platform name and version, file,
+ * size, modification time, API version) and the text; a file the plugin no
+ * longer loads is a miss and is replaced. */
+static const char kDiskMagic[] = "torch-tpu pjrt executable 1\n";
+
+static void disk_path(const tpu_pjrt_driver_t* drv, const char* text, char* out, size_t n) {
+  uint64_t h = tpu_fnv1a(TPU_FNV1A_INIT, drv->platform, strlen(drv->platform) + 1);
+  h = tpu_fnv1a(h, drv->platform_version, strlen(drv->platform_version) + 1);
+  h = tpu_fnv1a(h, drv->plugin_ident, strlen(drv->plugin_ident) + 1);
+  uint64_t h2 = tpu_fnv1a(h ^ 0x9e3779b97f4a7c15ull, text, strlen(text));
+  h = tpu_fnv1a(h, text, strlen(text));
+  snprintf(out, n, "%s/pjrt-%s-%016llx%016llx.exe", drv->cache_dir, drv->platform, (unsigned long long)h,
+           (unsigned long long)h2);
+}
+
+static bool disk_usable(const tpu_pjrt_driver_t* drv) {
+  const PJRT_Api* api = drv->api;
+  return drv->cache_dir[0] && api->PJRT_LoadedExecutable_GetExecutable && api->PJRT_Executable_Serialize &&
+         api->PJRT_Executable_Destroy && api->PJRT_Executable_DeserializeAndLoad;
+}
+
+static PJRT_LoadedExecutable* disk_load(tpu_pjrt_driver_t* drv, const char* text) {
+  char path[4300];
+  disk_path(drv, text, path, sizeof(path));
+  struct stat sb;
+  if (stat(path, &sb) != 0) return NULL;
+  size_t n = 0;
+  char* data = tpu_read_file(path, (size_t)sb.st_size, &n);
+  size_t ml = strlen(kDiskMagic), tl = strlen(text);
+  PJRT_LoadedExecutable* exe = NULL;
+  if (data && n > ml + tl + 1 && memcmp(data, kDiskMagic, ml) == 0 && memcmp(data + ml, text, tl) == 0 &&
+      data[ml + tl] == 0) {
+    PJRT_Executable_DeserializeAndLoad_Args a = {
+        .struct_size = TPU_PJRT_SIZE(PJRT_Executable_DeserializeAndLoad_Args,
+                                     overridden_serialized_compile_options_size),
+        .client = drv->client,
+        .serialized_executable = data + ml + tl + 1,
+        .serialized_executable_size = n - ml - tl - 1};
+    tpu_status_t st = take(drv->api, drv->api->PJRT_Executable_DeserializeAndLoad(&a), "load executable");
+    if (st == TPU_OK) exe = a.loaded_executable;
+    tpu_status_free(st);
+  }
+  free(data);
+  if (!exe) unlink(path); /* stale or foreign: compile again */
+  return exe;
+}
+
+/* Best effort: a cache that cannot be written only costs compiles. */
+static void disk_store(tpu_pjrt_driver_t* drv, const char* text, PJRT_LoadedExecutable* loaded) {
+  const PJRT_Api* api = drv->api;
+  PJRT_LoadedExecutable_GetExecutable_Args g = {
+      .struct_size = TPU_PJRT_SIZE(PJRT_LoadedExecutable_GetExecutable_Args, executable),
+      .loaded_executable = loaded};
+  tpu_status_t st = take(api, api->PJRT_LoadedExecutable_GetExecutable(&g), "executable");
+  PJRT_Executable_Serialize_Args ser = {
+      .struct_size = TPU_PJRT_SIZE(PJRT_Executable_Serialize_Args, serialized_executable_deleter),
+      .executable = g.executable};
+  if (st == TPU_OK) st = take(api, api->PJRT_Executable_Serialize(&ser), "serialize executable");
+  if (st == TPU_OK && tpu_make_dirs(drv->cache_dir) == TPU_OK) {
+    char path[4300], tmp[4400];
+    disk_path(drv, text, path, sizeof(path));
+    static int64_t counter;
+    snprintf(tmp, sizeof(tmp), "%s.%ld.%ld", path, (long)getpid(),
+             (long)__atomic_fetch_add(&counter, 1, __ATOMIC_RELAXED));
+    FILE* f = fopen(tmp, "wb");
+    bool ok = f != NULL;
+    if (f) {
+      size_t ml = strlen(kDiskMagic), tl = strlen(text) + 1;
+      ok = fwrite(kDiskMagic, 1, ml, f) == ml && fwrite(text, 1, tl, f) == tl &&
+           fwrite(ser.serialized_bytes, 1, ser.serialized_bytes_size, f) == ser.serialized_bytes_size;
+      ok = fclose(f) == 0 && ok;
+    }
+    if (!ok || rename(tmp, path) != 0) unlink(tmp);
+  }
+  tpu_status_free(st);
+  if (ser.serialized_executable && ser.serialized_executable_deleter)
+    ser.serialized_executable_deleter(ser.serialized_executable);
+  if (g.executable) {
+    PJRT_Executable_Destroy_Args d = {.struct_size = TPU_PJRT_SIZE(PJRT_Executable_Destroy_Args, executable),
+                                      .executable = g.executable};
+    tpu_status_free(take(api, api->PJRT_Executable_Destroy(&d), "executable"));
+  }
 }
 
 static tpu_status_t executable(tpu_pjrt_driver_t* drv, const char* text,
@@ -321,6 +409,16 @@ static tpu_status_t executable(tpu_pjrt_driver_t* drv, const char* text,
     pthread_mutex_unlock(&drv->exe_mu);
     return TPU_ERROR(TPU_STATUS_OUT_OF_MEMORY, "cannot grow the executable cache");
   }
+  if (disk_usable(drv)) {
+    PJRT_LoadedExecutable* exe = disk_load(drv, key);
+    if (exe) {
+      drv->exes[drv->num_exes++] = (tpu_pjrt_exe_t){.hash = hash, .key = key, .exe = exe};
+      drv->disk_hits++;
+      *out = exe;
+      pthread_mutex_unlock(&drv->exe_mu);
+      return TPU_OK;
+    }
+  }
   PJRT_Program prog = {.struct_size = TPU_PJRT_SIZE(PJRT_Program, format_size),
                        .code = key,
                        .code_size = strlen(key),
@@ -336,6 +434,8 @@ static tpu_status_t executable(tpu_pjrt_driver_t* drv, const char* text,
     free(key);
   } else {
     drv->exes[drv->num_exes++] = (tpu_pjrt_exe_t){.hash = hash, .key = key, .exe = a.executable};
+    drv->compiles++;
+    if (disk_usable(drv)) disk_store(drv, key, a.executable);
     *out = a.executable;
   }
   pthread_mutex_unlock(&drv->exe_mu);
@@ -657,6 +757,12 @@ static void device_queue_stats(tpu_hal_device_t* device, tpu_hal_queue_stats_t* 
   tpu_pjrt_device_t* d = dev(device);
   pthread_mutex_lock(&d->mu);
   *out = (tpu_hal_queue_stats_t){.works = d->works, .programs = d->programs};
+  pthread_mutex_unlock(&d->mu);
+  pthread_mutex_lock(&d->driver->exe_mu);
+  out->program_compiles = d->driver->compiles;
+  out->program_loads = d->driver->disk_hits;
+  pthread_mutex_unlock(&d->driver->exe_mu);
+  pthread_mutex_lock(&d->mu);
   pthread_mutex_unlock(&d->mu);
 }
 
@@ -1382,6 +1488,15 @@ tpu_status_t tpu_pjrt_driver_create(const tpu_pjrt_driver_options_t* options,
   pthread_mutex_init(&drv->exe_mu, NULL);
   drv->library = lib;
   drv->api = api;
+  if (options->struct_size >= TPU_PJRT_SIZE(tpu_pjrt_driver_options_t, cache_dir) && options->cache_dir)
+    snprintf(drv->cache_dir, sizeof(drv->cache_dir), "%s", options->cache_dir);
+  {
+    struct stat sb;
+    bool known = stat(path, &sb) == 0;
+    snprintf(drv->plugin_ident, sizeof(drv->plugin_ident), "%s|%lld|%lld|%d.%d", path,
+             known ? (long long)sb.st_size : -1LL, known ? (long long)sb.st_mtime : -1LL,
+             api->pjrt_api_version.major_version, api->pjrt_api_version.minor_version);
+  }
   tpu_status_t st = TPU_OK;
   char* optbuf = strdup(options->create_options ? options->create_options : "");
   PJRT_NamedValue named[TPU_PJRT_MAX_OPTIONS];

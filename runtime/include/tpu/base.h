@@ -57,6 +57,21 @@ int tpu_host_cpu_count(void);
 /* Monotonic clock in nanoseconds. */
 uint64_t tpu_now_ns(void);
 
+/* ---- Files (runtime/base/files.c) ------------------------------------------ */
+/* The on-disk cache's directory: TORCH_TPU_CACHE_DIR, else
+ * $XDG_CACHE_HOME/torch_tpu, else ~/.cache/torch_tpu (generated code, device
+ * executables). */
+void tpu_cache_dir(char* out, size_t n);
+/* mkdir -p. */
+tpu_status_t tpu_make_dirs(const char* dir);
+/* Up to `max` bytes of a file, NUL-terminated, malloc'ed (NULL if it cannot
+ * be read); *out_len (may be NULL) gets the byte count. */
+char* tpu_read_file(const char* path, size_t max, size_t* out_len);
+tpu_status_t tpu_write_file(const char* path, const void* data, size_t n);
+/* 64-bit FNV-1a of `n` bytes continuing hash `h` (start: TPU_FNV1A_INIT). */
+#define TPU_FNV1A_INIT 0xcbf29ce484222325ull
+uint64_t tpu_fnv1a(uint64_t h, const void* data, size_t n);
+
 /* ---- Thread pool -----------------------------------------------------------
  * A fixed set of worker threads for data-parallel kernels. One parallel_for
  * runs at a time per pool (calls from several threads are serialised); the

@@ -51,6 +51,7 @@ typedef struct tpu_pjrt_driver_options_t {
   const char* plugin_path;     /* required; borrowed for the call */
   const char* create_options;  /* "name=value,..." or NULL; borrowed */
   uint64_t memory_per_device;  /* 0: plugin's bytes_limit, else RAM/chips */
+  const char* cache_dir;       /* compiled programs kept on disk here (NULL: in memory only) */
 } tpu_pjrt_driver_options_t;
 
 tpu_status_t tpu_pjrt_driver_create(const tpu_pjrt_driver_options_t* options,

@@ -73,6 +73,8 @@ typedef struct tpu_hal_queue_stats_t {
   uint64_t list_works;       /* list works run inside those groups */
   uint64_t list_conflicts;   /* list works run alone because pieces met */
   uint64_t programs;         /* compiled device programs executed (drivers that compile ops) */
+  uint64_t program_compiles; /* programs compiled by the driver (all its devices) */
+  uint64_t program_loads;    /* programs loaded from the driver's on-disk cache instead */
 } tpu_hal_queue_stats_t;
 
 /* A whole graph handed to a driver that runs graphs itself (run_graph).

@@ -115,6 +115,8 @@ static PyObject* py_queue_stats(PyObject* self, PyObject* arg) {
   SET_U64(out, "list_works", s.list_works);
   SET_U64(out, "list_conflicts", s.list_conflicts);
   SET_U64(out, "programs", s.programs);
+  SET_U64(out, "program_compiles", s.program_compiles);
+  SET_U64(out, "program_loads", s.program_loads);
   return out;
 }
 
