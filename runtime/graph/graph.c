@@ -164,12 +164,7 @@ static tpu_status_t grow(void** items, int32_t* cap, int32_t need, size_t item) 
 }
 
 static int64_t extent_bytes(const tpu_tensor_t* t) {
-  int64_t last = 0;
-  for (int32_t d = 0; d < t->ndim; ++d) {
-    if (t->sizes[d] == 0) return 0;
-    last += (t->sizes[d] - 1) * t->strides[d];
-  }
-  return (last + 1) * (int64_t)tpu_dtype_size((tpu_dtype_t)t->dtype);
+  return tpu_tensor_span(t) * (int64_t)tpu_dtype_size((tpu_dtype_t)t->dtype);
 }
 
 static int64_t align_up(int64_t n) { return (n + ALIGN - 1) / ALIGN * ALIGN; }

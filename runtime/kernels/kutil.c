@@ -57,6 +57,16 @@ int64_t tpu_tensor_numel(const tpu_tensor_t* t) {
   return n;
 }
 
+int64_t tpu_tensor_span(const tpu_tensor_t* t) {
+  if (!t) return 0;
+  int64_t last = 0;
+  for (int32_t d = 0; d < t->ndim && d < TPU_MAX_DIMS; ++d) {
+    if (t->sizes[d] == 0) return 0;
+    last += (t->sizes[d] - 1) * t->strides[d];
+  }
+  return last + 1;
+}
+
 bool tpu_tensor_is_contiguous(const tpu_tensor_t* t) {
   if (!t) return false;
   int64_t expected = 1;

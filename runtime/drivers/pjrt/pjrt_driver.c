@@ -901,22 +901,9 @@ static bool device_supports_op(tpu_hal_device_t* device, const char* op) {
   return tpu_pjrt_lowerable(op);
 }
 
-static int64_t span_bytes(const tpu_tensor_t* t, size_t elem) {
-  int64_t span = 1;
-  for (int32_t k = 0; k < t->ndim; k++) {
-    if (t->sizes[k] == 0) return 0;
-    span += (t->sizes[k] - 1) * t->strides[k];
-  }
-  return span * (int64_t)elem;
-}
-
-static size_t elem_size(int32_t dtype) {
-  switch (dtype) {
-    case TPU_DTYPE_F64: case TPU_DTYPE_I64: return 8;
-    case TPU_DTYPE_F32: case TPU_DTYPE_I32: return 4;
-    case TPU_DTYPE_F16: case TPU_DTYPE_BF16: case TPU_DTYPE_I16: return 2;
-    default: return 1;
-  }
+/* Bytes from a view's first element to its last (0: empty or absent). */
+static int64_t span_bytes(const tpu_tensor_t* t) {
+  return tpu_tensor_span(t) * (int64_t)tpu_dtype_size((tpu_dtype_t)t->dtype);
 }
 
 #define TPU_PJRT_MAX_OP_TENSORS 8
@@ -926,7 +913,7 @@ static tpu_status_t device_execute_op(tpu_hal_device_t* device, const tpu_k_call
   if (call->num_outputs != 1 || !call->outputs)
     return TPU_ERROR(TPU_STATUS_UNIMPLEMENTED, "%s: the pjrt driver lowers one-output ops only", call->op);
   const tpu_tensor_t* o = &call->outputs[0];
-  if (span_bytes(o, 1) == 0) return TPU_OK; /* nothing to write */
+  if (span_bytes(o) == 0) return TPU_OK; /* nothing to write */
   const tpu_tensor_t* tens[TPU_PJRT_MAX_OP_TENSORS];
   int nt = 0;
   for (int32_t i = 0; i < call->num_args; i++) {
@@ -945,7 +932,7 @@ static tpu_status_t device_execute_op(tpu_hal_device_t* device, const tpu_k_call
   tpu_pjrt_storage_t storages[TPU_PJRT_MAX_OP_TENSORS];
   int32_t nargs = 0;
   for (int k = 0; k < nt && !st; k++) {
-    int64_t n = span_bytes(tens[k], elem_size(tens[k]->dtype));
+    int64_t n = span_bytes(tens[k]);
     if (tens[k]->dtype == TPU_DTYPE_INVALID || (n == 0 && !tens[k]->data)) {
       locs[k] = (tpu_pjrt_loc_t){.storage = -1, .offset = 0}; /* absent, or no bytes to read */
       continue;
@@ -1027,7 +1014,7 @@ static tpu_status_t device_check_graph_node(tpu_hal_device_t* device, const tpu_
   tpu_pjrt_loc_t locs[TPU_PJRT_NODE_TENSORS];
   int32_t nargs = 0;
   for (int k = 0; k < nt; k++) {
-    int64_t n = tens[k]->dtype == TPU_DTYPE_INVALID ? 0 : span_bytes(tens[k], elem_size(tens[k]->dtype));
+    int64_t n = span_bytes(tens[k]);
     locs[k] = (tpu_pjrt_loc_t){.storage = n > 0 ? nargs : -1, .offset = 0};
     if (n > 0) {
       storages[nargs] = (tpu_pjrt_storage_t){.bytes = (size_t)n, .arg = nargs, .result = false};
@@ -1132,7 +1119,7 @@ static tpu_status_t run_graph_locked(tpu_pjrt_device_t* d, const tpu_hal_graph_t
     int nin = nt - hn->call->num_outputs;
     for (int k = 0; k < nt; k++) {
       int32_t b = hn->buffer[k];
-      int64_t bytes = b < 0 || tens[k]->dtype == TPU_DTYPE_INVALID ? 0 : span_bytes(tens[k], elem_size(tens[k]->dtype));
+      int64_t bytes = b < 0 ? 0 : span_bytes(tens[k]);
       if (b < 0 || gb[b].storage < 0 || bytes == 0) {
         locs[at + k] = (tpu_pjrt_loc_t){.storage = -1, .offset = 0};
         continue;

@@ -75,6 +75,9 @@ typedef struct tpu_tensor_t {
 } tpu_tensor_t;
 
 int64_t tpu_tensor_numel(const tpu_tensor_t* t);
+/* Elements from the first to the last one the view reaches, both included
+ * (non-negative strides): its footprint in its storage; 0 when empty. */
+int64_t tpu_tensor_span(const tpu_tensor_t* t);
 bool tpu_tensor_is_contiguous(const tpu_tensor_t* t);
 
 typedef enum tpu_k_value_kind_e {
