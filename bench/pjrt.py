@@ -1,7 +1,9 @@
 """The pjrt driver on XLA's CPU PJRT plugin against the host driver, per op,
 for information only: the CPU plugin is not a TPU, and this measures what an
 eager op costs on the PJRT path (a compiled StableHLO program per op and
-shape, byte storages gathered and scattered, or the CPU fallback).
+shape, byte storages gathered and scattered, or the CPU fallback) and what a
+compiled graph costs (one StableHLO module per call on pjrt, the C graph
+compiler on host).
 
 The driver is chosen once per process, so each driver runs in a child
 process of its own; the children take turns, chunk by chunk, so that the
@@ -18,11 +20,15 @@ import json, sys, time, torch, torch_tpu
 chunk = int(sys.argv[1])
 a, b = torch.randn(256, 256).to("tpu"), torch.randn(256, 256).to("tpu")
 small = torch.randn(16).to("tpu")
+w1, w2 = (torch.randn(256, 512) / 16).to("tpu"), (torch.randn(512, 256) / 16).to("tpu")
+x = torch.randn(8, 256).to("tpu")
+step = torch.compile(lambda x: torch.relu(x @ w1) @ w2 + x, backend="tpu")
 ops = {
     "add, 16 elements (a + a)": lambda: small + small,
     "mul, 256x256": lambda: a * b,
     "mm, 256x256x256": lambda: a @ b,
     "softmax, 256x256 (CPU fallback on pjrt)": lambda: a.softmax(-1),
+    "compiled MLP step, 8x256 -> 512 -> 256 (one program per call on pjrt)": lambda: step(x),
 }
 for fn in ops.values():          # first call compiles on pjrt
     fn(); torch.tpu.synchronize()
