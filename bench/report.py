@@ -60,6 +60,16 @@ def sections(res):
                     "fallback); best of the chunks, the drivers' child processes taking turns",
                     ["op", "host µs/op", "pjrt µs/op", "pjrt/host"],
                     [[r["op"], _f(r["host_us"], 1), _f(r["pjrt_us"], 1), _f(r["ratio"], 1)] for r in pj]))
+    ds = res.get("dist")
+    if ds:
+        out.append(("all_reduce between 2 processes on this host",
+                    "float32, best of the timed calls; bus bandwidth = 2(n-1)/n x bytes / time; 'x gloo' is "
+                    "stock Gloo on CPU tensors' time over this row's (higher is better); the configurations' "
+                    "process pairs take turns",
+                    ["size", "transport", "ms", "bus GB/s", "x gloo (CPU)", "of read bandwidth"],
+                    [[f"{r['bytes'] >> 20} MiB", r["config"], _f(r["ms"], 2), _f(r["bus_gbs"], 2),
+                      _f(r["vs_gloo_cpu"], 2), f"{r['of_memory_bw']:.0%}" if r.get("of_memory_bw") else "-"]
+                     for r in ds]))
     md = res.get("models")
     if md:
         out.append(("Models: eager tokens/s",

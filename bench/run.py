@@ -17,7 +17,7 @@ import sys
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SECTIONS = ("machine", "gemm", "overhead", "models", "compile", "pjrt")
+SECTIONS = ("machine", "gemm", "overhead", "models", "compile", "pjrt", "dist")
 MODELS = ("smollm2", "qwen3", "moe")
 
 
@@ -142,6 +142,13 @@ def main(argv=None):
 
         res["pjrt"] = pjrt.measure(args.quick, log=log)
         done("pjrt")
+
+    if "dist" not in skip:
+        log("[bench] all_reduce between 2 processes: tpu_dist (shared memory, Gloo) vs gloo on CPU")
+        from . import dist
+
+        res["dist"] = dist.measure(args.quick, bw_all, log=log)
+        done("dist")
 
     if "machine" not in skip:
         if not args.quick:

@@ -237,6 +237,58 @@ def case_collectives():
     assert gathered == [("r", r) for r in range(WORLD)], gathered
 
 
+def case_shm():
+    """Collectives of >= 64 KiB between ranks on one host go through shared memory:
+    equal to gloo's, growing regions, reduce ops, dtypes, AVG, several tensors."""
+    from torch_tpu.distributed import transport_stats
+    R = dist.ReduceOp
+    before = transport_stats()["shared_memory"]
+    for shape in ((128, 160), (300, 301)):  # the second grows the regions
+        for dtype in (torch.float32, torch.bfloat16, torch.int64):
+            for op in (R.SUM, R.MIN, R.MAX):
+                def ar(ts, g, op=op):
+                    dist.all_reduce(ts[0], op=op, group=g)
+                    return ts
+                against_gloo(f"shm all_reduce {op} {dtype} {shape}", ar, data(shape, dtype))
+    against_gloo("shm all_reduce product", lambda ts, g: (dist.all_reduce(ts[0], op=R.PRODUCT, group=g), ts)[1],
+                 data((200, 100)) * 0.5 + 1)
+    against_gloo("shm all_reduce bool max", lambda ts, g: (dist.all_reduce(ts[0], op=R.MAX, group=g), ts)[1],
+                 data((300, 300), torch.bool))
+
+    def avg(ts, g):
+        dist.all_reduce(ts[0], op=R.AVG if g is None else R.SUM, group=g)
+        return ts
+    against_gloo("shm all_reduce avg", avg, data((256, 64)), expect=lambda c: [c[0] / WORLD])
+
+    def bc(ts, g):
+        dist.broadcast(ts[0], src=1, group=g)
+        return ts
+    against_gloo("shm broadcast", bc, data((100, 200)))
+
+    def agt(ts, g):
+        out = torch.empty((WORLD * 128, 130), device=ts[0].device)
+        dist.all_gather_into_tensor(out, ts[0], group=g)
+        return [out]
+    against_gloo("shm all_gather_into_tensor", agt, data((128, 130)))
+
+    for op in (R.SUM, R.MAX):
+        def rst(ts, g, op=op):
+            out = torch.empty((64, 200), device=ts[0].device)
+            dist.reduce_scatter_tensor(out, ts[0], op=op, group=g)
+            return [out]
+        against_gloo(f"shm reduce_scatter_tensor {op}", rst, data((64 * WORLD, 200)))
+
+    def coalesced(ts, g):
+        with dist._coalescing_manager(group=g, async_ops=True) as cm:
+            for t in ts:
+                dist.all_reduce(t, group=g)
+        cm.wait()
+        return ts
+    against_gloo("shm all_reduce coalesced", coalesced, data((100, 100)), data((50, 300), salt=1))
+    used = transport_stats()["shared_memory"] - before
+    assert used >= 20, transport_stats()  # bfloat16 at 128x160 (40 KiB) stays on gloo
+
+
 def expect_error(fn, *words):
     t0 = time.time()
     try:

@@ -92,7 +92,7 @@ def test_collectives_dtensor_errors():
     process's; DDP and FSDP2 SGD steps equal one process's; mismatched sizes,
     dtypes, collectives and arguments raise ValueError on both ranks, and the
     group still works after."""
-    cases = ["launch", "collectives", "dtensor", "train", "errors"]
+    cases = ["launch", "collectives", "shm", "dtensor", "train", "errors"]
     results = ranks("tpu_dist", cases)
     check_passed(results, cases)
     assert "rank 1 local 1 on tpu:1 of 2" in results[1][1], results[1][1]

@@ -3,11 +3,16 @@
     dist.init_process_group("tpu_dist")                     # tpu tensors
     dist.init_process_group("cpu:gloo,tpu:tpu_dist")        # cpu and tpu tensors
 
-Transport: every collective stages its tpu tensors through host memory and runs
+Transport: when every rank of a group runs on this host (same boot id and host
+name) all_reduce, broadcast, all_gather_into_tensor and reduce_scatter_tensor of
+at least 64 KiB move their data through shared memory (_Shm below: the tensors
+are copied between the device and /dev/shm regions every rank maps, with a flag
+per rank for ordering; TORCH_TPU_DIST_SHM=0 turns it off). Everything else, and
+groups that span hosts, stage the tpu tensors through host memory and run
 c10d's own Gloo (a ProcessGroupGloo over the same store, TCP between processes
-and hosts). Nothing here is a protocol of its own: reductions, ordering and
-timeouts are Gloo's. ReduceOp.AVG (which Gloo lacks) is a Gloo SUM divided by
-the group size on the host, as the device backends that support AVG define it.
+and hosts); timeouts are the group's either way. ReduceOp.AVG (which Gloo lacks)
+is a SUM divided by the group size, as the device backends that support AVG
+define it. `transport_stats()` counts collectives per transport.
 
 Asynchrony: a call returns a Work at once. Two threads per backend do the rest
 in call order: the issuing thread copies the inputs to the host (which waits
@@ -30,15 +35,25 @@ Point-to-point send/recv are not checked (a check would cost the sender a reply)
 import datetime
 import math
 import os
+import platform
 import queue
 import threading
+import time
 import zlib
 
 import torch
 import torch.distributed as dist
 from torch._C import _distributed_c10d as _c10d
 
-__all__ = ["ProcessGroupTPU", "register"]
+__all__ = ["ProcessGroupTPU", "register", "transport_stats"]
+
+_TRANSPORT = {"shared_memory": 0, "gloo": 0}  # collectives per transport (this process)
+
+
+def transport_stats():
+    """How many collectives (this process, every group) moved their data through
+    shared memory (ranks on one host) and through Gloo."""
+    return dict(_TRANSPORT)
 
 NAMES = ("tpu_dist", "tpu")
 _ReduceOp = dist.ReduceOp
@@ -152,6 +167,19 @@ class _Job:
     def inout(self, t):
         return self.write(t, self.read(t))
 
+    def direct(self, t, reads=True, writes=True):
+        """For shared-memory collectives, which copy between the device and the shared
+        regions themselves: t itself when it is contiguous (ordered after earlier
+        collectives writing it; later ones reading it wait for this one), else a
+        staged host tensor as read/write/inout give."""
+        if not t.is_contiguous():
+            return self.inout(t) if reads and writes else self.read(t) if reads else self.write(t)
+        if reads:
+            self.backend._wait_writers(_key(t))
+        if writes:
+            self.writes.add(_key(t))
+        return t
+
     def finish(self, error=None):
         self.error = error
         if error is None:
@@ -161,6 +189,161 @@ class _Job:
             self.future.set_exception(error)
         self.host = []
         self.done.set()
+
+
+class _Shm:
+    """Shared memory of a group whose ranks are all on one host: one file per rank
+    in /dev/shm, mapped by every rank: a flag word, then two sets (used by turns)
+    of an input and an output region of `cap` bytes each.
+
+    A collective copies the staged host tensors into its own regions, raises its
+    flag to the collective's sequence number, waits for every peer's flag, then
+    reads or reduces the peers' regions. Sets alternate, so a rank writes a set
+    again only two collectives later, once every peer has raised its flag for the
+    collective in between (and so has finished reading). x86 keeps one core's
+    stores in order, so a peer that sees the flag sees the data before it; on
+    other CPUs the group does not use shared memory. A peer that does not arrive
+    within the group's timeout makes the wait raise. Files are unlinked as soon
+    as every rank has mapped them (a crash leaves nothing behind); growing the
+    regions makes new files (a Gloo barrier on each side of the remapping)."""
+
+    HEADER = 4096
+
+    def __init__(self, backend, token):
+        self._b = backend
+        self._token = token
+        self._gen = 0
+        self._seq = 0
+        self.cap = 0
+        self._maps = []
+        self._flags = []
+
+    def ensure(self, nbytes):
+        """Every rank calls it with the same nbytes (the agreed sizes)."""
+        if nbytes <= self.cap:
+            return
+        cap = max(nbytes, 2 * self.cap, 1 << 20)
+        cap = (cap + 4095) // 4096 * 4096
+        total = self.HEADER + 4 * cap
+        self._gen += 1
+        r, w = self._b._rank_, self._b._size_
+        paths = [f"/dev/shm/torch_tpu_dist.{os.getuid()}.{self._token}.{self._gen}.{j}" for j in range(w)]
+        fd = os.open(paths[r], os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+        try:
+            os.ftruncate(fd, total)
+        finally:
+            os.close(fd)
+        gloo_barrier = lambda: self._b._gloo.barrier(_c10d.BarrierOptions()).wait()  # noqa: E731
+        try:
+            gloo_barrier()
+            maps = [torch.from_file(p, shared=True, size=total, dtype=torch.uint8) for p in paths]
+            maps[r][:8].view(torch.int64)[0] = self._seq
+            gloo_barrier()
+        finally:
+            os.unlink(paths[r])
+        self._maps = maps
+        self._flags = [m[:8].view(torch.int64) for m in maps]
+        self.cap = cap
+
+    def _arrive(self):
+        """Raises this rank's flag for the next collective and waits for the peers'."""
+        self._seq += 1
+        seq = self._seq
+        self._flags[self._b._rank_][0] = seq
+        deadline = time.monotonic() + self._b._timeout.total_seconds()
+        for j, f in enumerate(self._flags):
+            spins = 0
+            while int(f[0]) < seq:
+                spins += 1
+                if spins > 200:
+                    time.sleep(min(1e-3, 1e-6 * spins))
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"tpu_dist: rank {j} did not reach collective {seq} within the group's "
+                                       f"timeout ({self._b._timeout}); it may have died or called another "
+                                       "collective")
+
+    def region(self, rank, out, dtype, numel, offset, step):
+        """A `dtype` view of `numel` elements, `offset` elements into rank's input or
+        output region of the set that collective step `step` uses."""
+        base = self.HEADER + (step % 2) * 2 * self.cap + (self.cap if out else 0)
+        start = base + offset * dtype.itemsize
+        return self._maps[rank][start:start + numel * dtype.itemsize].view(dtype)
+
+    def _chunks(self, n):
+        c = -(-n // self._b._size_)
+        return [(min(j * c, n), min((j + 1) * c, n)) for j in range(self._b._size_)]
+
+    @staticmethod
+    def _reduce_into(dst, srcs, op):
+        dst.copy_(srcs[0])
+        if dst.dtype == torch.bool:  # MAX and SUM are any, MIN and PRODUCT all (a ReduceOp equals
+            # its RedOpType only with the ReduceOp on the left)
+            f = torch.logical_or if (op == _ReduceOp.MAX or op == _ReduceOp.SUM) else torch.logical_and
+        elif op == _ReduceOp.SUM:
+            f = torch.add
+        elif op == _ReduceOp.PRODUCT:
+            f = torch.mul
+        elif op == _ReduceOp.MIN:
+            f = torch.minimum
+        elif op == _ReduceOp.MAX:
+            f = torch.maximum
+        else:
+            raise NotImplementedError(f"tpu_dist: reduce op {op} over shared memory")
+        for x in srcs[1:]:
+            f(dst, x, out=dst)
+
+    def _start(self, hs, dtype, nbytes, write=True):
+        """Regions big enough for `nbytes`; `hs` copied into this rank's input region
+        (when `write`); every rank's inputs ready on return. The step number."""
+        self.ensure(nbytes)
+        step = self._seq + 1
+        if write:
+            mine, at = self.region(self._b._rank_, False, dtype, sum(h.numel() for h in hs), 0, step), 0
+            for h in hs:
+                mine[at:at + h.numel()].copy_(h.reshape(-1))
+                at += h.numel()
+        self._arrive()
+        return step
+
+    def allreduce(self, hs, op):
+        """Reduce-scatter then all-gather through the regions: rank r reduces chunk r."""
+        dtype, n, w, r = hs[0].dtype, sum(h.numel() for h in hs), self._b._size_, self._b._rank_
+        step = self._start(hs, dtype, n * dtype.itemsize)
+        chunks = self._chunks(n)
+        lo, hi = chunks[r]
+        self._reduce_into(self.region(r, True, dtype, hi - lo, lo, step),
+                          [self.region(j, False, dtype, hi - lo, lo, step) for j in range(w)], op)
+        self._arrive()
+        at = 0
+        for h in hs:
+            flat = h.reshape(-1)
+            for j, (a, b) in enumerate(chunks):
+                a2, b2 = max(a, at), min(b, at + h.numel())
+                if a2 < b2:
+                    flat[a2 - at:b2 - at].copy_(self.region(j, True, dtype, b2 - a2, a2, step))
+            at += h.numel()
+
+    def broadcast(self, hs, root):
+        dtype, n = hs[0].dtype, sum(h.numel() for h in hs)
+        step = self._start(hs, dtype, n * dtype.itemsize, write=self._b._rank_ == root)
+        if self._b._rank_ != root:
+            at = 0
+            for h in hs:
+                h.reshape(-1).copy_(self.region(root, False, dtype, h.numel(), at, step))
+                at += h.numel()
+
+    def all_gather(self, out, inp):
+        dtype, n = inp.dtype, inp.numel()
+        step = self._start([inp], dtype, n * dtype.itemsize)
+        flat = out.reshape(-1)
+        for j in range(self._b._size_):
+            flat[j * n:(j + 1) * n].copy_(self.region(j, False, dtype, n, 0, step))
+
+    def reduce_scatter(self, out, inp, op):
+        dtype, n, r = inp.dtype, out.numel(), self._b._rank_
+        step = self._start([inp], dtype, inp.numel() * dtype.itemsize)
+        self._reduce_into(out.reshape(-1),
+                          [self.region(j, False, dtype, n, r * n, step) for j in range(self._b._size_)], op)
 
 
 class _Work(dist.Work):
@@ -209,6 +392,7 @@ class ProcessGroupTPU(_c10d.Backend):
         self._timeout = timeout
         self._gloo = dist.ProcessGroupGloo(dist.PrefixStore("tpu_dist_gloo/", store), rank, size, timeout)
         self._check = os.environ.get("TORCH_TPU_DIST_CHECK", "1") != "0"
+        self._shm = self._shared_memory(store)
         self._pool = _HostPool()
         self._issue_q = queue.SimpleQueue()
         self._finish_q = queue.SimpleQueue()
@@ -251,6 +435,32 @@ class ProcessGroupTPU(_c10d.Backend):
     def getBackendName(self):
         return "tpu_dist"
 
+    # Collectives of at least this many bytes go through shared memory when every
+    # rank is on this host (smaller ones: Gloo's one round trip is cheaper).
+    SHM_MIN_BYTES = 1 << 16
+
+    def _shared_memory(self, store):
+        """A _Shm when every rank runs on this host (same boot id and host name) and
+        TORCH_TPU_DIST_SHM is not 0, else None (Gloo over TCP carries the data)."""
+        if (os.environ.get("TORCH_TPU_DIST_SHM", "1") == "0" or self._size_ < 2 or not os.path.isdir("/dev/shm")
+                or platform.machine() not in ("x86_64", "AMD64")):  # the flags rely on x86's store order
+            return None
+        try:
+            with open("/proc/sys/kernel/random/boot_id") as f:
+                here = f.read().strip()
+        except OSError:
+            return None
+        here += "/" + os.uname().nodename
+        store.set(f"tpu_dist_host/{self._rank_}", here)
+        if self._rank_ == 0:
+            store.set("tpu_dist_shm_token", os.urandom(8).hex())
+        if any(store.get(f"tpu_dist_host/{r}").decode() != here for r in range(self._size_)):
+            return None
+        return _Shm(self, store.get("tpu_dist_shm_token").decode())
+
+    def _use_shm(self, tensors):
+        return self._shm is not None and sum(t.numel() * t.element_size() for t in tensors) >= self.SHM_MIN_BYTES
+
     def shutdown(self):
         """Finishes the queued collectives (each within the group's timeout), then
         releases the inner Gloo group now rather than at interpreter exit."""
@@ -280,6 +490,11 @@ class ProcessGroupTPU(_c10d.Backend):
             j.done.wait()
 
     def _issue_loop(self):
+        # Host-side copies and reductions of this thread run on it alone (torch's
+        # OpenMP setting is per thread): with two ranks on a small host, OpenMP's
+        # spinning workers of both processes otherwise fight over the cores (1 MiB
+        # all_reduce through shared memory: 88 ms with 2 threads, 2.4 ms with 1).
+        torch.set_num_threads(1)
         while True:
             job = self._issue_q.get()
             if job is None:
@@ -289,6 +504,7 @@ class ProcessGroupTPU(_c10d.Backend):
                 if self._check and job.desc is not None:
                     self._agree(job)
                 job.gloo_work, job.post = job.launch(job)
+                _TRANSPORT["gloo" if job.gloo_work is not None else "shared_memory"] += 1
             except BaseException as e:  # noqa: BLE001 - handed to the caller's wait()
                 job.finish(e)
                 continue
@@ -297,6 +513,7 @@ class ProcessGroupTPU(_c10d.Backend):
             self._finish_q.put(job)
 
     def _finish_loop(self):
+        torch.set_num_threads(1)
         while True:
             job = self._finish_q.get()
             if job is None:
@@ -402,8 +619,14 @@ class ProcessGroupTPU(_c10d.Backend):
         run = self._gloo.allreduce_coalesced if coalesced else self._gloo.allreduce
 
         def launch(job):
+            if shm:
+                hs = [job.direct(t) for t in tensors]
+                self._shm.allreduce(hs, gop)
+                return None, self._divide(hs, divisor)
             hs = [job.inout(t) for t in tensors]
             return run(hs, gopts), self._divide(hs, divisor)
+
+        shm = self._use_shm(tensors) and len({t.dtype for t in tensors}) == 1
 
         return self._submit(name, launch, tensors, dtype=tensors[0].dtype, counts=[t.numel() for t in tensors],
                             op=opts.reduceOp, shape=tensors[0].shape,
@@ -411,7 +634,13 @@ class ProcessGroupTPU(_c10d.Backend):
                                                   f"tensors of several dtypes {[t.dtype for t in tensors]}"))
 
     def broadcast(self, tensors, opts):
+        shm = self._use_shm(tensors) and len({t.dtype for t in tensors}) == 1
+
         def launch(job):
+            if shm:
+                root = self._rank_ == opts.rootRank
+                self._shm.broadcast([job.direct(t, reads=root, writes=not root) for t in tensors], opts.rootRank)
+                return None, None
             return self._gloo.broadcast([job.inout(t) for t in tensors], opts), None
 
         return self._submit("broadcast", launch, tensors, dtype=tensors[0].dtype,
@@ -463,7 +692,12 @@ class ProcessGroupTPU(_c10d.Backend):
                          f"{tuple(whole.shape)} {whole.dtype} is not {self._size_} x {tuple(part.shape)} {part.dtype}")
 
     def all_gather_single(self, output, input, opts):
+        shm = self._use_shm([output])
+
         def launch(job):
+            if shm:
+                self._shm.all_gather(job.direct(output, reads=False), job.direct(input, writes=False))
+                return None, None
             return self._gloo.all_gather_single(job.write(output), job.read(input), opts), None
 
         return self._submit("all_gather_into_tensor", launch, [output], dtype=input.dtype, counts=[input.numel()],
@@ -498,8 +732,16 @@ class ProcessGroupTPU(_c10d.Backend):
             [self._check_parts("reduce_scatter", ts, o, o.dtype) for o, ts in zip(output_tensors, input_lists)])
 
     def reduce_scatter_single(self, output, input, opts):
+        shm = self._use_shm([input])
+
+        def run(hs, ins, o):
+            if shm:
+                self._shm.reduce_scatter(hs[0], ins, o.reduceOp)
+                return None
+            return self._gloo.reduce_scatter_single(hs[0], ins, o)
+
         return self._reduce_scatter(
-            "reduce_scatter_tensor", lambda hs, ins, o: self._gloo.reduce_scatter_single(hs[0], ins, o), [output],
+            "reduce_scatter_tensor", run, [output],
             lambda job: job.read(input), opts, [self._check_whole("reduce_scatter_tensor", input, output)])
 
     def reduce_scatter_single_coalesced(self, outputs, inputs, opts):

@@ -1,0 +1,97 @@
+"""all_reduce between two processes on this host: tpu_dist through shared memory,
+tpu_dist through Gloo (TORCH_TPU_DIST_SHM=0), and stock Gloo on CPU tensors.
+
+Each configuration runs two worker processes (ranks 0 and 1 on 127.0.0.1);
+configurations take turns, chunk by chunk, so that the machine's drift falls on
+all of them. Bus bandwidth follows the usual all-reduce definition:
+2 (n - 1) / n x bytes / time."""
+import json
+import os
+import socket
+import subprocess
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+_WORKER = r"""
+import datetime, json, sys, time, torch, torch.distributed as dist
+import torch_tpu
+backend, device, reps = sys.argv[1], sys.argv[2], int(sys.argv[3])
+sizes = [int(s) for s in sys.argv[4].split(",")]
+dist.init_process_group(backend, timeout=datetime.timedelta(seconds=120))
+out = {}
+for nbytes in sizes:
+    x = torch.ones(nbytes // 4, device=device)
+    dist.all_reduce(x); dist.barrier()                       # warm: connections, staging buffers
+    best = float("inf")
+    for _ in range(reps):
+        dist.barrier()
+        if device == "tpu":
+            torch.tpu.synchronize()
+        t = time.perf_counter()
+        dist.all_reduce(x)
+        if device == "tpu":
+            torch.tpu.synchronize()
+        best = min(best, time.perf_counter() - t)
+    out[nbytes] = best
+if dist.get_rank() == 0:
+    print("RESULT " + json.dumps(out), flush=True)
+dist.destroy_process_group()
+"""
+
+CONFIGS = {
+    "tpu_dist, shared memory": ("tpu_dist", "tpu", {}),
+    "tpu_dist, Gloo (TORCH_TPU_DIST_SHM=0)": ("tpu_dist", "tpu", {"TORCH_TPU_DIST_SHM": "0"}),
+    "gloo, CPU tensors": ("gloo", "cpu", {}),
+}
+
+
+def _port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _run(backend, device, extra, reps, sizes):
+    port = _port()
+    procs = []
+    for rank in range(2):
+        env = dict(os.environ, PYTHONPATH=ROOT, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank),
+                   WORLD_SIZE="2", LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE="2", TORCH_TPU_NUM_THREADS="1", **extra)
+        env.pop("TORCH_TPU_HOST_DEVICES", None)
+        procs.append(subprocess.Popen([sys.executable, "-c", _WORKER, backend, device, str(reps),
+                                       ",".join(map(str, sizes))], env=env, stdout=subprocess.PIPE,
+                                      stderr=subprocess.PIPE, text=True))
+    outs = []
+    for p in procs:
+        try:
+            outs.append(p.communicate(timeout=600))
+        except subprocess.TimeoutExpired:
+            for q in procs:
+                q.kill()
+            raise RuntimeError(f"bench dist ({backend}): timed out")
+    if any(p.returncode for p in procs):
+        raise RuntimeError(f"bench dist ({backend}) failed:\n" + "\n".join(e[-2000:] for _, e in outs))
+    line = [ln for ln in outs[0][0].splitlines() if ln.startswith("RESULT ")][-1]
+    return {int(k): v for k, v in json.loads(line[len("RESULT "):]).items()}
+
+
+def measure(quick=False, bw_gbs=None, log=print):
+    sizes = [1 << 20, 64 << 20] if not quick else [1 << 20, 16 << 20]
+    chunks, reps = (1, 3) if quick else (2, 5)
+    best = {name: {} for name in CONFIGS}
+    for _ in range(chunks):
+        for name, (backend, device, extra) in CONFIGS.items():
+            for n, t in _run(backend, device, extra, reps, sizes).items():
+                best[name][n] = min(best[name].get(n, float("inf")), t)
+    rows = []
+    for n in sizes:
+        ref = best["gloo, CPU tensors"][n]
+        for name in CONFIGS:
+            t = best[name][n]
+            bus = 2 * (2 - 1) / 2 * n / t / 1e9
+            rows.append({"bytes": n, "config": name, "ms": t * 1e3, "bus_gbs": bus, "vs_gloo_cpu": ref / t,
+                         "of_memory_bw": bus / bw_gbs if bw_gbs else None})
+            log(f"  all_reduce {n >> 20} MiB, {name}: {t * 1e3:.2f} ms, bus {bus:.2f} GB/s"
+                + (f" ({bus / bw_gbs:.0%} of the read bandwidth)" if bw_gbs else ""))
+    return rows
