@@ -2,6 +2,8 @@
 #define _GNU_SOURCE
 #include "drivers/pjrt/pjrt_lower.h"
 
+#define TPU_PJRT_LOWER_MAX_TENSORS 64
+
 #include <inttypes.h>
 #include <math.h>
 #include <stdarg.h>
@@ -12,11 +14,20 @@
 /* ---- the ops ---- */
 typedef enum {
   L_ADD, L_SUB, L_MUL, L_DIV, L_MAX, L_MIN,           /* binary arithmetic */
+  L_BAND, L_BOR, L_BXOR, L_LAND, L_LOR, L_LXOR,
+  L_REM, L_FMOD, L_ATAN2, L_FLOORDIV, L_POWT,
   L_NEG, L_EXP, L_LOG, L_SQRT, L_RSQRT, L_SIN, L_COS, /* unary */
   L_TANH, L_ABS, L_SIGMOID, L_RELU,
+  L_SILU, L_GELU, L_ERF, L_BNOT, L_LNOT, L_FLOOR, L_CEIL, L_ROUND, L_TRUNC, L_SIGN,
+  L_RECIP, L_LOG1P, L_EXPM1, L_LOG2, L_EXP2, L_TAN, L_SQUARE,
   L_MM,
   L_EQ, L_NE, L_LT, L_LE, L_GT, L_GE, /* comparisons */
   L_WHERE, L_POW, L_SUM, L_MEAN,
+  L_SOFTMAX, L_LOG_SOFTMAX, L_SOFTMAX_BWD, L_LOG_SOFTMAX_BWD,
+  L_AMAX, L_AMIN, L_PROD, L_ANY, L_ALL, L_ARGMAX, L_ARGMIN,
+  L_INDEX_SELECT, L_GATHER, L_SCATTER, L_SCATTER_ADD,
+  L_FILL, L_COPY, L_ARANGE, L_TRIU, L_TRIL, L_CAT, L_CLAMP, L_CLAMP_MIN, L_CLAMP_MAX,
+  L_MASKED_FILL, L_BMM, L_ADDMM, L_ROPE, L_ROPE_BWD, L_SDPA_FWD, L_SDPA_BWD,
 } lop_t;
 
 typedef enum {
@@ -27,6 +38,13 @@ typedef enum {
   F_WHERE,  /* condition, self, other */
   F_POW,    /* self, exponent Scalar */
   F_REDUCE, /* self, dim[], keepdim, dtype */
+  F_SOFTMAX, /* self, dim, half_to_float (backward: grad, output, dim, dtype) */
+  F_REDUCE2, /* max/min/prod/any/all and arg{max,min} */
+  F_INDEX,   /* index_select, gather, scatter */
+  F_MISC,    /* fill, copy, arange, triu/tril, cat, clamp */
+  F_MM2,     /* bmm, addmm */
+  F_ROPE,    /* tpu::rope(_backward): two outputs */
+  F_SDPA,    /* tpu::sdpa_fwd / sdpa_bwd: several outputs */
 } lfamily_t;
 
 typedef struct {
@@ -34,6 +52,8 @@ typedef struct {
   lop_t op;
   lfamily_t family;
   const char* overloads; /* accepted suffixes after base, '|'-separated */
+  bool graph_only; /* needs locs the eager driver does not give (list
+                      entries, several outputs): lowered in graphs only */
 } lspec_t;
 
 #define ARITH_T "|.Tensor|.out|_.Tensor"
@@ -41,22 +61,69 @@ typedef struct {
 #define UNARY_O "||.out|_"
 #define CMP_O "|.Tensor|.Scalar|.Tensor_out|.Scalar_out|_.Tensor|_.Scalar"
 
+#define RED_O "||.out"
+#define TRI_O "||.out|_"
+
 static const lspec_t kSpecs[] = {
     {"add", L_ADD, F_ARITH, ARITH_TS},     {"sub", L_SUB, F_ARITH, ARITH_TS},
     {"mul", L_MUL, F_ARITH, ARITH_TS},     {"div", L_DIV, F_ARITH, ARITH_TS},
     {"maximum", L_MAX, F_ARITH, "||.out"}, {"minimum", L_MIN, F_ARITH, "||.out"},
+    {"bitwise_and", L_BAND, F_ARITH, ARITH_TS "|.Tensor_out"},
+    {"bitwise_or", L_BOR, F_ARITH, ARITH_TS "|.Tensor_out"},
+    {"bitwise_xor", L_BXOR, F_ARITH, ARITH_TS "|.Tensor_out"},
+    {"logical_and", L_LAND, F_ARITH, UNARY_O}, {"logical_or", L_LOR, F_ARITH, UNARY_O},
+    {"logical_xor", L_LXOR, F_ARITH, UNARY_O},
+    {"remainder", L_REM, F_ARITH, "|.Tensor|.Scalar|.Tensor_out|.Scalar_out|_.Tensor|_.Scalar"},
+    {"fmod", L_FMOD, F_ARITH, "|.Tensor|.Scalar|.Tensor_out|.Scalar_out|_.Tensor|_.Scalar"},
+    {"atan2", L_ATAN2, F_ARITH, "||.out|_"},
+    {"floor_divide", L_FLOORDIV, F_ARITH, "||.Scalar|.out|.Scalar_out|_.Tensor|_.Scalar"},
+    {"pow", L_POWT, F_ARITH, "|.Tensor_Tensor|.Tensor_Tensor_out|_.Tensor"},
     {"neg", L_NEG, F_UNARY, UNARY_O},      {"exp", L_EXP, F_UNARY, UNARY_O},
     {"log", L_LOG, F_UNARY, UNARY_O},      {"sqrt", L_SQRT, F_UNARY, UNARY_O},
     {"rsqrt", L_RSQRT, F_UNARY, UNARY_O},  {"sin", L_SIN, F_UNARY, UNARY_O},
     {"cos", L_COS, F_UNARY, UNARY_O},      {"tanh", L_TANH, F_UNARY, UNARY_O},
     {"abs", L_ABS, F_UNARY, UNARY_O},      {"sigmoid", L_SIGMOID, F_UNARY, UNARY_O},
-    {"relu", L_RELU, F_UNARY, UNARY_O},    {"mm", L_MM, F_MM, "||.out"},
+    {"relu", L_RELU, F_UNARY, UNARY_O},    {"silu", L_SILU, F_UNARY, UNARY_O},
+    {"gelu", L_GELU, F_UNARY, UNARY_O},    {"erf", L_ERF, F_UNARY, UNARY_O},
+    {"bitwise_not", L_BNOT, F_UNARY, UNARY_O}, {"logical_not", L_LNOT, F_UNARY, UNARY_O},
+    {"floor", L_FLOOR, F_UNARY, UNARY_O},  {"ceil", L_CEIL, F_UNARY, UNARY_O},
+    {"round", L_ROUND, F_UNARY, UNARY_O},  {"trunc", L_TRUNC, F_UNARY, UNARY_O},
+    {"sign", L_SIGN, F_UNARY, UNARY_O},    {"reciprocal", L_RECIP, F_UNARY, UNARY_O},
+    {"log1p", L_LOG1P, F_UNARY, UNARY_O},  {"expm1", L_EXPM1, F_UNARY, UNARY_O},
+    {"log2", L_LOG2, F_UNARY, UNARY_O},    {"exp2", L_EXP2, F_UNARY, UNARY_O},
+    {"tan", L_TAN, F_UNARY, UNARY_O},      {"square", L_SQUARE, F_UNARY, UNARY_O},
+    {"mm", L_MM, F_MM, "||.out"},
     {"eq", L_EQ, F_CMP, CMP_O},            {"ne", L_NE, F_CMP, CMP_O},
     {"lt", L_LT, F_CMP, CMP_O},            {"le", L_LE, F_CMP, CMP_O},
     {"gt", L_GT, F_CMP, CMP_O},            {"ge", L_GE, F_CMP, CMP_O},
     {"where", L_WHERE, F_WHERE, "|.self|.self_out"},
     {"pow", L_POW, F_POW, "|.Tensor_Scalar|.Tensor_Scalar_out|_.Scalar"},
-    {"sum", L_SUM, F_REDUCE, "|.dim_IntList"}, {"mean", L_MEAN, F_REDUCE, "|.dim"},
+    {"sum", L_SUM, F_REDUCE, "|.dim_IntList|.IntList_out"}, {"mean", L_MEAN, F_REDUCE, "|.dim|.out"},
+    {"_softmax", L_SOFTMAX, F_SOFTMAX, RED_O}, {"_log_softmax", L_LOG_SOFTMAX, F_SOFTMAX, RED_O},
+    {"_softmax_backward_data", L_SOFTMAX_BWD, F_SOFTMAX, RED_O},
+    {"_log_softmax_backward_data", L_LOG_SOFTMAX_BWD, F_SOFTMAX, RED_O},
+    {"amax", L_AMAX, F_REDUCE2, RED_O},    {"amin", L_AMIN, F_REDUCE2, RED_O},
+    {"max", L_AMAX, F_REDUCE2, "||.unary_out"}, {"min", L_AMIN, F_REDUCE2, "||.unary_out"},
+    {"prod", L_PROD, F_REDUCE2, "||.out|.dim_int|.int_out"},
+    {"any", L_ANY, F_REDUCE2, "||.dim|.dims|.out|.dims_out"},
+    {"all", L_ALL, F_REDUCE2, "||.dim|.dims|.out|.dims_out"},
+    {"argmax", L_ARGMAX, F_REDUCE2, RED_O}, {"argmin", L_ARGMIN, F_REDUCE2, RED_O},
+    {"index_select", L_INDEX_SELECT, F_INDEX, RED_O}, {"gather", L_GATHER, F_INDEX, RED_O},
+    {"scatter", L_SCATTER, F_INDEX, "|.value|.src|.value_out|.src_out|_.value|_.src"},
+    {"scatter_add", L_SCATTER_ADD, F_INDEX, "||.out|_"},
+    {"fill_", L_FILL, F_MISC, "|.Scalar|.Tensor"}, {"zero_", L_FILL, F_MISC, "|"},
+    {"copy_", L_COPY, F_MISC, "|"},
+    {"arange", L_ARANGE, F_MISC, "|.start_out", true},
+    {"triu", L_TRIU, F_MISC, TRI_O},       {"tril", L_TRIL, F_MISC, TRI_O},
+    {"cat", L_CAT, F_MISC, "||.out", true},
+    {"clamp", L_CLAMP, F_MISC, "||.Tensor|.out|.Tensor_out|_|_.Tensor"},
+    {"clamp_min", L_CLAMP_MIN, F_MISC, "||.Tensor|.out|.Tensor_out|_|_.Tensor"},
+    {"clamp_max", L_CLAMP_MAX, F_MISC, "||.Tensor|.out|.Tensor_out|_|_.Tensor"},
+    {"masked_fill", L_MASKED_FILL, F_MISC, "|.Scalar|.Tensor|.Scalar_out|.Tensor_out|_.Scalar|_.Tensor"},
+    {"bmm", L_BMM, F_MM2, "||.out"},       {"addmm", L_ADDMM, F_MM2, "||.out|_"},
+    {"tpu::convert", L_COPY, F_MISC, "|"},
+    {"tpu::rope", L_ROPE, F_ROPE, "|", true}, {"tpu::rope_backward", L_ROPE_BWD, F_ROPE, "|", true},
+    {"tpu::sdpa_fwd", L_SDPA_FWD, F_SDPA, "|", true}, {"tpu::sdpa_bwd", L_SDPA_BWD, F_SDPA, "|", true},
 };
 
 static bool overload_in(const char* list, const char* rest) {
@@ -71,17 +138,23 @@ static bool overload_in(const char* list, const char* rest) {
 }
 
 static const lspec_t* spec_of(const char* op) {
-  if (strncmp(op, "aten::", 6) != 0) return NULL;
-  const char* name = op + 6;
+  bool aten = strncmp(op, "aten::", 6) == 0;
+  const char* name = aten ? op + 6 : op;
   for (size_t i = 0; i < sizeof(kSpecs) / sizeof(kSpecs[0]); i++) {
     const lspec_t* s = &kSpecs[i];
+    if (aten == (strchr(s->base, ':') != NULL)) continue; /* other ops: their full name */
     size_t n = strlen(s->base);
     if (strncmp(name, s->base, n) == 0 && overload_in(s->overloads, name + n)) return s;
   }
   return NULL;
 }
 
-bool tpu_pjrt_lowerable(const char* op) { return op && spec_of(op) != NULL; }
+/* Ops marked graph_only need a loc for every list entry or several outputs,
+ * which the eager path (one output, TPU_K_TENSOR arguments) does not give. */
+bool tpu_pjrt_lowerable(const char* op) {
+  const lspec_t* s = op ? spec_of(op) : NULL;
+  return s && !s->graph_only;
+}
 
 /* ---- types ---- */
 typedef struct {
@@ -532,9 +605,970 @@ static void write_out(sb_t* b, val_t res, const tpu_tensor_t* o, const tpu_pjrt_
   b->cur[loc->storage] = out;
 }
 
+/* `v` as element type `ty`; to bool as v != 0 (NaN is true). */
+static val_t cast(sb_t* b, val_t v, const char* ty) {
+  if (!strcmp(v.ty, ty)) return v;
+  if (!strcmp(ty, "i1")) return binary_to(b, "compare NE,", v, splat(b, &v, v.ty, 0.0), "i1");
+  return converted(b, v, ty);
+}
+
+static bool is_half(const char* ty) { return !strcmp(ty, "f16") || !strcmp(ty, "bf16"); }
+static bool is_fty(const char* ty) { return ty[0] == 'f' || ty[0] == 'b'; }
+
+/* PyTorch's opmath: half types compute in float32. */
+static const char* opmath(const char* ty) { return is_half(ty) ? "f32" : ty; }
+
+/* A value of `like`'s sizes with element type `ty` and shape ndim/sizes. */
+static val_t shaped(sb_t* b, int32_t ndim, const int64_t* sizes, const char* ty) {
+  val_t r = {.id = fresh(b), .ndim = ndim, .ty = ty};
+  memcpy(r.sizes, sizes, sizeof(int64_t) * (size_t)ndim);
+  return r;
+}
+
+static val_t iota(sb_t* b, int32_t ndim, const int64_t* sizes, int32_t dim, const char* ty) {
+  char t[256];
+  shape_str(t, sizeof(t), ndim, sizes, ty);
+  val_t r = shaped(b, ndim, sizes, ty);
+  emit(b, "  %%v%d = stablehlo.iota dim = %d : %s\n", r.id, dim, t);
+  return r;
+}
+
+static val_t select3(sb_t* b, val_t c, val_t x, val_t y) {
+  char tc[256], tv[256];
+  shape_str(tc, sizeof(tc), x.ndim, x.sizes, "i1");
+  shape_str(tv, sizeof(tv), x.ndim, x.sizes, x.ty);
+  val_t r = x;
+  r.id = fresh(b);
+  emit(b, "  %%v%d = stablehlo.select %%v%d, %%v%d, %%v%d : (%s, %s, %s) -> %s\n", r.id, c.id, x.id, y.id, tc, tv,
+       tv, tv);
+  return r;
+}
+
+/* Rounds a float32 value to `ty` and back (the unfused ops' intermediate roundings). */
+static val_t rounded(sb_t* b, val_t v, const char* ty) {
+  if (!is_half(ty) || !strcmp(v.ty, ty)) return v;
+  const char* back = v.ty;
+  return converted(b, converted(b, v, ty), back);
+}
+
+/* The lowest / highest value of `ty` (reduction inits), as a literal. */
+static void extreme(const char* ty, bool highest, char* lit, size_t cap) {
+  if (is_fty(ty)) {
+    snprintf(lit, cap, "%s", highest ? "0x7FF0000000000000" : "0xFFF0000000000000");
+  } else if (!strcmp(ty, "i1")) {
+    snprintf(lit, cap, "%s", highest ? "true" : "false");
+  } else if (!strcmp(ty, "ui8")) {
+    snprintf(lit, cap, "%s", highest ? "255" : "0");
+  } else {
+    int bits = atoi(ty + 1);
+    long long hi = bits == 64 ? INT64_MAX : (1LL << (bits - 1)) - 1;
+    snprintf(lit, cap, "%lld", highest ? hi : -hi - 1);
+  }
+}
+
+/* A 0-d constant for reduction inits (NaN/inf literals through f64). */
+static int scalar_const(sb_t* b, const char* ty, const char* lit) {
+  int c = fresh(b);
+  if (lit[0] == '0' && lit[1] == 'x' && strcmp(ty, "f64") != 0) {
+    int c64 = fresh(b);
+    emit(b, "  %%v%d = stablehlo.constant dense<%s> : tensor<f64>\n", c64, lit);
+    emit(b, "  %%v%d = stablehlo.convert %%v%d : (tensor<f64>) -> tensor<%s>\n", c, c64, ty);
+  } else {
+    emit(b, "  %%v%d = stablehlo.constant dense<%s> : tensor<%s>\n", c, lit, ty);
+  }
+  return c;
+}
+
+/* Reduces `x` over the dims flagged in `dims` with `op` ("add", "maximum",
+ * ...), starting from literal `init`. */
+static val_t reduce_dims(sb_t* b, val_t x, const bool* dims, const char* op, const char* init) {
+  char list[128] = "";
+  size_t n = 0;
+  val_t r = {.ndim = 0, .ty = x.ty};
+  for (int32_t d = 0; d < x.ndim; d++) {
+    if (dims[d]) {
+      n += (size_t)snprintf(list + n, sizeof(list) - n, "%s%d", n ? ", " : "", d);
+    } else {
+      r.sizes[r.ndim++] = x.sizes[d];
+    }
+  }
+  char tx[256], tr[256];
+  shape_str(tx, sizeof(tx), x.ndim, x.sizes, x.ty);
+  shape_str(tr, sizeof(tr), r.ndim, r.sizes, x.ty);
+  int z = scalar_const(b, x.ty, init);
+  r.id = fresh(b);
+  emit(b, "  %%v%d = stablehlo.reduce(%%v%d init: %%v%d) applies stablehlo.%s across dimensions = [%s] : "
+          "(%s, tensor<%s>) -> %s\n",
+       r.id, x.id, z, op, list, tx, x.ty, tr);
+  return r;
+}
+
+/* `x` (reduced over `dims`) with those dims back as size 1 and broadcast to
+ * `like`'s sizes. */
+static val_t unreduce(sb_t* b, val_t r, const bool* dims, const val_t* like) {
+  int64_t ks[TPU_MAX_DIMS];
+  for (int32_t d = 0; d < like->ndim; d++) ks[d] = dims[d] ? 1 : like->sizes[d];
+  val_t k = reshaped(b, r, like->ndim, ks);
+  char from[256], to[256], list[256];
+  shape_str(from, sizeof(from), k.ndim, k.sizes, k.ty);
+  shape_str(to, sizeof(to), like->ndim, like->sizes, k.ty);
+  size_t n = 0;
+  list[0] = '\0';
+  for (int32_t d = 0; d < like->ndim; d++) n += (size_t)snprintf(list + n, sizeof(list) - n, "%s%d", d ? ", " : "", d);
+  val_t o = shaped(b, like->ndim, like->sizes, k.ty);
+  emit(b, "  %%v%d = stablehlo.broadcast_in_dim %%v%d, dims = [%s] : (%s) -> %s\n", o.id, k.id, list, from, to);
+  return o;
+}
+
+static int32_t wrap_dim(int64_t d, int32_t ndim) {
+  int32_t n = ndim > 0 ? ndim : 1;
+  if (d < 0) d += n;
+  return (int32_t)d;
+}
+
+/* Dims of a reduction: the int[] or int argument at `arg` (absent, None or
+ * empty: all). */
+static void reduce_flags(const tpu_k_call_t* call, int arg, int32_t ndim, bool* dims) {
+  const tpu_k_value_t* dv = arg < call->num_args ? &call->args[arg] : NULL;
+  bool all = !dv || (dv->kind != TPU_K_INTS && dv->kind != TPU_K_INT) ||
+             (dv->kind == TPU_K_INTS && dv->v.ints.len == 0);
+  for (int32_t d = 0; d < ndim; d++) dims[d] = all;
+  if (all) return;
+  int64_t n = dv->kind == TPU_K_INTS ? dv->v.ints.len : 1;
+  for (int64_t i = 0; i < n; i++) {
+    int32_t d = wrap_dim(dv->kind == TPU_K_INTS ? dv->v.ints.data[i] : dv->v.i, ndim);
+    if (d >= 0 && d < ndim) dims[d] = true;
+  }
+}
+
+static val_t dot(sb_t* b, val_t x, val_t y, const char* dims, int32_t ndim, const int64_t* sizes) {
+  char ta[256], tb[256], tr[256];
+  shape_str(ta, sizeof(ta), x.ndim, x.sizes, x.ty);
+  shape_str(tb, sizeof(tb), y.ndim, y.sizes, y.ty);
+  shape_str(tr, sizeof(tr), ndim, sizes, x.ty);
+  val_t r = shaped(b, ndim, sizes, x.ty);
+  emit(b, "  %%v%d = stablehlo.dot_general %%v%d, %%v%d, %s : (%s, %s) -> %s\n", r.id, x.id, y.id, dims, ta, tb, tr);
+  return r;
+}
+
+static val_t concat(sb_t* b, const val_t* parts, int n, int32_t dim) {
+  val_t r = parts[0];
+  r.sizes[dim] = 0;
+  char types[2048] = "", t[256];
+  size_t len = 0;
+  for (int i = 0; i < n; i++) {
+    r.sizes[dim] += parts[i].sizes[dim];
+    shape_str(t, sizeof(t), parts[i].ndim, parts[i].sizes, parts[i].ty);
+    len += (size_t)snprintf(types + len, sizeof(types) - len, "%s%s", i ? ", " : "", t);
+  }
+  r.id = fresh(b);
+  emit(b, "  %%v%d = stablehlo.concatenate", r.id);
+  for (int i = 0; i < n; i++) emit(b, "%s %%v%d", i ? "," : "", parts[i].id);
+  shape_str(t, sizeof(t), r.ndim, r.sizes, r.ty);
+  emit(b, ", dim = %d : (%s) -> %s\n", dim, types, t);
+  return r;
+}
+
+static val_t slice_dim(sb_t* b, val_t x, int32_t dim, int64_t lo, int64_t hi) {
+  char from[256], to[256], spec[512] = "";
+  size_t n = 0;
+  val_t r = x;
+  r.sizes[dim] = hi - lo;
+  for (int32_t d = 0; d < x.ndim; d++)
+    n += (size_t)snprintf(spec + n, sizeof(spec) - n, "%s%" PRId64 ":%" PRId64, d ? ", " : "", d == dim ? lo : 0,
+                          d == dim ? hi : x.sizes[d]);
+  shape_str(from, sizeof(from), x.ndim, x.sizes, x.ty);
+  shape_str(to, sizeof(to), r.ndim, r.sizes, r.ty);
+  r.id = fresh(b);
+  emit(b, "  %%v%d = stablehlo.slice %%v%d [%s] : (%s) -> %s\n", r.id, x.id, spec, from, to);
+  return r;
+}
+
+/* Index tuples [sizes..., ndim] for an element-wise gather/scatter along
+ * `dim` of a tensor of rank `ndim`: component d is the position's own
+ * coordinate, `index` (i64, the position's sizes) at `dim`. */
+static val_t index_tuples(sb_t* b, val_t index, int32_t dim) {
+  int32_t nd = index.ndim;
+  int64_t s1[TPU_MAX_DIMS + 1];
+  memcpy(s1, index.sizes, sizeof(int64_t) * (size_t)nd);
+  s1[nd] = 1;
+  val_t parts[TPU_MAX_DIMS];
+  for (int32_t d = 0; d < nd; d++) {
+    val_t c = d == dim ? index : iota(b, nd, index.sizes, d, "i64");
+    parts[d] = reshaped(b, c, nd + 1, s1);
+  }
+  if (nd == 0) {
+    val_t z = reshaped(b, index, 1, (int64_t[]){1});
+    return z;
+  }
+  return concat(b, parts, nd, nd);
+}
+
+/* Tensors of a call in schema order (list entries included, absent ones
+ * skipped), each with its loc, then the outputs' locs. */
+typedef struct {
+  const tpu_tensor_t* t[TPU_PJRT_LOWER_MAX_TENSORS];
+  const tpu_pjrt_loc_t* loc[TPU_PJRT_LOWER_MAX_TENSORS];
+  int arg[TPU_PJRT_LOWER_MAX_TENSORS]; /* argument index */
+  int n;
+  const tpu_pjrt_loc_t* oloc; /* outputs' locs */
+} targs_t;
+
+static tpu_status_t in_val(sb_t* b, const tpu_k_call_t* call, const tpu_tensor_t* t, const tpu_pjrt_loc_t* loc,
+                           val_t* out) {
+  ltype_t lt;
+  if (!type_of(t->dtype, &lt))
+    return TPU_ERROR(TPU_STATUS_UNIMPLEMENTED, "%s: input dtype %d has no StableHLO type", call->op, t->dtype);
+  *out = read_view(b, t, loc, &lt);
+  return TPU_OK;
+}
+
+/* Writes `r` to output `k` (cast to its dtype). An absent output (dtype
+ * INVALID) is skipped. */
+static tpu_status_t out_val(sb_t* b, const tpu_k_call_t* call, int k, const targs_t* ta, val_t r) {
+  const tpu_tensor_t* o = &call->outputs[k];
+  if (o->dtype == TPU_DTYPE_INVALID) return TPU_OK;
+  ltype_t ot;
+  if (!type_of(o->dtype, &ot))
+    return TPU_ERROR(TPU_STATUS_UNIMPLEMENTED, "%s: output dtype %d has no StableHLO type", call->op, o->dtype);
+  r = cast(b, r, ot.ty);
+  if (r.ndim != o->ndim) r = reshaped(b, r, o->ndim, o->sizes);
+  write_out(b, r, o, &ta->oloc[k], &ot);
+  return TPU_OK;
+}
+
+/* ---- lowerings of the op families beyond the pointwise core ---- */
+
+static const tpu_k_value_t* arg_at(const tpu_k_call_t* call, int i) {
+  return i < call->num_args ? &call->args[i] : NULL;
+}
+
+static bool is_number(const tpu_k_value_t* v) {
+  return v && (v->kind == TPU_K_INT || v->kind == TPU_K_DOUBLE || v->kind == TPU_K_BOOL);
+}
+
+static int64_t int_at(const tpu_k_call_t* call, int i, int64_t dflt) {
+  const tpu_k_value_t* v = arg_at(call, i);
+  if (!v) return dflt;
+  if (v->kind == TPU_K_INT) return v->v.i;
+  if (v->kind == TPU_K_BOOL) return v->v.b;
+  if (v->kind == TPU_K_DOUBLE) return (int64_t)v->v.d;
+  return dflt;
+}
+
+static double num_at(const tpu_k_call_t* call, int i, double dflt) {
+  const tpu_k_value_t* v = arg_at(call, i);
+  return is_number(v) ? scalar_of(v) : dflt;
+}
+
+/* erf in float32 (Eigen's rational approximation, as XLA's CPU backend). */
+static val_t erf32(sb_t* b, val_t x) {
+  static const double kA[] = {-2.72614225801306e-10, 2.77068142495902e-08, -2.10102402082508e-06,
+                              -5.69250639462346e-05, -7.34990630326855e-04, -2.95459980854025e-03,
+                              -1.60960333262415e-02};
+  static const double kB[] = {-1.45660718464996e-05, -2.13374055278905e-04, -1.68282697438203e-03,
+                              -7.37332916720468e-03, -1.42647390514189e-02};
+  x = binary(b, "maximum", binary(b, "minimum", x, splat(b, &x, x.ty, 4.0)), splat(b, &x, x.ty, -4.0));
+  val_t x2 = binary(b, "multiply", x, x);
+  val_t p = splat(b, &x, x.ty, kA[0]);
+  for (int i = 1; i < 7; i++) p = binary(b, "add", binary(b, "multiply", p, x2), splat(b, &x, x.ty, kA[i]));
+  p = binary(b, "multiply", p, x);
+  val_t q = splat(b, &x, x.ty, kB[0]);
+  for (int i = 1; i < 5; i++) q = binary(b, "add", binary(b, "multiply", q, x2), splat(b, &x, x.ty, kB[i]));
+  return binary(b, "divide", p, q);
+}
+
+/* erf: float32 through the rational form; float64 through erfc's
+ * continued-fraction-free series: erf(x) = 1 - erfc(x), with the
+ * Abramowitz-Stegun-free form used by XLA (chlo.erf) when available. */
+static val_t erf_of(sb_t* b, val_t x) {
+  if (!strcmp(x.ty, "f32")) return erf32(b, x);
+  char t[256];
+  shape_str(t, sizeof(t), x.ndim, x.sizes, x.ty);
+  val_t r = x;
+  r.id = fresh(b);
+  emit(b, "  %%v%d = chlo.erf %%v%d : %s -> %s\n", r.id, x.id, t, t);
+  return r;
+}
+
+/* Softmax / log-softmax (and their backward) over one dim, in opmath. */
+static tpu_status_t lower_softmax(sb_t* b, const tpu_k_call_t* call, const lspec_t* spec, const targs_t* ta) {
+  bool logsm = spec->op == L_LOG_SOFTMAX || spec->op == L_LOG_SOFTMAX_BWD;
+  bool bwd = spec->op == L_SOFTMAX_BWD || spec->op == L_LOG_SOFTMAX_BWD;
+  val_t x, y;
+  TPU_RETURN_IF_ERROR(in_val(b, call, ta->t[0], ta->loc[0], &x));
+  if (bwd) TPU_RETURN_IF_ERROR(in_val(b, call, ta->t[1], ta->loc[1], &y));
+  ltype_t ot;
+  type_of(call->outputs[0].dtype, &ot);
+  const char* ct = opmath(is_half(x.ty) && !is_half(ot.ty) ? ot.ty : x.ty);
+  ct = opmath(ct);
+  x = cast(b, x, ct);
+  bool dims[TPU_MAX_DIMS] = {false};
+  int32_t d = wrap_dim(int_at(call, bwd ? 2 : 1, -1), x.ndim);
+  if (x.ndim > 0) dims[d] = true;
+  val_t r;
+  if (x.ndim == 0) {
+    /* one element: softmax 1, log_softmax 0; backward: grad - ... */
+    if (!bwd) {
+      r = splat(b, &x, ct, logsm ? 0.0 : 1.0);
+    } else {
+      y = cast(b, y, ct);
+      r = logsm ? binary(b, "subtract", x, unary(b, "exponential", y))
+                : binary(b, "multiply", y, binary(b, "subtract", x, x));
+    }
+    return out_val(b, call, 0, ta, r);
+  }
+  char lo[64];
+  if (!bwd) {
+    extreme(ct, false, lo, sizeof(lo));
+    val_t m = unreduce(b, reduce_dims(b, x, dims, "maximum", lo), dims, &x);
+    val_t sh = binary(b, "subtract", x, m);
+    val_t e = unary(b, "exponential", sh);
+    val_t s = unreduce(b, reduce_dims(b, e, dims, "add", "0.0"), dims, &x);
+    r = logsm ? binary(b, "subtract", sh, unary(b, "log", s)) : binary(b, "divide", e, s);
+  } else {
+    /* x = grad_output, y = output */
+    y = cast(b, y, ct);
+    if (logsm) {
+      val_t s = unreduce(b, reduce_dims(b, x, dims, "add", "0.0"), dims, &x);
+      r = binary(b, "subtract", x, binary(b, "multiply", unary(b, "exponential", y), s));
+    } else {
+      val_t gy = binary(b, "multiply", x, y);
+      val_t s = unreduce(b, reduce_dims(b, gy, dims, "add", "0.0"), dims, &x);
+      r = binary(b, "multiply", y, binary(b, "subtract", x, s));
+    }
+  }
+  return out_val(b, call, 0, ta, r);
+}
+
+/* max/min/prod/amax/amin/any/all and arg{max,min}. */
+static tpu_status_t lower_reduce2(sb_t* b, const tpu_k_call_t* call, const lspec_t* spec, const targs_t* ta) {
+  val_t x;
+  TPU_RETURN_IF_ERROR(in_val(b, call, ta->t[0], ta->loc[0], &x));
+  ltype_t ot;
+  type_of(call->outputs[0].dtype, &ot);
+  bool arg = spec->op == L_ARGMAX || spec->op == L_ARGMIN;
+  const char* ct = arg ? opmath(x.ty) : opmath(ot.ty);
+  if (spec->op == L_ANY || spec->op == L_ALL) ct = "i1";
+  x = cast(b, x, ct);
+  bool dims[TPU_MAX_DIMS] = {false};
+  bool has_dim = strstr(call->op, ".dim") || strstr(call->op, "amax") || strstr(call->op, "amin") ||
+                 strstr(call->op, ".int_out") || arg;
+  reduce_flags(call, has_dim ? 1 : 99, x.ndim, dims);
+  char lit[64];
+  val_t r;
+  if (!arg) {
+    const char* op = "maximum";
+    switch (spec->op) {
+      case L_AMAX: extreme(ct, false, lit, sizeof(lit)); break;
+      case L_AMIN: op = "minimum"; extreme(ct, true, lit, sizeof(lit)); break;
+      case L_PROD: op = "multiply"; snprintf(lit, sizeof(lit), "%s", is_fty(ct) ? "1.0" : !strcmp(ct, "i1") ? "true" : "1"); break;
+      case L_ANY: op = "or"; snprintf(lit, sizeof(lit), "false"); break;
+      default: op = "and"; snprintf(lit, sizeof(lit), "true"); break; /* all */
+    }
+    if (!strcmp(ct, "i1") && spec->op == L_PROD) op = "and";
+    r = reduce_dims(b, x, dims, op, lit);
+    /* NaN propagates through max/min as in PyTorch */
+    if (is_fty(ct) && (spec->op == L_AMAX || spec->op == L_AMIN)) {
+      val_t nan = binary_to(b, "compare NE,", x, x, "i1");
+      val_t any = reduce_dims(b, nan, dims, "or", "false");
+      r = select3(b, any, splat(b, &r, ct, NAN), r);
+    }
+    return out_val(b, call, 0, ta, r);
+  }
+  /* arg{max,min}: dim None flattens */
+  const tpu_k_value_t* dv = arg_at(call, 1);
+  bool flat = !dv || dv->kind != TPU_K_INT;
+  if (flat) {
+    int64_t n = 1;
+    for (int32_t d = 0; d < x.ndim; d++) n *= x.sizes[d];
+    x = reshaped(b, x, 1, &n);
+    dims[0] = true;
+  } else if (x.ndim == 0) {
+    x = reshaped(b, x, 1, (int64_t[]){1});
+    dims[0] = true;
+  }
+  int32_t d = 0;
+  while (!dims[d]) d++;
+  val_t idx = iota(b, x.ndim, x.sizes, d, "i64");
+  val_t rr = {.ndim = 0, .ty = ct};
+  for (int32_t k = 0; k < x.ndim; k++)
+    if (k != d) rr.sizes[rr.ndim++] = x.sizes[k];
+  char tx[256], ti[256], trx[256], tri[256];
+  shape_str(tx, sizeof(tx), x.ndim, x.sizes, ct);
+  shape_str(ti, sizeof(ti), x.ndim, x.sizes, "i64");
+  shape_str(trx, sizeof(trx), rr.ndim, rr.sizes, ct);
+  shape_str(tri, sizeof(tri), rr.ndim, rr.sizes, "i64");
+  extreme(ct, spec->op == L_ARGMIN, lit, sizeof(lit));
+  int iv = scalar_const(b, ct, lit), zi = scalar_const(b, "i64", "0");
+  int res = fresh(b), u = res;
+  const char* cmp = spec->op == L_ARGMAX ? "GT" : "LT";
+  emit(b, "  %%v%d:2 = \"stablehlo.reduce\"(%%v%d, %%v%d, %%v%d, %%v%d) ({\n", res, x.id, idx.id, iv, zi);
+  emit(b, "  ^bb0(%%a%d: tensor<%s>, %%ai%d: tensor<i64>, %%c%d: tensor<%s>, %%ci%d: tensor<i64>):\n", u, ct, u, u,
+       ct, u);
+  emit(b, "    %%gt%d = stablehlo.compare %s, %%a%d, %%c%d : (tensor<%s>, tensor<%s>) -> tensor<i1>\n", u, cmp, u, u,
+       ct, ct);
+  emit(b, "    %%eq%d = stablehlo.compare EQ, %%a%d, %%c%d : (tensor<%s>, tensor<%s>) -> tensor<i1>\n", u, u, u, ct,
+       ct);
+  emit(b, "    %%an%d = stablehlo.compare NE, %%a%d, %%a%d : (tensor<%s>, tensor<%s>) -> tensor<i1>\n", u, u, u, ct,
+       ct);
+  emit(b, "    %%cn%d = stablehlo.compare NE, %%c%d, %%c%d : (tensor<%s>, tensor<%s>) -> tensor<i1>\n", u, u, u, ct,
+       ct);
+  emit(b, "    %%nc%d = stablehlo.not %%cn%d : tensor<i1>\n", u, u);
+  emit(b, "    %%b1%d = stablehlo.and %%an%d, %%nc%d : tensor<i1>\n", u, u, u);
+  emit(b, "    %%b2%d = stablehlo.or %%gt%d, %%b1%d : tensor<i1>\n", u, u, u);
+  emit(b, "    %%bn%d = stablehlo.and %%an%d, %%cn%d : tensor<i1>\n", u, u, u);
+  emit(b, "    %%e2%d = stablehlo.or %%eq%d, %%bn%d : tensor<i1>\n", u, u, u);
+  emit(b, "    %%li%d = stablehlo.compare LT, %%ai%d, %%ci%d : (tensor<i64>, tensor<i64>) -> tensor<i1>\n", u, u, u);
+  emit(b, "    %%e3%d = stablehlo.and %%e2%d, %%li%d : tensor<i1>\n", u, u, u);
+  emit(b, "    %%pa%d = stablehlo.or %%b2%d, %%e3%d : tensor<i1>\n", u, u, u);
+  emit(b, "    %%rv%d = stablehlo.select %%pa%d, %%a%d, %%c%d : tensor<i1>, tensor<%s>\n", u, u, u, u, ct);
+  emit(b, "    %%ri%d = stablehlo.select %%pa%d, %%ai%d, %%ci%d : tensor<i1>, tensor<i64>\n", u, u, u, u);
+  emit(b, "    stablehlo.return %%rv%d, %%ri%d : tensor<%s>, tensor<i64>\n", u, u, ct);
+  emit(b, "  }) {dimensions = array<i64: %d>} : (%s, %s, tensor<%s>, tensor<i64>) -> (%s, %s)\n", d, tx, ti, ct, trx,
+       tri);
+  val_t out = shaped(b, rr.ndim, rr.sizes, "i64");
+  emit(b, "  %%v%d = stablehlo.reshape %%v%d#1 : (%s) -> %s\n", out.id, res, tri, tri);
+  return out_val(b, call, 0, ta, out);
+}
+
+static void dims_list(char* buf, size_t cap, int32_t from, int32_t to, int32_t skip) {
+  size_t n = 0;
+  buf[0] = '\0';
+  for (int32_t d = from; d < to; d++)
+    if (d != skip) n += (size_t)snprintf(buf + n, cap - n, "%s%d", n ? ", " : "", d);
+}
+
+static tpu_status_t lower_index(sb_t* b, const tpu_k_call_t* call, const lspec_t* spec, const targs_t* ta) {
+  const tpu_tensor_t* o = &call->outputs[0];
+  ltype_t ot;
+  type_of(o->dtype, &ot);
+  val_t x, idx;
+  TPU_RETURN_IF_ERROR(in_val(b, call, ta->t[0], ta->loc[0], &x));
+  TPU_RETURN_IF_ERROR(in_val(b, call, ta->t[1], ta->loc[1], &idx));
+  idx = converted(b, idx, "i64");
+  int32_t r = x.ndim;
+  int32_t dim = wrap_dim(int_at(call, 1, 0), r);
+  if (spec->op == L_INDEX_SELECT) {
+    if (r == 0) return out_val(b, call, 0, ta, x);
+    int64_t n = 1;
+    for (int32_t d = 0; d < idx.ndim; d++) n *= idx.sizes[d];
+    int64_t s2[2] = {n, 1};
+    idx = reshaped(b, idx, 2, s2);
+    /* negative indices count from the end */
+    val_t neg = binary_to(b, "compare LT,", idx, splat(b, &idx, "i64", 0), "i1");
+    idx = select3(b, neg, binary(b, "add", idx, splat(b, &idx, "i64", (double)x.sizes[dim])), idx);
+    val_t res = shaped(b, r, x.sizes, x.ty);
+    res.sizes[dim] = n;
+    char offs[128], ss[256], tx[256], ti[256], tr[256];
+    dims_list(offs, sizeof(offs), 0, r, dim);
+    size_t k = 0;
+    for (int32_t d = 0; d < r; d++)
+      k += (size_t)snprintf(ss + k, sizeof(ss) - k, "%s%" PRId64, d ? ", " : "", d == dim ? 1 : x.sizes[d]);
+    shape_str(tx, sizeof(tx), x.ndim, x.sizes, x.ty);
+    shape_str(ti, sizeof(ti), 2, s2, "i64");
+    shape_str(tr, sizeof(tr), res.ndim, res.sizes, x.ty);
+    emit(b,
+         "  %%v%d = \"stablehlo.gather\"(%%v%d, %%v%d) {dimension_numbers = #stablehlo.gather<%s%s%scollapsed_slice_dims "
+         "= [%d], start_index_map = [%d], index_vector_dim = 1>, slice_sizes = array<i64: %s>, indices_are_sorted = "
+         "false} : (%s, %s) -> %s\n",
+         res.id, x.id, idx.id, offs[0] ? "offset_dims = [" : "", offs, offs[0] ? "], " : "", dim, dim, ss, tx, ti, tr);
+    return out_val(b, call, 0, ta, res);
+  }
+  /* gather / scatter: element-wise along dim */
+  if (r == 0 || idx.ndim == 0) {
+    if (spec->op == L_GATHER) return out_val(b, call, 0, ta, reshaped(b, x, o->ndim, o->sizes));
+  }
+  val_t neg = binary_to(b, "compare LT,", idx, splat(b, &idx, "i64", 0), "i1");
+  idx = select3(b, neg, binary(b, "add", idx, splat(b, &idx, "i64", (double)(r ? x.sizes[dim] : 1))), idx);
+  if (r == 0) {
+    x = reshaped(b, x, 1, (int64_t[]){1});
+    r = 1;
+  }
+  if (idx.ndim == 0) idx = reshaped(b, idx, 1, (int64_t[]){1});
+  val_t tup = index_tuples(b, idx, dim);
+  char all[128], tx[256], ti[256], tr[256];
+  dims_list(all, sizeof(all), 0, r, -1);
+  shape_str(tx, sizeof(tx), x.ndim, x.sizes, x.ty);
+  shape_str(ti, sizeof(ti), tup.ndim, tup.sizes, "i64");
+  if (spec->op == L_GATHER) {
+    char ss[128];
+    size_t k = 0;
+    for (int32_t d = 0; d < r; d++) k += (size_t)snprintf(ss + k, sizeof(ss) - k, "%s1", d ? ", " : "");
+    val_t res = shaped(b, idx.ndim, idx.sizes, x.ty);
+    shape_str(tr, sizeof(tr), res.ndim, res.sizes, x.ty);
+    emit(b,
+         "  %%v%d = \"stablehlo.gather\"(%%v%d, %%v%d) {dimension_numbers = #stablehlo.gather<collapsed_slice_dims = "
+         "[%s], start_index_map = [%s], index_vector_dim = %d>, slice_sizes = array<i64: %s>, indices_are_sorted = "
+         "false} : (%s, %s) -> %s\n",
+         res.id, x.id, tup.id, all, all, idx.ndim, ss, tx, ti, tr);
+    return out_val(b, call, 0, ta, res);
+  }
+  /* scatter(self, dim, index, src | value) */
+  const char* ct = opmath(ot.ty);
+  x = cast(b, x, ct);
+  shape_str(tx, sizeof(tx), x.ndim, x.sizes, x.ty);
+  val_t upd;
+  if (ta->n > 2) {
+    TPU_RETURN_IF_ERROR(in_val(b, call, ta->t[2], ta->loc[2], &upd));
+    upd = cast(b, upd, ct);
+    for (int32_t d = 0; d < upd.ndim && d < idx.ndim; d++)
+      if (upd.sizes[d] != idx.sizes[d]) upd = slice_dim(b, upd, d, 0, idx.sizes[d]);
+    if (upd.ndim == 0) upd = reshaped(b, upd, 1, (int64_t[]){1});
+  } else {
+    val_t like = {.ndim = idx.ndim, .ty = ct};
+    memcpy(like.sizes, idx.sizes, sizeof(int64_t) * (size_t)idx.ndim);
+    upd = splat(b, &like, ct, num_at(call, 3, 0.0));
+  }
+  char tu[256], sc[64];
+  shape_str(tu, sizeof(tu), upd.ndim, upd.sizes, ct);
+  snprintf(sc, sizeof(sc), "tensor<%s>", ct);
+  bool add = spec->op == L_SCATTER_ADD;
+  int u = fresh(b);
+  val_t res = x;
+  res.id = fresh(b);
+  emit(b, "  %%v%d = \"stablehlo.scatter\"(%%v%d, %%v%d, %%v%d) ({\n  ^bb0(%%o%d: %s, %%n%d: %s):\n", res.id, x.id,
+       tup.id, upd.id, u, sc, u, sc);
+  if (add) {
+    emit(b, "    %%s%d = stablehlo.add %%o%d, %%n%d : %s\n    stablehlo.return %%s%d : %s\n", u, u, u, sc, u, sc);
+  } else {
+    emit(b, "    stablehlo.return %%n%d : %s\n", u, sc);
+  }
+  emit(b,
+       "  }) {scatter_dimension_numbers = #stablehlo.scatter<inserted_window_dims = [%s], "
+       "scatter_dims_to_operand_dims = [%s], index_vector_dim = %d>, indices_are_sorted = false, unique_indices = "
+       "false} : (%s, %s, %s) -> %s\n",
+       all, all, idx.ndim, tx, ti, tu, tx);
+  return out_val(b, call, 0, ta, res);
+}
+
+static tpu_status_t lower_misc(sb_t* b, const tpu_k_call_t* call, const lspec_t* spec, const targs_t* ta) {
+  const tpu_tensor_t* o = &call->outputs[0];
+  ltype_t ot;
+  type_of(o->dtype, &ot);
+  val_t like = {.ndim = o->ndim, .ty = ot.ty};
+  memcpy(like.sizes, o->sizes, sizeof(int64_t) * (size_t)o->ndim);
+  switch (spec->op) {
+    case L_FILL: {
+      if (ta->n > 1) { /* fill_.Tensor: a 0-dim value */
+        val_t v;
+        TPU_RETURN_IF_ERROR(in_val(b, call, ta->t[1], ta->loc[1], &v));
+        return out_val(b, call, 0, ta, broadcast(b, cast(b, v, ot.ty), o->ndim, o->sizes));
+      }
+      return out_val(b, call, 0, ta, splat(b, &like, ot.ty, num_at(call, 1, 0.0)));
+    }
+    case L_COPY: {
+      val_t v;
+      int k = ta->n > 1 && !strcmp(call->op, "aten::copy_") ? 1 : 0;
+      TPU_RETURN_IF_ERROR(in_val(b, call, ta->t[k], ta->loc[k], &v));
+      return out_val(b, call, 0, ta, broadcast(b, cast(b, v, ot.ty), o->ndim, o->sizes));
+    }
+    case L_ARANGE: {
+      bool ints = !is_fty(ot.ty) && arg_at(call, 0)->kind != TPU_K_DOUBLE && arg_at(call, 2)->kind != TPU_K_DOUBLE;
+      const char* ct = ints ? "i64" : is_half(ot.ty) ? "f32" : "f64";
+      val_t i = converted(b, iota(b, o->ndim, o->sizes, 0, "i64"), ct);
+      val_t r = binary(b, "add", binary(b, "multiply", i, splat(b, &i, ct, num_at(call, 2, 1.0))),
+                       splat(b, &i, ct, num_at(call, 0, 0.0)));
+      return out_val(b, call, 0, ta, r);
+    }
+    case L_TRIU:
+    case L_TRIL: {
+      val_t x;
+      TPU_RETURN_IF_ERROR(in_val(b, call, ta->t[0], ta->loc[0], &x));
+      x = cast(b, x, ot.ty);
+      int32_t r = x.ndim;
+      val_t row = iota(b, r, x.sizes, r - 2, "i64"), col = iota(b, r, x.sizes, r - 1, "i64");
+      val_t diff = binary(b, "subtract", col, row);
+      val_t k = splat(b, &diff, "i64", (double)int_at(call, 1, 0));
+      val_t keep = binary_to(b, spec->op == L_TRIU ? "compare GE," : "compare LE,", diff, k, "i1");
+      return out_val(b, call, 0, ta, select3(b, keep, x, splat(b, &x, x.ty, 0.0)));
+    }
+    case L_CAT: {
+      int32_t dim = wrap_dim(int_at(call, 1, 0), o->ndim);
+      val_t parts[TPU_PJRT_LOWER_MAX_TENSORS];
+      int np = 0;
+      for (int i = 0; i < ta->n; i++) {
+        if (ta->arg[i] != 0) continue;
+        const tpu_tensor_t* t = ta->t[i];
+        if (t->ndim == 1 && t->sizes[0] == 0 && o->ndim != 1) continue; /* legacy empty */
+        bool empty = false;
+        for (int32_t d = 0; d < t->ndim; d++) empty |= t->sizes[d] == 0;
+        if (empty) continue;
+        TPU_RETURN_IF_ERROR(in_val(b, call, t, ta->loc[i], &parts[np]));
+        parts[np] = cast(b, parts[np], ot.ty);
+        np++;
+      }
+      if (np == 0) return TPU_OK;
+      return out_val(b, call, 0, ta, np == 1 ? parts[0] : concat(b, parts, np, dim));
+    }
+    case L_MASKED_FILL: {
+      val_t x, m, v;
+      TPU_RETURN_IF_ERROR(in_val(b, call, ta->t[0], ta->loc[0], &x));
+      TPU_RETURN_IF_ERROR(in_val(b, call, ta->t[1], ta->loc[1], &m));
+      x = broadcast(b, cast(b, x, ot.ty), o->ndim, o->sizes);
+      m = broadcast(b, cast(b, m, "i1"), o->ndim, o->sizes);
+      if (ta->n > 2 && ta->arg[2] == 2) {
+        TPU_RETURN_IF_ERROR(in_val(b, call, ta->t[2], ta->loc[2], &v));
+        v = broadcast(b, cast(b, v, ot.ty), o->ndim, o->sizes);
+      } else {
+        v = splat(b, &x, ot.ty, num_at(call, 2, 0.0));
+      }
+      return out_val(b, call, 0, ta, select3(b, m, v, x));
+    }
+    default: { /* clamp family: self, min?, max? (numbers or tensors) */
+      val_t x;
+      TPU_RETURN_IF_ERROR(in_val(b, call, ta->t[0], ta->loc[0], &x));
+      const char* ct = opmath(ot.ty);
+      x = broadcast(b, cast(b, x, ct), o->ndim, o->sizes);
+      int ti = 1;
+      for (int side = 0; side < 2; side++) {
+        int ai = side + 1;
+        if (spec->op == L_CLAMP_MAX && side == 0) continue;
+        if (spec->op == L_CLAMP_MIN && side == 1) break;
+        if (spec->op == L_CLAMP_MAX) ai = 1;
+        const tpu_k_value_t* v = arg_at(call, ai);
+        val_t bound;
+        if (v && v->kind == TPU_K_TENSOR) {
+          TPU_RETURN_IF_ERROR(in_val(b, call, ta->t[ti], ta->loc[ti], &bound));
+          ti++;
+          bound = broadcast(b, cast(b, bound, ct), o->ndim, o->sizes);
+        } else if (is_number(v)) {
+          bound = splat(b, &x, ct, scalar_of(v));
+        } else {
+          continue;
+        }
+        val_t nan = is_fty(ct) ? binary_to(b, "compare NE,", x, x, "i1") : x;
+        val_t y = binary(b, side == 0 ? "maximum" : "minimum", x, bound);
+        x = is_fty(ct) ? select3(b, nan, x, y) : y;
+      }
+      return out_val(b, call, 0, ta, x);
+    }
+  }
+}
+
+/* bmm(self, mat2), addmm(self, mat1, mat2, beta, alpha). */
+static tpu_status_t lower_mm2(sb_t* b, const tpu_k_call_t* call, const lspec_t* spec, const targs_t* ta) {
+  const tpu_tensor_t* o = &call->outputs[0];
+  ltype_t ot;
+  type_of(o->dtype, &ot);
+  const char* ct = opmath(ot.ty);
+  bool add = spec->op == L_ADDMM;
+  val_t x, y, c;
+  TPU_RETURN_IF_ERROR(in_val(b, call, ta->t[add ? 1 : 0], ta->loc[add ? 1 : 0], &x));
+  TPU_RETURN_IF_ERROR(in_val(b, call, ta->t[add ? 2 : 1], ta->loc[add ? 2 : 1], &y));
+  x = cast(b, x, ct);
+  y = cast(b, y, ct);
+  val_t r = dot(b, x, y,
+                add ? "contracting_dims = [1] x [0]" : "batching_dims = [0] x [0], contracting_dims = [2] x [1]",
+                o->ndim, o->sizes);
+  if (add) {
+    double beta = num_at(call, 3, 1.0), alpha = num_at(call, 4, 1.0);
+    if (alpha != 1.0) r = binary(b, "multiply", r, splat(b, &r, ct, alpha));
+    if (beta != 0.0) {
+      TPU_RETURN_IF_ERROR(in_val(b, call, ta->t[0], ta->loc[0], &c));
+      c = broadcast(b, cast(b, c, ct), o->ndim, o->sizes);
+      if (beta != 1.0) c = binary(b, "multiply", c, splat(b, &c, ct, beta));
+      r = binary(b, "add", c, r);
+    }
+  }
+  return out_val(b, call, 0, ta, r);
+}
+
+/* x [B, H, L, D] with cos/sin broadcast over heads: the rotate_half rope
+ * on its first R channels (bwd: the transposed rotation). */
+static val_t rope_one(sb_t* b, val_t x, val_t cs, val_t sn, int64_t R, bool bwd, const char* dt) {
+  int64_t D = x.sizes[3];
+  val_t xr = R < D ? slice_dim(b, x, 3, 0, R) : x;
+  int64_t s4[4] = {x.sizes[0], x.sizes[1], x.sizes[2], R};
+  char from[256], to[256];
+  val_t cb[2];
+  for (int i = 0; i < 2; i++) {
+    val_t t = i ? sn : cs;
+    shape_str(from, sizeof(from), t.ndim, t.sizes, t.ty);
+    shape_str(to, sizeof(to), 4, s4, t.ty);
+    cb[i] = shaped(b, 4, s4, t.ty);
+    emit(b, "  %%v%d = stablehlo.broadcast_in_dim %%v%d, dims = [%s] : (%s) -> %s\n", cb[i].id, t.id,
+         t.ndim == 3 ? "0, 2, 3" : "2, 3", from, to);
+  }
+  val_t r;
+  if (!bwd) {
+    val_t x1 = slice_dim(b, xr, 3, 0, R / 2), x2 = slice_dim(b, xr, 3, R / 2, R);
+    val_t parts[2] = {unary(b, "negate", x2), x1};
+    val_t rot = concat(b, parts, 2, 3);
+    r = rounded(b, binary(b, "add", rounded(b, binary(b, "multiply", xr, cb[0]), dt),
+                          rounded(b, binary(b, "multiply", rot, cb[1]), dt)),
+                dt);
+  } else {
+    val_t gs = rounded(b, binary(b, "multiply", xr, cb[1]), dt);
+    val_t g1 = slice_dim(b, gs, 3, 0, R / 2), g2 = slice_dim(b, gs, 3, R / 2, R);
+    val_t parts[2] = {g2, unary(b, "negate", g1)};
+    val_t rot = concat(b, parts, 2, 3);
+    r = rounded(b, binary(b, "add", rounded(b, binary(b, "multiply", xr, cb[0]), dt), rot), dt);
+  }
+  if (R < D) {
+    val_t parts[2] = {r, slice_dim(b, x, 3, R, D)};
+    r = concat(b, parts, 2, 3);
+  }
+  return r;
+}
+
+static tpu_status_t lower_rope(sb_t* b, const tpu_k_call_t* call, const lspec_t* spec, const targs_t* ta) {
+  if (ta->n < 4 || call->num_outputs < 2)
+    return TPU_ERROR(TPU_STATUS_UNIMPLEMENTED, "%s: expected q, k, cos, sin and two outputs", call->op);
+  val_t v[4];
+  for (int i = 0; i < 4; i++) {
+    TPU_RETURN_IF_ERROR(in_val(b, call, ta->t[i], ta->loc[i], &v[i]));
+    if (v[i].ndim != (i < 2 ? 4 : v[i].ndim) || (i >= 2 && v[i].ndim != 2 && v[i].ndim != 3))
+      return TPU_ERROR(TPU_STATUS_UNIMPLEMENTED, "%s: unexpected ranks", call->op);
+  }
+  const char* dt = v[0].ty;
+  for (int i = 0; i < 4; i++) v[i] = cast(b, v[i], "f32");
+  int64_t R = v[2].sizes[v[2].ndim - 1];
+  bool bwd = spec->op == L_ROPE_BWD;
+  val_t q = rope_one(b, v[0], v[2], v[3], R, bwd, dt);
+  val_t k = rope_one(b, v[1], v[2], v[3], R, bwd, dt);
+  TPU_RETURN_IF_ERROR(out_val(b, call, 0, ta, q));
+  return out_val(b, call, 1, ta, k);
+}
+
+/* k/v [B, Hkv, S, E] repeated to [B, Hq, S, E] (q head h reads kv head h / G). */
+static val_t gqa_expand(sb_t* b, val_t x, int64_t hq) {
+  int64_t g = hq / x.sizes[1];
+  if (g == 1) return x;
+  int64_t s5[5] = {x.sizes[0], x.sizes[1], g, x.sizes[2], x.sizes[3]};
+  int64_t s4[4] = {x.sizes[0], hq, x.sizes[2], x.sizes[3]};
+  char from[256], to[256];
+  shape_str(from, sizeof(from), 4, x.sizes, x.ty);
+  shape_str(to, sizeof(to), 5, s5, x.ty);
+  val_t e = shaped(b, 5, s5, x.ty);
+  emit(b, "  %%v%d = stablehlo.broadcast_in_dim %%v%d, dims = [0, 1, 3, 4] : (%s) -> %s\n", e.id, x.id, from, to);
+  return reshaped(b, e, 4, s4);
+}
+
+/* [B, Hq, S, E] summed back to [B, Hkv, S, E]. */
+static val_t gqa_reduce(sb_t* b, val_t x, int64_t hkv) {
+  int64_t g = x.sizes[1] / hkv;
+  if (g == 1) return x;
+  int64_t s5[5] = {x.sizes[0], hkv, g, x.sizes[2], x.sizes[3]};
+  val_t e = reshaped(b, x, 5, s5);
+  bool dims[5] = {false, false, true, false, false};
+  return reduce_dims(b, e, dims, "add", "0.0");
+}
+
+/* Scaled scores [B, Hq, L, S] with bias and the causal mask applied. */
+static tpu_status_t sdpa_scores(sb_t* b, const tpu_k_call_t* call, val_t q, val_t k, const tpu_tensor_t* bias,
+                                const tpu_pjrt_loc_t* bloc, bool causal, double scale, val_t* out) {
+  int64_t sz[4] = {q.sizes[0], q.sizes[1], q.sizes[2], k.sizes[2]};
+  val_t s = dot(b, q, k, "batching_dims = [0, 1] x [0, 1], contracting_dims = [3] x [3]", 4, sz);
+  s = binary(b, "multiply", s, splat(b, &s, "f32", scale));
+  val_t ninf = splat(b, &s, "f32", -INFINITY);
+  if (bias) {
+    val_t bv;
+    TPU_RETURN_IF_ERROR(in_val(b, call, bias, bloc, &bv));
+    if (!strcmp(bv.ty, "i1")) {
+      s = select3(b, broadcast(b, bv, 4, sz), s, ninf);
+    } else {
+      s = binary(b, "add", s, broadcast(b, cast(b, bv, "f32"), 4, sz));
+    }
+  }
+  if (causal) {
+    val_t row = iota(b, 4, sz, 2, "i64"), col = iota(b, 4, sz, 3, "i64");
+    s = select3(b, binary_to(b, "compare LE,", col, row, "i1"), s, ninf);
+  }
+  *out = s;
+  return TPU_OK;
+}
+
+static tpu_status_t lower_sdpa(sb_t* b, const tpu_k_call_t* call, const lspec_t* spec, const targs_t* ta) {
+  bool bwd = spec->op == L_SDPA_BWD;
+  /* tensors by argument position */
+  const tpu_tensor_t* at[8] = {NULL};
+  const tpu_pjrt_loc_t* al[8] = {NULL};
+  for (int i = 0; i < ta->n; i++) {
+    if (ta->arg[i] < 8) {
+      at[ta->arg[i]] = ta->t[i];
+      al[ta->arg[i]] = ta->loc[i];
+    }
+  }
+  int o = bwd ? 1 : 0; /* q's argument */
+  if (!at[o] || !at[o + 1] || !at[o + 2] || (bwd && (!at[0] || !at[5] || !at[6])))
+    return TPU_ERROR(TPU_STATUS_UNIMPLEMENTED, "%s: missing tensors", call->op);
+  val_t q, k, v;
+  TPU_RETURN_IF_ERROR(in_val(b, call, at[o], al[o], &q));
+  TPU_RETURN_IF_ERROR(in_val(b, call, at[o + 1], al[o + 1], &k));
+  TPU_RETURN_IF_ERROR(in_val(b, call, at[o + 2], al[o + 2], &v));
+  if (q.ndim != 4 || k.ndim != 4 || v.ndim != 4 || k.sizes[1] == 0 || q.sizes[1] % k.sizes[1] != 0)
+    return TPU_ERROR(TPU_STATUS_UNIMPLEMENTED, "%s: expected 4-d q, k, v", call->op);
+  int64_t hq = q.sizes[1], hkv = k.sizes[1];
+  q = cast(b, q, "f32");
+  val_t ke = gqa_expand(b, cast(b, k, "f32"), hq), ve = gqa_expand(b, cast(b, v, "f32"), hq);
+  bool causal = int_at(call, o + 4, 0) != 0;
+  double scale = num_at(call, o + 5, 1.0);
+  val_t s;
+  TPU_RETURN_IF_ERROR(sdpa_scores(b, call, q, ke, at[o + 3], al[o + 3], causal, scale, &s));
+  bool d3[4] = {false, false, false, true};
+  int64_t osz[4] = {q.sizes[0], hq, q.sizes[2], v.sizes[3]};
+  if (!bwd) {
+    val_t m = reduce_dims(b, s, d3, "maximum", "0xFFF0000000000000");
+    val_t isinf = binary_to(b, "compare EQ,", m, splat(b, &m, "f32", -INFINITY), "i1");
+    val_t ms = select3(b, isinf, splat(b, &m, "f32", 0.0), m);
+    val_t p = unary(b, "exponential", binary(b, "subtract", s, unreduce(b, ms, d3, &s)));
+    val_t l = reduce_dims(b, p, d3, "add", "0.0");
+    val_t pv = dot(b, p, ve, "batching_dims = [0, 1] x [0, 1], contracting_dims = [3] x [2]", 4, osz);
+    val_t lb = unreduce(b, l, d3, &pv);
+    val_t zero = binary_to(b, "compare EQ,", lb, splat(b, &lb, "f32", 0.0), "i1");
+    val_t out = select3(b, zero, splat(b, &pv, "f32", 0.0), binary(b, "divide", pv, lb));
+    val_t lse = binary(b, "add", ms, unary(b, "log", l));
+    TPU_RETURN_IF_ERROR(out_val(b, call, 0, ta, out));
+    if (call->num_outputs > 1) TPU_RETURN_IF_ERROR(out_val(b, call, 1, ta, lse));
+    return TPU_OK;
+  }
+  val_t g, out, lse;
+  TPU_RETURN_IF_ERROR(in_val(b, call, at[0], al[0], &g));
+  TPU_RETURN_IF_ERROR(in_val(b, call, at[5], al[5], &out));
+  TPU_RETURN_IF_ERROR(in_val(b, call, at[6], al[6], &lse));
+  g = cast(b, g, "f32");
+  out = cast(b, out, "f32");
+  lse = cast(b, lse, "f32");
+  int64_t l3[3] = {q.sizes[0], hq, q.sizes[2]};
+  if (lse.ndim != 3) lse = reshaped(b, lse, 3, l3);
+  val_t lb = unreduce(b, lse, d3, &s);
+  val_t dead = binary_to(b, "compare EQ,", lb, splat(b, &lb, "f32", -INFINITY), "i1");
+  val_t p = select3(b, dead, splat(b, &s, "f32", 0.0), unary(b, "exponential", binary(b, "subtract", s, lb)));
+  int64_t vsz[4] = {q.sizes[0], hq, k.sizes[2], v.sizes[3]};
+  int64_t ksz[4] = {q.sizes[0], hq, k.sizes[2], k.sizes[3]};
+  int64_t qsz[4] = {q.sizes[0], hq, q.sizes[2], q.sizes[3]};
+  int64_t ssz[4] = {q.sizes[0], hq, q.sizes[2], k.sizes[2]};
+  val_t dv = dot(b, p, g, "batching_dims = [0, 1] x [0, 1], contracting_dims = [2] x [2]", 4, vsz);
+  val_t dp = dot(b, g, ve, "batching_dims = [0, 1] x [0, 1], contracting_dims = [3] x [3]", 4, ssz);
+  val_t dd = reduce_dims(b, binary(b, "multiply", g, out), d3, "add", "0.0");
+  val_t ds = binary(b, "multiply", p, binary(b, "subtract", dp, unreduce(b, dd, d3, &dp)));
+  val_t dq = dot(b, ds, ke, "batching_dims = [0, 1] x [0, 1], contracting_dims = [3] x [2]", 4, qsz);
+  dq = binary(b, "multiply", dq, splat(b, &dq, "f32", scale));
+  val_t dk = dot(b, ds, q, "batching_dims = [0, 1] x [0, 1], contracting_dims = [2] x [2]", 4, ksz);
+  dk = binary(b, "multiply", dk, splat(b, &dk, "f32", scale));
+  val_t outs[4] = {dq, gqa_reduce(b, dk, hkv), gqa_reduce(b, dv, hkv), ds};
+  for (int i = 0; i < 4 && i < call->num_outputs; i++) TPU_RETURN_IF_ERROR(out_val(b, call, i, ta, outs[i]));
+  return TPU_OK;
+}
+
+/* The binary arithmetic ops in compute type x.ty (PyTorch's semantics). */
+static val_t arith(sb_t* b, lop_t op, val_t x, val_t y) {
+  bool fl = is_fty(x.ty);
+  switch (op) {
+    case L_ADD: return binary(b, "add", x, y);
+    case L_SUB: return binary(b, "subtract", x, y);
+    case L_MUL: return !strcmp(x.ty, "i1") ? binary(b, "and", x, y) : binary(b, "multiply", x, y);
+    case L_DIV: return binary(b, "divide", x, y);
+    case L_MAX: return !strcmp(x.ty, "i1") ? binary(b, "or", x, y) : binary(b, "maximum", x, y);
+    case L_MIN: return !strcmp(x.ty, "i1") ? binary(b, "and", x, y) : binary(b, "minimum", x, y);
+    case L_BAND: case L_LAND: return binary(b, "and", x, y);
+    case L_BOR: case L_LOR: return binary(b, "or", x, y);
+    case L_BXOR: case L_LXOR: return binary(b, "xor", x, y);
+    case L_ATAN2: return binary(b, "atan2", x, y);
+    case L_POWT: return binary(b, "power", x, y);
+    case L_FMOD: return binary(b, "remainder", x, y);
+    case L_REM: {
+      val_t r = binary(b, "remainder", x, y);
+      val_t z = splat(b, &r, r.ty, 0.0);
+      val_t nz = binary_to(b, "compare NE,", r, z, "i1");
+      val_t rn = binary_to(b, "compare LT,", r, z, "i1"), yn = binary_to(b, "compare LT,", y, z, "i1");
+      val_t fix = binary(b, "and", nz, binary(b, "xor", rn, yn));
+      return select3(b, fix, binary(b, "add", r, y), r);
+    }
+    default: { /* floor_divide */
+      if (fl) return unary(b, "floor", binary(b, "divide", x, y));
+      val_t q = binary(b, "divide", x, y);
+      val_t r = binary(b, "remainder", x, y);
+      val_t z = splat(b, &r, r.ty, 0.0);
+      val_t nz = binary_to(b, "compare NE,", r, z, "i1");
+      val_t rn = binary_to(b, "compare LT,", r, z, "i1"), yn = binary_to(b, "compare LT,", y, z, "i1");
+      val_t fix = binary(b, "and", nz, binary(b, "xor", rn, yn));
+      return select3(b, fix, binary(b, "subtract", q, splat(b, &q, q.ty, 1.0)), q);
+    }
+  }
+}
+
+static const char* string_at(const tpu_k_call_t* call, int i, const char* dflt) {
+  return i < call->num_args && call->args[i].kind == TPU_K_STRING && call->args[i].v.s ? call->args[i].v.s : dflt;
+}
+
+static val_t unary_more(sb_t* b, const tpu_k_call_t* call, lop_t op, val_t x) {
+  bool fl = is_fty(x.ty);
+  switch (op) {
+    case L_SILU: return binary(b, "multiply", x, unary(b, "logistic", x));
+    case L_ERF: return erf_of(b, x);
+    case L_GELU: {
+      val_t half = splat(b, &x, x.ty, 0.5), one = splat(b, &x, x.ty, 1.0);
+      if (!strcmp(string_at(call, 1, "none"), "tanh")) {
+        val_t x3 = binary(b, "multiply", binary(b, "multiply", x, x), x);
+        val_t in = binary(b, "multiply", splat(b, &x, x.ty, 0.7978845608028654),
+                          binary(b, "add", x, binary(b, "multiply", splat(b, &x, x.ty, 0.044715), x3)));
+        return binary(b, "multiply", binary(b, "multiply", half, x), binary(b, "add", one, unary(b, "tanh", in)));
+      }
+      val_t e = erf_of(b, binary(b, "multiply", x, splat(b, &x, x.ty, 0.7071067811865476)));
+      return binary(b, "multiply", binary(b, "multiply", x, half), binary(b, "add", one, e));
+    }
+    case L_BNOT: case L_LNOT: return unary(b, "not", x);
+    case L_FLOOR: return fl ? unary(b, "floor", x) : x;
+    case L_CEIL: return fl ? unary(b, "ceil", x) : x;
+    case L_ROUND: return fl ? unary(b, "round_nearest_even", x) : x;
+    case L_TRUNC: {
+      if (!fl) return x;
+      val_t neg = binary_to(b, "compare LT,", x, splat(b, &x, x.ty, 0.0), "i1");
+      return select3(b, neg, unary(b, "ceil", x), unary(b, "floor", x));
+    }
+    case L_SIGN: return !strcmp(x.ty, "i1") ? x : unary(b, "sign", x);
+    case L_RECIP: return binary(b, "divide", splat(b, &x, x.ty, 1.0), x);
+    case L_LOG1P: return unary(b, "log_plus_one", x);
+    case L_EXPM1: return unary(b, "exponential_minus_one", x);
+    case L_LOG2: return binary(b, "divide", unary(b, "log", x), splat(b, &x, x.ty, 0.6931471805599453));
+    case L_EXP2: return binary(b, "power", splat(b, &x, x.ty, 2.0), x);
+    case L_TAN: return unary(b, "tan", x);
+    default: return !strcmp(x.ty, "i1") ? binary(b, "and", x, x) : binary(b, "multiply", x, x); /* square */
+  }
+}
+
 static tpu_status_t lower_node(sb_t* b, const tpu_k_call_t* call, const tpu_pjrt_loc_t* locs) {
   const lspec_t* spec = spec_of(call->op);
-  if (!spec || call->num_outputs != 1 || !call->outputs)
+  if (!spec || call->num_outputs < 1 || !call->outputs)
+    return TPU_ERROR(TPU_STATUS_UNIMPLEMENTED, "%s: no StableHLO lowering", call->op);
+  if (spec->family > F_REDUCE) {
+    targs_t ta = {.n = 0};
+    int li = 0;
+    for (int32_t i = 0; i < call->num_args; i++) {
+      const tpu_k_value_t* v = &call->args[i];
+      int64_t n = v->kind == TPU_K_TENSOR ? 1 : v->kind == TPU_K_TENSORS ? v->v.tensors.len : 0;
+      for (int64_t j = 0; j < n; j++) {
+        const tpu_tensor_t* t = v->kind == TPU_K_TENSOR ? v->v.tensor : &v->v.tensors.data[j];
+        if (v->kind == TPU_K_TENSORS && t->dtype == TPU_DTYPE_INVALID) continue;
+        if (ta.n == TPU_PJRT_LOWER_MAX_TENSORS)
+          return TPU_ERROR(TPU_STATUS_UNIMPLEMENTED, "%s: more than %d tensors", call->op, TPU_PJRT_LOWER_MAX_TENSORS);
+        ta.t[ta.n] = t;
+        ta.arg[ta.n] = i;
+        ta.loc[ta.n++] = &locs[li++];
+      }
+    }
+    ta.oloc = &locs[li];
+    if (ta.n < 1 && spec->op != L_ARANGE)
+      return TPU_ERROR(TPU_STATUS_UNIMPLEMENTED, "%s: unexpected arguments", call->op);
+    for (int32_t k = 0; k < call->num_outputs; k++) {
+      ltype_t t;
+      if (call->outputs[k].dtype != TPU_DTYPE_INVALID && !type_of(call->outputs[k].dtype, &t))
+        return TPU_ERROR(TPU_STATUS_UNIMPLEMENTED, "%s: output dtype %d has no StableHLO type", call->op,
+                         call->outputs[k].dtype);
+    }
+    switch (spec->family) {
+      case F_SOFTMAX: return lower_softmax(b, call, spec, &ta);
+      case F_REDUCE2: return lower_reduce2(b, call, spec, &ta);
+      case F_INDEX: return lower_index(b, call, spec, &ta);
+      case F_MM2: return lower_mm2(b, call, spec, &ta);
+      case F_ROPE: return lower_rope(b, call, spec, &ta);
+      case F_SDPA: return lower_sdpa(b, call, spec, &ta);
+      default: return lower_misc(b, call, spec, &ta);
+    }
+  }
+  if (call->num_outputs != 1)
     return TPU_ERROR(TPU_STATUS_UNIMPLEMENTED, "%s: no StableHLO lowering", call->op);
   const tpu_tensor_t* o = &call->outputs[0];
   ltype_t ot;
@@ -588,6 +1622,10 @@ static tpu_status_t lower_node(sb_t* b, const tpu_k_call_t* call, const tpu_pjrt
     ct = number ? scalar_compute_type(tens[0], number) : promote(tens[0], tens[1]);
   }
   if (!strcmp(ct, "f16") || !strcmp(ct, "bf16")) ct = "f32";
+  bool logical = spec->op == L_LAND || spec->op == L_LOR || spec->op == L_LXOR || spec->op == L_LNOT;
+  if (logical) ct = "i1";
+  /* integer inputs of float-only unary ops compute in the output's type;
+   * rounding ops on integers are the identity */
   val_t in[3];
   for (int k = 0; k < nin; k++) {
     const char* want = spec->family == F_WHERE && k == 0 ? "i1" : ct;
@@ -595,7 +1633,7 @@ static tpu_status_t lower_node(sb_t* b, const tpu_k_call_t* call, const tpu_pjrt
     if (!strcmp(want, "i1") && strcmp(in[k].ty, "i1") != 0) {
       in[k] = binary_to(b, "compare NE,", in[k], splat(b, &in[k], in[k].ty, 0.0), "i1");
     } else {
-      in[k] = converted(b, in[k], want);
+      in[k] = cast(b, in[k], want);
     }
     if (spec->family != F_MM && spec->family != F_REDUCE) in[k] = broadcast(b, in[k], o->ndim, o->sizes);
   }
@@ -629,8 +1667,7 @@ static tpu_status_t lower_node(sb_t* b, const tpu_k_call_t* call, const tpu_pjrt
                        (av->kind == TPU_K_INT || av->kind == TPU_K_DOUBLE || av->kind == TPU_K_BOOL);
       double alpha = has_alpha ? scalar_of(av) : 1.0;
       if (alpha != 1.0) y = binary(b, "multiply", y, splat(b, &y, ct, alpha));
-      static const char* kOps[] = {"add", "subtract", "multiply", "divide", "maximum", "minimum"};
-      r = binary(b, kOps[spec->op], x, y);
+      r = arith(b, spec->op, x, y);
       break;
     }
     case F_WHERE: {
@@ -663,7 +1700,8 @@ static tpu_status_t lower_node(sb_t* b, const tpu_k_call_t* call, const tpu_pjrt
         case L_TANH: r = unary(b, "tanh", x); break;
         case L_ABS: r = unary(b, "abs", x); break;
         case L_SIGMOID: r = unary(b, "logistic", x); break;
-        default: r = binary(b, "maximum", x, splat(b, &x, ct, 0.0)); break; /* relu */
+        case L_RELU: r = binary(b, "maximum", x, splat(b, &x, ct, 0.0)); break;
+        default: r = unary_more(b, call, spec->op, x); break;
       }
     }
   }
