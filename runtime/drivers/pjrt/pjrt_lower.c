@@ -1402,8 +1402,8 @@ static tpu_status_t lower_sdpa(sb_t* b, const tpu_k_call_t* call, const lspec_t*
   int64_t hq = q.sizes[1], hkv = k.sizes[1];
   q = cast(b, q, "f32");
   val_t ke = gqa_expand(b, cast(b, k, "f32"), hq), ve = gqa_expand(b, cast(b, v, "f32"), hq);
-  bool causal = int_at(call, o + 4, 0) != 0;
-  double scale = num_at(call, o + 5, 1.0);
+  bool causal = int_at(call, bwd ? 7 : 4, 0) != 0;
+  double scale = num_at(call, bwd ? 8 : 5, 1.0);
   val_t s;
   TPU_RETURN_IF_ERROR(sdpa_scores(b, call, q, ke, at[o + 3], al[o + 3], causal, scale, &s));
   bool d3[4] = {false, false, false, true};
