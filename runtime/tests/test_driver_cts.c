@@ -237,6 +237,7 @@ typedef struct {
   int ndims;     /* reductions: the dim list (ndims < 0: None) and keepdim */
   int64_t dims[2];
   bool keepdim;
+  bool int_scal; /* scalars are ints whatever the dtype (dim, diagonal) */
 } opcase_t;
 
 static size_t dsize(int32_t dt) { return tpu_dtype_size((tpu_dtype_t)dt); }
@@ -309,7 +310,7 @@ static tpu_status_t run_case(const opcase_t* c, void* const st[4], tpu_hal_devic
     args[na++] = (tpu_k_value_t){.kind = TPU_K_BOOL, .v.b = c->keepdim};
     args[na++] = (tpu_k_value_t){.kind = TPU_K_NONE};
   }
-  bool integral = !tpu_dtype_is_floating((tpu_dtype_t)c->in[0].dtype);
+  bool integral = c->int_scal || !tpu_dtype_is_floating((tpu_dtype_t)c->in[0].dtype);
   for (int k = 0; k < c->nscal; k++) {
     args[na++] = integral ? (tpu_k_value_t){.kind = TPU_K_INT, .v.i = (int64_t)c->scal[k]}
                           : (tpu_k_value_t){.kind = TPU_K_DOUBLE, .v.d = c->scal[k]};
@@ -420,6 +421,34 @@ static void test_ops(void) {
        false, false, 0, {0}, 1, {0}, false},
       {"aten::sum.dim_IntList", 1, {T2(TPU_DTYPE_F64, 3, 3, 3, 1, 0, 9)}, {TPU_DTYPE_F64, 0, {0}, {0}, 0, 1},
        0, {0}, false, false, 0, {0}, -1, {0}, false},
+      /* more unary and binary ops */
+      {"aten::silu", 1, {T2(TPU_DTYPE_F32, 3, 4, 1, 3, 0, 12)}, T2(TPU_DTYPE_F32, 3, 4, 4, 1, 0, 12), 0, {0}},
+      {"aten::erf", 1, {T1(TPU_DTYPE_F32, 9, 0, 9)}, T1(TPU_DTYPE_F32, 9, 0, 9), 0, {0}},
+      {"aten::floor", 1, {T1(TPU_DTYPE_BF16, 9, 0, 9)}, T1(TPU_DTYPE_BF16, 9, 0, 9), 0, {0}},
+      {"aten::bitwise_not", 1, {T1(TPU_DTYPE_I64, 8, 0, 8)}, T1(TPU_DTYPE_I64, 8, 0, 8), 0, {0}},
+      {"aten::logical_not", 1, {T1(TPU_DTYPE_F32, 8, 0, 8)}, T1(TPU_DTYPE_BOOL, 8, 0, 8), 0, {0}},
+      {"aten::bitwise_and.Tensor", 2, {T1(TPU_DTYPE_I64, 8, 0, 8), T1(TPU_DTYPE_I64, 8, 1, 9)},
+       T1(TPU_DTYPE_I64, 8, 0, 8), 0, {0}},
+      {"aten::remainder.Scalar", 1, {T1(TPU_DTYPE_F32, 9, 0, 9)}, T1(TPU_DTYPE_F32, 9, 0, 9), 1, {-0.75}},
+      {"aten::clamp", 1, {T2(TPU_DTYPE_F32, 3, 4, 4, 1, 0, 12)}, T2(TPU_DTYPE_F32, 3, 4, 4, 1, 0, 12), 2,
+       {-1.0, 0.5}},
+      {"tpu::convert", 1, {T2(TPU_DTYPE_F32, 3, 4, 1, 3, 0, 12)}, T2(TPU_DTYPE_BF16, 3, 4, 4, 1, 0, 12), 0, {0}},
+      /* matmuls, softmax, triangles, fills, copies, masks */
+      {"aten::addmm", 2, {T1(TPU_DTYPE_F32, 3, 0, 3), T2(TPU_DTYPE_F32, 4, 5, 5, 1, 0, 20)},
+       T2(TPU_DTYPE_F32, 4, 3, 3, 1, 0, 12), 2, {0.5, 2.0}, false, false, 1, T2(TPU_DTYPE_F32, 5, 3, 1, 5, 0, 15)},
+      {"aten::_softmax", 1, {T2(TPU_DTYPE_F32, 3, 5, 5, 1, 0, 15)}, T2(TPU_DTYPE_F32, 3, 5, 5, 1, 0, 15), 2,
+       {-1, 0}, false, false, 0, {0}, 0, {0}, false, true},
+      {"aten::_log_softmax", 1, {T2(TPU_DTYPE_BF16, 4, 3, 1, 4, 0, 12)}, T2(TPU_DTYPE_BF16, 4, 3, 3, 1, 0, 12), 2,
+       {0, 0}, false, false, 0, {0}, 0, {0}, false, true},
+      {"aten::triu", 1, {T2(TPU_DTYPE_F32, 4, 4, 4, 1, 0, 16)}, T2(TPU_DTYPE_F32, 4, 4, 4, 1, 0, 16), 1, {1},
+       false, false, 0, {0}, 0, {0}, false, true},
+      {"aten::fill_.Scalar", 1, {T2(TPU_DTYPE_I64, 3, 2, 4, 2, 1, 12)}, {0}, 1, {7}, true},
+      {"aten::copy_", 2, {T2(TPU_DTYPE_BF16, 3, 4, 4, 1, 0, 12), T2(TPU_DTYPE_F32, 3, 4, 1, 3, 0, 12)}, {0}, 1,
+       {0}, true, false, 0, {0}, 0, {0}, false, true},
+      {"aten::masked_fill.Scalar", 2, {T2(TPU_DTYPE_F32, 3, 4, 4, 1, 0, 12), T1(TPU_DTYPE_BOOL, 4, 0, 4)},
+       T2(TPU_DTYPE_F32, 3, 4, 4, 1, 0, 12), 1, {-2.5}},
+      {"aten::amax", 1, {T2(TPU_DTYPE_F32, 4, 5, 5, 1, 0, 20)}, T1(TPU_DTYPE_F32, 4, 0, 4), 0, {0}, false, false,
+       0, {0}, 1, {1}, false},
   };
   for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) check_case(&cases[i]);
   CHECK(!vt->supports_op(device(0), "aten::nonzero"));

@@ -27,7 +27,7 @@ typedef enum {
   L_AMAX, L_AMIN, L_PROD, L_ANY, L_ALL, L_ARGMAX, L_ARGMIN,
   L_INDEX_SELECT, L_GATHER, L_SCATTER, L_SCATTER_ADD,
   L_FILL, L_COPY, L_ARANGE, L_TRIU, L_TRIL, L_CAT, L_CLAMP, L_CLAMP_MIN, L_CLAMP_MAX,
-  L_MASKED_FILL, L_BMM, L_ADDMM, L_ROPE, L_ROPE_BWD, L_SDPA_FWD, L_SDPA_BWD,
+  L_MASKED_FILL, L_INDEX_PUT, L_BMM, L_ADDMM, L_ROPE, L_ROPE_BWD, L_SDPA_FWD, L_SDPA_BWD,
 } lop_t;
 
 typedef enum {
@@ -120,6 +120,7 @@ static const lspec_t kSpecs[] = {
     {"clamp_min", L_CLAMP_MIN, F_MISC, "||.Tensor|.out|.Tensor_out|_|_.Tensor"},
     {"clamp_max", L_CLAMP_MAX, F_MISC, "||.Tensor|.out|.Tensor_out|_|_.Tensor"},
     {"masked_fill", L_MASKED_FILL, F_MISC, "|.Scalar|.Tensor|.Scalar_out|.Tensor_out|_.Scalar|_.Tensor"},
+    {"index_put", L_INDEX_PUT, F_INDEX, "||.out|_", true},
     {"bmm", L_BMM, F_MM2, "||.out"},       {"addmm", L_ADDMM, F_MM2, "||.out|_"},
     {"tpu::convert", L_COPY, F_MISC, "|"},
     {"tpu::rope", L_ROPE, F_ROPE, "|", true}, {"tpu::rope_backward", L_ROPE_BWD, F_ROPE, "|", true},
@@ -1039,7 +1040,93 @@ static void dims_list(char* buf, size_t cap, int32_t from, int32_t to, int32_t s
     if (d != skip) n += (size_t)snprintf(buf + n, cap - n, "%s%d", n ? ", " : "", d);
 }
 
+/* index_put(self, indices, values, accumulate) with integer indices for the
+ * leading dims (no None before the last one, no masks). */
+static tpu_status_t lower_index_put(sb_t* b, const tpu_k_call_t* call, const targs_t* ta) {
+  const tpu_tensor_t* o = &call->outputs[0];
+  ltype_t ot;
+  type_of(o->dtype, &ot);
+  const tpu_k_value_t* lv = arg_at(call, 1);
+  if (!lv || lv->kind != TPU_K_TENSORS || ta->n < 2)
+    return TPU_ERROR(TPU_STATUS_UNIMPLEMENTED, "%s: expected a list of indices", call->op);
+  int k = 0;
+  for (int64_t j = 0; j < lv->v.tensors.len; j++) {
+    const tpu_tensor_t* t = &lv->v.tensors.data[j];
+    bool present = t->dtype != TPU_DTYPE_INVALID;
+    if (present && (k != j || t->dtype == TPU_DTYPE_BOOL || t->dtype == TPU_DTYPE_U8))
+      return TPU_ERROR(TPU_STATUS_UNIMPLEMENTED, "%s: only integer indices of the leading dims are lowered",
+                       call->op);
+    if (present) k++;
+  }
+  if (k == 0 || ta->n != k + 2) return TPU_ERROR(TPU_STATUS_UNIMPLEMENTED, "%s: unexpected arguments", call->op);
+  val_t x, v, idx[TPU_MAX_DIMS];
+  TPU_RETURN_IF_ERROR(in_val(b, call, ta->t[0], ta->loc[0], &x));
+  const char* ct = opmath(ot.ty);
+  x = cast(b, x, ct);
+  int32_t r = x.ndim;
+  if (k > r) return TPU_ERROR(TPU_STATUS_UNIMPLEMENTED, "%s: too many indices", call->op);
+  int32_t ni = 0;
+  int64_t is[TPU_MAX_DIMS];
+  for (int j = 0; j < k; j++) {
+    TPU_RETURN_IF_ERROR(in_val(b, call, ta->t[1 + j], ta->loc[1 + j], &idx[j]));
+    idx[j] = converted(b, idx[j], "i64");
+    /* the broadcast shape of the indices */
+    if (idx[j].ndim > ni) {
+      for (int32_t d = ni - 1; d >= 0; d--) is[d + idx[j].ndim - ni] = is[d];
+      for (int32_t d = 0; d < idx[j].ndim - ni; d++) is[d] = 1;
+      ni = idx[j].ndim;
+    }
+    for (int32_t d = 0; d < idx[j].ndim; d++) {
+      int64_t s = idx[j].sizes[d];
+      int32_t e = ni - idx[j].ndim + d;
+      if (s != 1) is[e] = s;
+    }
+  }
+  int64_t s1[TPU_MAX_DIMS + 1];
+  memcpy(s1, is, sizeof(int64_t) * (size_t)ni);
+  s1[ni] = 1;
+  val_t parts[TPU_MAX_DIMS];
+  for (int j = 0; j < k; j++) {
+    val_t t = broadcast(b, idx[j], ni, is);
+    val_t neg = binary_to(b, "compare LT,", t, splat(b, &t, "i64", 0), "i1");
+    t = select3(b, neg, binary(b, "add", t, splat(b, &t, "i64", (double)x.sizes[j])), t);
+    parts[j] = reshaped(b, t, ni + 1, s1);
+  }
+  val_t tup = k == 1 ? parts[0] : concat(b, parts, k, ni);
+  int64_t us[TPU_MAX_DIMS * 2];
+  memcpy(us, is, sizeof(int64_t) * (size_t)ni);
+  for (int32_t d = k; d < r; d++) us[ni + d - k] = x.sizes[d];
+  int32_t ur = ni + r - k;
+  TPU_RETURN_IF_ERROR(in_val(b, call, ta->t[k + 1], ta->loc[k + 1], &v));
+  v = broadcast(b, cast(b, v, ct), ur, us);
+  bool acc = int_at(call, 3, 0) != 0;
+  char uw[128], ins[128], tx[256], ti[256], tu[256], sc[64];
+  dims_list(uw, sizeof(uw), ni, ur, -1);
+  dims_list(ins, sizeof(ins), 0, k, -1);
+  shape_str(tx, sizeof(tx), x.ndim, x.sizes, ct);
+  shape_str(ti, sizeof(ti), tup.ndim, tup.sizes, "i64");
+  shape_str(tu, sizeof(tu), ur, us, ct);
+  snprintf(sc, sizeof(sc), "tensor<%s>", ct);
+  int u = fresh(b);
+  val_t res = x;
+  res.id = fresh(b);
+  emit(b, "  %%v%d = \"stablehlo.scatter\"(%%v%d, %%v%d, %%v%d) ({\n  ^bb0(%%o%d: %s, %%n%d: %s):\n", res.id, x.id,
+       tup.id, v.id, u, sc, u, sc);
+  if (acc) {
+    emit(b, "    %%s%d = stablehlo.add %%o%d, %%n%d : %s\n    stablehlo.return %%s%d : %s\n", u, u, u, sc, u, sc);
+  } else {
+    emit(b, "    stablehlo.return %%n%d : %s\n", u, sc);
+  }
+  emit(b,
+       "  }) {scatter_dimension_numbers = #stablehlo.scatter<%s%s%sinserted_window_dims = [%s], "
+       "scatter_dims_to_operand_dims = [%s], index_vector_dim = %d>, indices_are_sorted = false, unique_indices = "
+       "false} : (%s, %s, %s) -> %s\n",
+       uw[0] ? "update_window_dims = [" : "", uw, uw[0] ? "], " : "", ins, ins, ni, tx, ti, tu, tx);
+  return out_val(b, call, 0, ta, res);
+}
+
 static tpu_status_t lower_index(sb_t* b, const tpu_k_call_t* call, const lspec_t* spec, const targs_t* ta) {
+  if (spec->op == L_INDEX_PUT) return lower_index_put(b, call, ta);
   const tpu_tensor_t* o = &call->outputs[0];
   ltype_t ot;
   type_of(o->dtype, &ot);
