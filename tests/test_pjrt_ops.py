@@ -282,6 +282,11 @@ def results():
     for k in ("TORCH_TPU_PJRT_PLUGIN", "TORCH_TPU_PJRT_OPTIONS", "TORCH_TPU_PJRT_MEMORY"):
         e.pop(k, None)
     e.update({"TORCH_TPU_DRIVER": "pjrt", "TORCH_TPU_HOST_DEVICES": "2", "PYTHONPATH": ROOT})
+    try:  # XLA's CPU plugin by path: an installed libtpu would otherwise be chosen first
+        import xla_plugins.xla_cpu_pjrt as m
+        e["TORCH_TPU_PJRT_PLUGIN"] = os.path.join(os.path.dirname(m.__file__), "xla_cpu_pjrt.so")
+    except ImportError:
+        pass
     p = subprocess.run([sys.executable, os.path.abspath(__file__)], env=e, capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, f"exit {p.returncode}\nstdout:\n{p.stdout[-4000:]}\nstderr:\n{p.stderr[-4000:]}"
     return json.loads(p.stdout.strip().splitlines()[-1])
