@@ -52,8 +52,6 @@ typedef struct {
   lop_t op;
   lfamily_t family;
   const char* overloads; /* accepted suffixes after base, '|'-separated */
-  bool graph_only; /* needs locs the eager driver does not give (list
-                      entries, several outputs): lowered in graphs only */
 } lspec_t;
 
 #define ARITH_T "|.Tensor|.out|_.Tensor"
@@ -113,18 +111,18 @@ static const lspec_t kSpecs[] = {
     {"scatter_add", L_SCATTER_ADD, F_INDEX, "||.out|_"},
     {"fill_", L_FILL, F_MISC, "|.Scalar|.Tensor"}, {"zero_", L_FILL, F_MISC, "|"},
     {"copy_", L_COPY, F_MISC, "|"},
-    {"arange", L_ARANGE, F_MISC, "|.start_out", true},
+    {"arange", L_ARANGE, F_MISC, "|.start_out"},
     {"triu", L_TRIU, F_MISC, TRI_O},       {"tril", L_TRIL, F_MISC, TRI_O},
-    {"cat", L_CAT, F_MISC, "||.out", true},
+    {"cat", L_CAT, F_MISC, "||.out"},
     {"clamp", L_CLAMP, F_MISC, "||.Tensor|.out|.Tensor_out|_|_.Tensor"},
     {"clamp_min", L_CLAMP_MIN, F_MISC, "||.Tensor|.out|.Tensor_out|_|_.Tensor"},
     {"clamp_max", L_CLAMP_MAX, F_MISC, "||.Tensor|.out|.Tensor_out|_|_.Tensor"},
     {"masked_fill", L_MASKED_FILL, F_MISC, "|.Scalar|.Tensor|.Scalar_out|.Tensor_out|_.Scalar|_.Tensor"},
-    {"index_put", L_INDEX_PUT, F_INDEX, "||.out|_", true},
+    {"index_put", L_INDEX_PUT, F_INDEX, "||.out|_"},
     {"bmm", L_BMM, F_MM2, "||.out"},       {"addmm", L_ADDMM, F_MM2, "||.out|_"},
     {"tpu::convert", L_COPY, F_MISC, "|"},
-    {"tpu::rope", L_ROPE, F_ROPE, "|", true}, {"tpu::rope_backward", L_ROPE_BWD, F_ROPE, "|", true},
-    {"tpu::sdpa_fwd", L_SDPA_FWD, F_SDPA, "|", true}, {"tpu::sdpa_bwd", L_SDPA_BWD, F_SDPA, "|", true},
+    {"tpu::rope", L_ROPE, F_ROPE, "|"}, {"tpu::rope_backward", L_ROPE_BWD, F_ROPE, "|"},
+    {"tpu::sdpa_fwd", L_SDPA_FWD, F_SDPA, "|"}, {"tpu::sdpa_bwd", L_SDPA_BWD, F_SDPA, "|"},
 };
 
 static bool overload_in(const char* list, const char* rest) {
@@ -150,12 +148,7 @@ static const lspec_t* spec_of(const char* op) {
   return NULL;
 }
 
-/* Ops marked graph_only need a loc for every list entry or several outputs,
- * which the eager path (one output, TPU_K_TENSOR arguments) does not give. */
-bool tpu_pjrt_lowerable(const char* op) {
-  const lspec_t* s = op ? spec_of(op) : NULL;
-  return s && !s->graph_only;
-}
+bool tpu_pjrt_lowerable(const char* op) { return op && spec_of(op) != NULL; }
 
 /* ---- types ---- */
 typedef struct {
@@ -828,7 +821,7 @@ static tpu_status_t in_val(sb_t* b, const tpu_k_call_t* call, const tpu_tensor_t
  * INVALID) is skipped. */
 static tpu_status_t out_val(sb_t* b, const tpu_k_call_t* call, int k, const targs_t* ta, val_t r) {
   const tpu_tensor_t* o = &call->outputs[k];
-  if (o->dtype == TPU_DTYPE_INVALID) return TPU_OK;
+  if (o->dtype == TPU_DTYPE_INVALID || ta->oloc[k].storage < 0) return TPU_OK; /* absent or without bytes */
   ltype_t ot;
   if (!type_of(o->dtype, &ot))
     return TPU_ERROR(TPU_STATUS_UNIMPLEMENTED, "%s: output dtype %d has no StableHLO type", call->op, o->dtype);
@@ -1628,7 +1621,10 @@ static tpu_status_t lower_node(sb_t* b, const tpu_k_call_t* call, const tpu_pjrt
       int64_t n = v->kind == TPU_K_TENSOR ? 1 : v->kind == TPU_K_TENSORS ? v->v.tensors.len : 0;
       for (int64_t j = 0; j < n; j++) {
         const tpu_tensor_t* t = v->kind == TPU_K_TENSOR ? v->v.tensor : &v->v.tensors.data[j];
-        if (v->kind == TPU_K_TENSORS && t->dtype == TPU_DTYPE_INVALID) continue;
+        if (v->kind == TPU_K_TENSORS && t->dtype == TPU_DTYPE_INVALID) { /* absent: a loc of storage -1 */
+          li++;
+          continue;
+        }
         if (ta.n == TPU_PJRT_LOWER_MAX_TENSORS)
           return TPU_ERROR(TPU_STATUS_UNIMPLEMENTED, "%s: more than %d tensors", call->op, TPU_PJRT_LOWER_MAX_TENSORS);
         ta.t[ta.n] = t;
