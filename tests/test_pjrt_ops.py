@@ -219,8 +219,33 @@ def _groups():
         ("fill_ tensor", lambda x, v: (x.fill_(v), x)[1], lambda: [_t((2, 3), "float32"), torch.tensor(1.5)]),
         ("full", lambda x: torch.full((2, 3), 7, device=x.device) + x, lambda: [_t((2, 3), "int64")]),
     ]
-    # arange is lowered in graphs only (eager passes its out= before the resize)
     G["arange_tri"] = []
+    for dt in ("float32", "int64", "bfloat16", "int32"):
+        G["arange_tri"].append((f"arange {dt}", lambda x, dt=dt: torch.arange(1, 11, 3, dtype=getattr(torch, dt),
+                                                                              device=x.device),
+                                lambda: [_t((1,), "float32")]))
+    G["arange_tri"] += [
+        ("arange float step", lambda x: torch.arange(0.5, 3.0, 0.25, device=x.device), lambda: [_t((1,), "float32")]),
+        ("arange end", lambda x: torch.arange(7, device=x.device), lambda: [_t((1,), "float32")]),
+    ]
+    G["cat_index_put"] = []
+    for dt in ALL:
+        G["cat_index_put"] += [
+            (f"cat {dt}", lambda x, y: torch.cat([x, y.t()], 1), lambda dt=dt: [_t((3, 2), dt), _t((4, 3), dt)]),
+            (f"index_put accumulate {dt}", lambda x, i, v: x.index_put((i,), v, accumulate=dt != "bool"),
+             lambda dt=dt: [_t((6, 3), dt), torch.tensor([0, 5, 2, 2, -1]), _t((5, 3), dt)]),
+        ]
+    G["cat_index_put"] += [
+        ("cat dim 0 mixed dtypes", lambda x, y: torch.cat([x, y]), lambda: [_t((1, 4), "bfloat16"), _t((2, 4), "float32")]),
+        ("cat with an empty", lambda x, y: torch.cat([x, y], 1), lambda: [_t((2, 0), "float32"), _t((2, 3), "float32")]),
+        ("cat out=", lambda x, y: torch.cat([x, y], out=torch.empty(0, device=x.device)),
+         lambda: [_t((2, 3), "float32"), _t((1, 3), "float32")]),
+        ("index_put two indices broadcast", lambda x, i, j, v: x.index_put((i, j), v),
+         lambda: [_t((4, 5, 2), "float32"), torch.tensor([[0], [3]]), torch.tensor([1, 4, 2]), _t((2,), "float32")]),
+        ("index_put_ in place", lambda x, i, v: (x.index_put_((i,), v), x)[1],
+         lambda: [_t((5, 2), "float32"), torch.tensor([4, 1]), _t((2, 2), "float32")]),
+        ("out= resized", lambda x: torch.exp(x, out=torch.empty(0, device=x.device)), lambda: [_t((3, 4), "float32")]),
+    ]
     for dt in ALL:
         G["arange_tri"] += [
             (f"triu {dt}", lambda x: torch.triu(x, 1), lambda dt=dt: [_t((2, 4, 5), dt)]),

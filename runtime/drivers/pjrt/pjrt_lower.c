@@ -1054,7 +1054,7 @@ static tpu_status_t lower_index_put(sb_t* b, const tpu_k_call_t* call, const tar
   if (k == 0 || ta->n != k + 2) return TPU_ERROR(TPU_STATUS_UNIMPLEMENTED, "%s: unexpected arguments", call->op);
   val_t x, v, idx[TPU_MAX_DIMS];
   TPU_RETURN_IF_ERROR(in_val(b, call, ta->t[0], ta->loc[0], &x));
-  const char* ct = opmath(ot.ty);
+  const char* ct = ot.ty; /* accumulates in the tensor's type, one rounding per add, as PyTorch */
   x = cast(b, x, ct);
   int32_t r = x.ndim;
   if (k > r) return TPU_ERROR(TPU_STATUS_UNIMPLEMENTED, "%s: too many indices", call->op);
@@ -1184,8 +1184,8 @@ static tpu_status_t lower_index(sb_t* b, const tpu_k_call_t* call, const lspec_t
          res.id, x.id, tup.id, all, all, idx.ndim, ss, tx, ti, tr);
     return out_val(b, call, 0, ta, res);
   }
-  /* scatter(self, dim, index, src | value) */
-  const char* ct = opmath(ot.ty);
+  /* scatter(self, dim, index, src | value): adds in the tensor's type, as PyTorch */
+  const char* ct = ot.ty;
   x = cast(b, x, ct);
   shape_str(tx, sizeof(tx), x.ndim, x.sizes, x.ty);
   val_t upd;
