@@ -104,8 +104,8 @@ def test_ops_match_cpu_through_the_fallback():
         import torch, torch_tpu
         torch.manual_seed(0)
         a, b = torch.randn(8, 16), torch.randn(16, 4)
-        want = (a @ b + 1).softmax(-1)
-        got = (a.to("tpu") @ b.to("tpu") + 1).softmax(-1)
+        want = torch.sort(a @ b + 1, dim=-1).values          # sort has no lowering: the CPU fallback
+        got = torch.sort(a.to("tpu") @ b.to("tpu") + 1, dim=-1).values
         assert got.device.type == "tpu"
         torch.testing.assert_close(got.cpu(), want)
         x = torch.randn(3, 4, requires_grad=True)
@@ -114,7 +114,7 @@ def test_ops_match_cpu_through_the_fallback():
         (xt.sin() * 2).sum().backward()
         torch.testing.assert_close(xt.grad.cpu(), x.grad)
         rep = torch_tpu.fallback_report()
-        assert any("softmax" in k for k in rep), rep
+        assert any("sort" in k for k in rep), rep
         print("fallbacks", len(rep))
     """)
     assert "fallbacks" in out
@@ -378,8 +378,8 @@ def test_compiled_tiny_llama_equals_cpu_with_one_program_per_segment():
         torch.testing.assert_close(got.cpu(), want, rtol=1e-4, atol=1e-4)
         st = compile_stats()
         eager = sum(st["eager_ops"].values())
-        # each C segment is one program; the eager nodes between them may run their own
-        assert st["driver_segments"] >= 1 and programs >= st["driver_segments"], (programs, st)
+        # the whole forward is one segment, one StableHLO program per call
+        assert st["driver_segments"] == 1 and eager == 0 and programs == 1, (programs, st)
         print("PROGRAMS", programs, "SEGMENTS", st["driver_segments"], "EAGER", eager, st["eager_ops"])
     """, timeout=900)
     print(out)
