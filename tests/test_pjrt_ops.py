@@ -168,6 +168,12 @@ def _groups():
         ("sum int to int64", lambda x: torch.sum(x, 0), lambda: [_t((3, 4), "int32")]),
         ("sum bool", lambda x: torch.sum(x, 1), lambda: [_t((3, 4), "bool")]),
         ("mean bf16 dim", lambda x: torch.mean(x, (0, 1)), lambda: [_t((5, 6), "bfloat16")]),
+        ("sum all", lambda x: x.sum(), lambda: [_t((5, 6), "float32")]),
+        ("sum all transposed bf16", lambda x: x.t().sum(), lambda: [_t((5, 6), "bfloat16")]),
+        ("sum all int to int64", lambda x: x.sum(), lambda: [_t((3, 4), "int32")]),
+        ("sum all dtype", lambda x: x.sum(dtype=torch.float64), lambda: [_t((3, 4), "float32")]),
+        ("mean all", lambda x: x.mean(), lambda: [_t((5, 6), "float32")]),
+        ("sum out", lambda x: torch.sum(x, 0, out=torch.empty(6, device=x.device)), lambda: [_t((5, 6), "float32")]),
     ]
     G["index"] = []
     for dt in ALL:

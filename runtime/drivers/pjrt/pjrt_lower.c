@@ -96,7 +96,7 @@ static const lspec_t kSpecs[] = {
     {"gt", L_GT, F_CMP, CMP_O},            {"ge", L_GE, F_CMP, CMP_O},
     {"where", L_WHERE, F_WHERE, "|.self|.self_out"},
     {"pow", L_POW, F_POW, "|.Tensor_Scalar|.Tensor_Scalar_out|_.Scalar"},
-    {"sum", L_SUM, F_REDUCE, "|.dim_IntList|.IntList_out"}, {"mean", L_MEAN, F_REDUCE, "|.dim|.out"},
+    {"sum", L_SUM, F_REDUCE, "||.dim_IntList|.IntList_out|.out"}, {"mean", L_MEAN, F_REDUCE, "||.dim|.out"},
     {"_softmax", L_SOFTMAX, F_SOFTMAX, RED_O}, {"_log_softmax", L_LOG_SOFTMAX, F_SOFTMAX, RED_O},
     {"_softmax_backward_data", L_SOFTMAX_BWD, F_SOFTMAX, RED_O},
     {"_log_softmax_backward_data", L_LOG_SOFTMAX_BWD, F_SOFTMAX, RED_O},
