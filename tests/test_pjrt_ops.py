@@ -222,6 +222,8 @@ def _groups():
         ("masked_fill_ bf16 0-dim value", lambda x, m, v: (x.masked_fill_(m, v), x)[1],
          lambda: [_t((3, 4), "bfloat16"), _t((3, 4), "bool"), torch.tensor(2.0)]),
         ("masked_fill int64", lambda x, m: x.masked_fill(m, 7), lambda: [_t((3, 4), "int64"), _t((3, 1), "bool")]),
+        ("masked_fill uint8 -1 (wraps)", lambda x, m: x.masked_fill(m, -1),
+         lambda: [_t((3, 4), "int64").abs().to(torch.uint8), _t((3, 1), "bool")]),
         ("fill_ tensor", lambda x, v: (x.fill_(v), x)[1], lambda: [_t((2, 3), "float32"), torch.tensor(1.5)]),
         ("full", lambda x: torch.full((2, 3), 7, device=x.device) + x, lambda: [_t((2, 3), "int64")]),
     ]

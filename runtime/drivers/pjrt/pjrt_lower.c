@@ -263,7 +263,14 @@ static val_t splat(sb_t* b, const val_t* like, const char* ty, double x) {
       snprintf(lit, sizeof(lit), "%.17e", x);
     }
   } else {
-    snprintf(lit, sizeof(lit), "%lld", (long long)x);
+    /* wrapped into the type's range, as a C cast (and PyTorch's) would: -1 as
+     * uint8 is 255 (StableHLO refuses negative unsigned literals) */
+    long long v = (long long)x;
+    if (!strcmp(ty, "ui8")) v = (uint8_t)v;
+    else if (!strcmp(ty, "i8")) v = (int8_t)v;
+    else if (!strcmp(ty, "i16")) v = (int16_t)v;
+    else if (!strcmp(ty, "i32")) v = (int32_t)v;
+    snprintf(lit, sizeof(lit), "%lld", v);
   }
   /* Hex literals are read as the type's bits: give NaN/Inf in f64 and convert. */
   bool hex = lit[0] == '0' && lit[1] == 'x';
