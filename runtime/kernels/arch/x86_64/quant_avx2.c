@@ -1,0 +1,157 @@
+/* quant_avx2.c - the row engines of quant.c compiled with -mavx2 -mfma
+ * -mf16c (only called after tpu_ku_use_avx2() says so).
+ *
+ * A block's 32 weights become four vectors of 8 floats: the nibbles (or
+ * int8s) are widened to int32 and converted exactly, multiplied with x in
+ * float32, and the block's sum is scaled by d (plus m * sum(x) for Q4_1). */
+#include <immintrin.h>
+#include <stdbool.h>
+#include <string.h>
+
+#include "kernels/quant.h"
+
+static inline float qa_f16(const uint8_t* p) {
+  uint16_t h;
+  memcpy(&h, p, 2);
+  return _cvtsh_ss(h);
+}
+
+/* The 32 weights of a block as integers in float: w[0..3] = weights
+ * 0-7, 8-15, 16-23, 24-31. */
+static inline void qa_nibbles(const uint8_t* qs, bool centred, __m256* w) {
+  const __m128i m15 = _mm_set1_epi8(15);
+  __m128i q = _mm_loadu_si128((const __m128i*)qs);
+  __m128i lo = _mm_and_si128(q, m15);
+  __m128i hi = _mm_and_si128(_mm_srli_epi16(q, 4), m15);
+  if (centred) {
+    const __m128i eight = _mm_set1_epi8(8);
+    lo = _mm_sub_epi8(lo, eight);
+    hi = _mm_sub_epi8(hi, eight);
+  }
+  w[0] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(lo));
+  w[1] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(lo, 8)));
+  w[2] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(hi));
+  w[3] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(hi, 8)));
+}
+
+static inline void qa_int8s(const uint8_t* qs, __m256* w) {
+  __m128i a = _mm_loadu_si128((const __m128i*)qs);
+  __m128i b = _mm_loadu_si128((const __m128i*)(qs + 16));
+  w[0] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(a));
+  w[1] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(a, 8)));
+  w[2] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(b));
+  w[3] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(b, 8)));
+}
+
+static inline __m256 qa_dot32(const __m256* w, const float* x) {
+  __m256 t = _mm256_mul_ps(w[0], _mm256_loadu_ps(x));
+  __m256 u = _mm256_mul_ps(w[2], _mm256_loadu_ps(x + 16));
+  t = _mm256_fmadd_ps(w[1], _mm256_loadu_ps(x + 8), t);
+  u = _mm256_fmadd_ps(w[3], _mm256_loadu_ps(x + 24), u);
+  return _mm256_add_ps(t, u);
+}
+
+static inline __m256 qa_sum32(const float* x) {
+  __m256 a = _mm256_add_ps(_mm256_loadu_ps(x), _mm256_loadu_ps(x + 8));
+  __m256 b = _mm256_add_ps(_mm256_loadu_ps(x + 16), _mm256_loadu_ps(x + 24));
+  return _mm256_add_ps(a, b);
+}
+
+static inline float qa_hsum(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+/* dot(row of W, x) over nb blocks. */
+static float qa_row_dot(int qtype, const uint8_t* p, const float* x, int64_t nb) {
+  __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+  __m256 w[4];
+  switch (qtype) {
+    case TPU_QU_Q4_0:
+      for (int64_t b = 0; b < nb; ++b, p += 18, x += 32) {
+        qa_nibbles(p + 2, true, w);
+        __m256 t = qa_dot32(w, x);
+        if (b & 1)
+          acc1 = _mm256_fmadd_ps(_mm256_set1_ps(qa_f16(p)), t, acc1);
+        else
+          acc0 = _mm256_fmadd_ps(_mm256_set1_ps(qa_f16(p)), t, acc0);
+      }
+      break;
+    case TPU_QU_Q4_1:
+      for (int64_t b = 0; b < nb; ++b, p += 20, x += 32) {
+        qa_nibbles(p + 4, false, w);
+        __m256 t = qa_dot32(w, x);
+        acc0 = _mm256_fmadd_ps(_mm256_set1_ps(qa_f16(p)), t, acc0);
+        acc1 = _mm256_fmadd_ps(_mm256_set1_ps(qa_f16(p + 2)), qa_sum32(x), acc1);
+      }
+      break;
+    case TPU_QU_Q8_0:
+      for (int64_t b = 0; b < nb; ++b, p += 34, x += 32) {
+        qa_int8s(p + 2, w);
+        __m256 t = qa_dot32(w, x);
+        if (b & 1)
+          acc1 = _mm256_fmadd_ps(_mm256_set1_ps(qa_f16(p)), t, acc1);
+        else
+          acc0 = _mm256_fmadd_ps(_mm256_set1_ps(qa_f16(p)), t, acc0);
+      }
+      break;
+    default: break;
+  }
+  return qa_hsum(_mm256_add_ps(acc0, acc1));
+}
+
+/* One row of x: fused dequantize-and-dot per output row. */
+void tpu_k_avx2_qu_gemv(void* vctx, int64_t n0, int64_t n1) {
+  const tpu_qu_ctx_t* c = (const tpu_qu_ctx_t*)vctx;
+  const int64_t nb = c->K / TPU_QU_BLOCK;
+  for (int64_t n = n0; n < n1; ++n) {
+    if (n + 4 < n1) __builtin_prefetch(c->w + (n + 4) * c->row_bytes, 0, 0);
+    for (int64_t m = 0; m < c->M; ++m)
+      c->y[m * c->N + n] = qa_row_dot(c->qtype, c->w + n * c->row_bytes, c->x + m * c->K, nb);
+  }
+}
+
+/* 32 weights of a block -> out (exact products d * q (+ m), in float32). */
+static inline void qa_dequant(int qtype, const uint8_t* p, float* out) {
+  __m256 w[4];
+  if (qtype == TPU_QU_Q8_0) {
+    qa_int8s(p + 2, w);
+  } else {
+    qa_nibbles(p + (qtype == TPU_QU_Q4_1 ? 4 : 2), qtype == TPU_QU_Q4_0, w);
+  }
+  __m256 d = _mm256_set1_ps(qa_f16(p));
+  if (qtype == TPU_QU_Q4_1) {
+    __m256 m = _mm256_set1_ps(qa_f16(p + 2));
+    for (int i = 0; i < 4; ++i) _mm256_storeu_ps(out + 8 * i, _mm256_fmadd_ps(w[i], d, m));
+  } else {
+    for (int i = 0; i < 4; ++i) _mm256_storeu_ps(out + 8 * i, _mm256_mul_ps(w[i], d));
+  }
+}
+
+#define QA_CHUNK 256
+
+/* Many rows of x: dequantize 256 weights of a W row, dot every x row. */
+void tpu_k_avx2_qu_gemm(void* vctx, int64_t n0, int64_t n1) {
+  const tpu_qu_ctx_t* c = (const tpu_qu_ctx_t*)vctx;
+  float buf[QA_CHUNK] __attribute__((aligned(32)));
+  for (int64_t n = n0; n < n1; ++n) {
+    const uint8_t* row = c->w + n * c->row_bytes;
+    for (int64_t m = 0; m < c->M; ++m) c->y[m * c->N + n] = 0.0f;
+    for (int64_t k0 = 0; k0 < c->K; k0 += QA_CHUNK) {
+      int64_t len = c->K - k0 < QA_CHUNK ? c->K - k0 : QA_CHUNK;
+      for (int64_t j = 0; j < len; j += TPU_QU_BLOCK)
+        qa_dequant(c->qtype, row + (k0 + j) / TPU_QU_BLOCK * c->block_bytes, buf + j);
+      for (int64_t m = 0; m < c->M; ++m) {
+        const float* x = c->x + m * c->K + k0;
+        __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
+        for (int64_t j = 0; j < len; j += 16) {
+          a0 = _mm256_fmadd_ps(_mm256_load_ps(buf + j), _mm256_loadu_ps(x + j), a0);
+          a1 = _mm256_fmadd_ps(_mm256_load_ps(buf + j + 8), _mm256_loadu_ps(x + j + 8), a1);
+        }
+        c->y[m * c->N + n] += qa_hsum(_mm256_add_ps(a0, a1));
+      }
+    }
+  }
+}
