@@ -1,0 +1,173 @@
+"""Weight-only quantized linear layers whose weights stay in GGUF blocks.
+
+    tok, model = ... AutoModelForCausalLM.from_pretrained(dir, gguf_file=f, device_map="tpu")
+    report = torch_tpu.quant.quantize_from_gguf(model, os.path.join(dir, f))
+
+Transformers' GGUF loader dequantizes every tensor to float. This module
+swaps a loaded model's ``nn.Linear`` layers for :class:`QuantLinear` layers
+that hold the GGUF file's raw blocks (Q4_0, Q4_1, Q8_0) as a uint8 tensor on
+the device and run ``torch.ops.tpu.q_linear`` (runtime/kernels/quant.c):
+y = x @ W^T with the weights dequantized inside the kernel, activations in
+float32 (bfloat16/float16 inputs are computed in float32 and cast back).
+
+The op is defined here (schema + Meta function); its tpu kernel is found by
+the bridge's boxed path under the name "tpu::q_linear". A CPU kernel
+(dequantize, then ``F.linear``) lets a quantized layer run off the device.
+"""
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+__all__ = ["QuantLinear", "dequantize", "quantize_from_gguf", "QTYPES"]
+
+# GGML type id -> (name, bytes per block of 32 weights)
+QTYPES = {2: ("Q4_0", 18), 3: ("Q4_1", 20), 8: ("Q8_0", 34)}
+_BLOCK = 32
+
+_lib = torch.library.Library("tpu", "FRAGMENT")
+_lib.define("q_linear(Tensor x, Tensor qweight, int qtype, int out_features) -> Tensor")
+
+
+def _q_linear_meta(x, qweight, qtype, out_features):
+    torch._check(qtype in QTYPES, lambda: f"tpu::q_linear: quantization type {qtype} is not supported")
+    torch._check(x.dtype == torch.float32, lambda: f"tpu::q_linear: x must be float32, got {x.dtype}")
+    torch._check(qweight.dtype == torch.uint8, lambda: "tpu::q_linear: qweight must be uint8")
+    return x.new_empty(tuple(x.shape[:-1]) + (out_features,))
+
+
+def _q_linear_cpu(x, qweight, qtype, out_features):
+    w = dequantize(qweight, qtype, x.shape[-1])
+    return F.linear(x, w)
+
+
+_lib.impl("q_linear", _q_linear_meta, "Meta")
+_lib.impl("q_linear", _q_linear_cpu, "CPU")
+
+
+def _f16(b, off):
+    """The f16 at byte offset `off` of every block (b: [..., nblocks, block_bytes] uint8)."""
+    return b[..., off:off + 2].contiguous().view(torch.float16).to(torch.float32)
+
+
+def dequantize(qweight: torch.Tensor, qtype: int, in_features: int) -> torch.Tensor:
+    """float32 [N, in_features] from raw blocks [N, in_features / 32 * block_bytes] (on the CPU)."""
+    name, bb = QTYPES[qtype]
+    q = qweight.cpu().reshape(qweight.shape[0], in_features // _BLOCK, bb)
+    d = _f16(q, 0)
+    if qtype == 8:
+        w = q[..., 2:].contiguous().view(torch.int8).to(torch.float32) * d
+    else:
+        qs = q[..., (4 if qtype == 3 else 2):]
+        nib = torch.cat([qs & 15, qs >> 4], dim=-1).to(torch.float32)
+        w = (nib - 8) * d if qtype == 2 else nib * d + _f16(q, 2)
+    return w.reshape(qweight.shape[0], in_features)
+
+
+class QuantLinear(torch.nn.Module):
+    """``nn.Linear`` with GGUF-block weights: ``qweight`` uint8 [out, in / 32 * block_bytes]."""
+
+    def __init__(self, qweight: torch.Tensor, qtype: int, in_features: int, out_features: int, bias=None):
+        super().__init__()
+        if qtype not in QTYPES:
+            raise ValueError(f"unsupported GGUF quantization type {qtype}")
+        bb = QTYPES[qtype][1]
+        if in_features % _BLOCK or tuple(qweight.shape) != (out_features, in_features // _BLOCK * bb):
+            raise ValueError(f"qweight {tuple(qweight.shape)} does not hold [{out_features}, {in_features}] "
+                             f"{QTYPES[qtype][0]} weights")
+        self.in_features, self.out_features, self.qtype = in_features, out_features, qtype
+        self.register_buffer("qweight", qweight.contiguous())
+        self.bias = bias
+
+    def forward(self, x):
+        xf = x if x.dtype == torch.float32 else x.float()
+        y = torch.ops.tpu.q_linear(xf.contiguous(), self.qweight, self.qtype, self.out_features)
+        if self.bias is not None:
+            y = y + self.bias.float()
+        return y if y.dtype == x.dtype else y.to(x.dtype)
+
+    def extra_repr(self):
+        return f"in_features={self.in_features}, out_features={self.out_features}, qtype={QTYPES[self.qtype][0]}"
+
+
+# GGUF tensor name (per layer) -> module path of Llama-style Transformers models
+_LAYER_NAMES = {
+    "attn_q": "self_attn.q_proj", "attn_k": "self_attn.k_proj", "attn_v": "self_attn.v_proj",
+    "attn_output": "self_attn.o_proj", "ffn_gate": "mlp.gate_proj", "ffn_up": "mlp.up_proj",
+    "ffn_down": "mlp.down_proj",
+}
+
+
+def _module_path(gguf_name, tied):
+    if gguf_name == "output.weight" or (tied and gguf_name == "token_embd.weight"):
+        return "lm_head"
+    parts = gguf_name.split(".")
+    if len(parts) == 4 and parts[0] == "blk" and parts[3] == "weight" and parts[2] in _LAYER_NAMES:
+        return f"model.layers.{parts[1]}.{_LAYER_NAMES[parts[2]]}"
+    return None
+
+
+def _reverse_permute(raw, n_head):
+    """Transformers' LlamaTensorProcessor row order for attn_q / attn_k (rows are whole block rows)."""
+    dim = raw.shape[0] // n_head // 2
+    return raw.reshape(n_head, dim, 2, raw.shape[1]).swapaxes(2, 1).reshape(raw.shape)
+
+
+def quantize_from_gguf(model: torch.nn.Module, path: str, device=None):
+    """Swaps the model's linear layers for QuantLinear over the GGUF file's blocks.
+
+    Only layers whose GGUF tensor is Q4_0, Q4_1 or Q8_0 and whose float copy
+    (the one Transformers made) equals the dequantized blocks on sampled rows
+    are swapped; the others keep their float weights. Returns a dict: swapped
+    {qtype name: count}, kept (names left in float), bytes (quantized weight
+    bytes now held), float_bytes (what the swapped layers held before)."""
+    import gguf
+
+    reader = gguf.GGUFReader(path)
+    names = {t.name for t in reader.tensors}
+    cfg = getattr(model, "config", None)
+    tied = "output.weight" not in names
+    arch = None
+    f = reader.fields.get("general.architecture")
+    if f is not None:
+        arch = bytes(f.parts[f.data[0]]).decode()
+    n_head = getattr(cfg, "num_attention_heads", None)
+    n_kv = getattr(cfg, "num_key_value_heads", None) or n_head
+    report = {"swapped": {}, "kept": [], "bytes": 0, "float_bytes": 0}
+    modules = dict(model.named_modules())
+    for t in reader.tensors:
+        path_ = _module_path(t.name, tied)
+        if path_ is None or path_ not in modules:
+            continue
+        lin = modules[path_]
+        qtype = int(t.tensor_type)
+        if not isinstance(lin, torch.nn.Linear) or qtype not in QTYPES:
+            report["kept"].append(t.name)
+            continue
+        raw = np.asarray(t.data)
+        if raw.dtype != np.uint8 or raw.ndim != 2:
+            report["kept"].append(t.name)
+            continue
+        if arch in ("llama", None) and n_head and (".attn_q." in t.name or ".attn_k." in t.name):
+            raw = _reverse_permute(raw, n_head if ".attn_q." in t.name else n_kv)
+        q = torch.from_numpy(np.array(raw))  # a copy: the reader maps the file read-only
+        N, K = lin.out_features, lin.in_features
+        if tuple(q.shape) != (N, K // _BLOCK * QTYPES[qtype][1]):
+            report["kept"].append(t.name)
+            continue
+        rows = sorted({0, 1, N // 2 + 1, N - 1} & set(range(N)))
+        idx = torch.tensor(rows)
+        want = lin.weight.detach()[idx.to(lin.weight.device)].float().cpu()
+        got = dequantize(q[idx], qtype, K)
+        if not torch.equal(got.to(lin.weight.dtype).float(), want):
+            report["kept"].append(t.name)
+            continue
+        dev = device if device is not None else lin.weight.device
+        new = QuantLinear(q.to(dev), qtype, K, N, bias=lin.bias)
+        parent_name, _, child = path_.rpartition(".")
+        parent = model.get_submodule(parent_name) if parent_name else model
+        report["float_bytes"] += lin.weight.numel() * lin.weight.element_size()
+        setattr(parent, child, new)
+        report["bytes"] += q.numel()
+        name = QTYPES[qtype][0]
+        report["swapped"][name] = report["swapped"].get(name, 0) + 1
+    return report
