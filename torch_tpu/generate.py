@@ -43,7 +43,9 @@ def load(model: str, gguf_file, device: str, dtype, quantized: bool = False):
     if quantized and gguf_file:
         from torch_tpu.quant import quantize_from_gguf
 
+        t0 = time.perf_counter()
         report = quantize_from_gguf(mdl, os.path.join(model, gguf_file))
+        report["seconds"] = time.perf_counter() - t0
     return tok, mdl, report
 
 
@@ -123,7 +125,8 @@ def main(argv=None):
     if qrep is not None and qrep["swapped"]:
         kinds = ", ".join(f"{n} x{c}" for n, c in sorted(qrep["swapped"].items()))
         print(f"[torch_tpu] weights: quantized on the device ({kinds} linear layers, "
-              f"{qrep['bytes'] / 2**20:.1f} MiB of blocks instead of {qrep['float_bytes'] / 2**20:.1f} MiB float"
+              f"{qrep['bytes'] / 2**20:.1f} MiB of blocks instead of {qrep['float_bytes'] / 2**20:.1f} MiB float, "
+              f"swapped in {qrep['seconds']:.1f} s"
               + (f"; {len(qrep['kept'])} kept in float" if qrep["kept"] else "") + ")")
     else:
         why = "--dequantize" if a.dequantize else ("not a GGUF file" if not gguf else

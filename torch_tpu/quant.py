@@ -89,6 +89,86 @@ class QuantLinear(torch.nn.Module):
         return f"in_features={self.in_features}, out_features={self.out_features}, qtype={QTYPES[self.qtype][0]}"
 
 
+# ---- a minimal GGUF reader: metadata scalars and tensor infos, data as a memmap ----------
+# (gguf.GGUFReader builds numpy views of every metadata array, the 49K-entry
+# vocabulary included, which takes seconds; only the tensor table is needed here.)
+
+_GGUF_SCALARS = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?", 10: "<Q", 11: "<q", 12: "<d"}
+
+
+class GGUFTensor:
+    __slots__ = ("name", "dims", "qtype", "offset", "data")
+
+
+def read_gguf(path):
+    """(metadata {key: scalar or string; arrays skipped}, [GGUFTensor]) with
+    tensor.data a read-only uint8 memmap of the tensor's bytes (block formats
+    only; other tensors get data None)."""
+    import mmap
+    import struct
+
+    with open(path, "rb") as f:
+        mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+    pos = 0
+
+    def take(fmt):
+        nonlocal pos
+        v = struct.unpack_from(fmt, mm, pos)[0]
+        pos += struct.calcsize(fmt)
+        return v
+
+    def string():
+        nonlocal pos
+        n = take("<Q")
+        v = bytes(mm[pos:pos + n])
+        pos += n
+        return v.decode("utf-8", "replace")
+
+    def value(t):
+        nonlocal pos
+        if t in _GGUF_SCALARS:
+            return take(_GGUF_SCALARS[t])
+        if t == 8:
+            return string()
+        if t == 9:
+            et, n = take("<I"), take("<Q")
+            if et in _GGUF_SCALARS:
+                pos += n * struct.calcsize(_GGUF_SCALARS[et])
+            else:
+                for _ in range(n):
+                    value(et)
+            return None
+        raise ValueError(f"{path}: unknown GGUF metadata type {t}")
+
+    if mm[:4] != b"GGUF":
+        raise ValueError(f"{path} is not a GGUF file")
+    pos = 4
+    version = take("<I")
+    if version < 2:
+        raise ValueError(f"{path}: GGUF version {version} is not supported")
+    n_tensors, n_kv = take("<Q"), take("<Q")
+    meta = {}
+    for _ in range(n_kv):
+        key = string()
+        meta[key] = value(take("<I"))
+    tensors = []
+    for _ in range(n_tensors):
+        t = GGUFTensor()
+        t.name = string()
+        t.dims = [take("<Q") for _ in range(take("<I"))]
+        t.qtype, t.offset = take("<I"), take("<Q")
+        tensors.append(t)
+    align = int(meta.get("general.alignment") or 32)
+    start = (pos + align - 1) // align * align
+    for t in tensors:
+        t.data = None
+        if t.qtype in QTYPES and len(t.dims) == 2 and t.dims[0] % _BLOCK == 0:
+            row = t.dims[0] // _BLOCK * QTYPES[t.qtype][1]
+            t.data = np.frombuffer(mm, dtype=np.uint8, count=row * t.dims[1],
+                                   offset=start + t.offset).reshape(t.dims[1], row)
+    return meta, tensors
+
+
 # GGUF tensor name (per layer) -> module path of Llama-style Transformers models
 _LAYER_NAMES = {
     "attn_q": "self_attn.q_proj", "attn_k": "self_attn.k_proj", "attn_v": "self_attn.v_proj",
@@ -120,33 +200,25 @@ def quantize_from_gguf(model: torch.nn.Module, path: str, device=None):
     are swapped; the others keep their float weights. Returns a dict: swapped
     {qtype name: count}, kept (names left in float), bytes (quantized weight
     bytes now held), float_bytes (what the swapped layers held before)."""
-    import gguf
-
-    reader = gguf.GGUFReader(path)
-    names = {t.name for t in reader.tensors}
+    meta, tensors = read_gguf(path)
+    names = {t.name for t in tensors}
     cfg = getattr(model, "config", None)
     tied = "output.weight" not in names
-    arch = None
-    f = reader.fields.get("general.architecture")
-    if f is not None:
-        arch = bytes(f.parts[f.data[0]]).decode()
+    arch = meta.get("general.architecture")
     n_head = getattr(cfg, "num_attention_heads", None)
     n_kv = getattr(cfg, "num_key_value_heads", None) or n_head
     report = {"swapped": {}, "kept": [], "bytes": 0, "float_bytes": 0}
     modules = dict(model.named_modules())
-    for t in reader.tensors:
+    for t in tensors:
         path_ = _module_path(t.name, tied)
         if path_ is None or path_ not in modules:
             continue
         lin = modules[path_]
-        qtype = int(t.tensor_type)
-        if not isinstance(lin, torch.nn.Linear) or qtype not in QTYPES:
+        qtype = t.qtype
+        if not isinstance(lin, torch.nn.Linear) or t.data is None:
             report["kept"].append(t.name)
             continue
-        raw = np.asarray(t.data)
-        if raw.dtype != np.uint8 or raw.ndim != 2:
-            report["kept"].append(t.name)
-            continue
+        raw = t.data
         if arch in ("llama", None) and n_head and (".attn_q." in t.name or ".attn_k." in t.name):
             raw = _reverse_permute(raw, n_head if ".attn_q." in t.name else n_kv)
         q = torch.from_numpy(np.array(raw))  # a copy: the reader maps the file read-only

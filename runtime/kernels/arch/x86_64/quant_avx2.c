@@ -102,14 +102,145 @@ static float qa_row_dot(int qtype, const uint8_t* p, const float* x, int64_t nb)
   return qa_hsum(_mm256_add_ps(acc0, acc1));
 }
 
-/* One row of x: fused dequantize-and-dot per output row. */
+/* ---- one row of x (decode) ----------------------------------------------------
+ * x is first rearranged, once per task, into the order in which the nibbles
+ * come out of a cheap unpack: the block's 16 bytes broadcast to both halves
+ * of a ymm register as dwords, vector k (0..3) = (dwords >> shift_k) & 15
+ * with shift_k = 8k in lanes 0-3 and 8k + 4 in lanes 4-7. Lane i of vector k
+ * then holds weight kQaPerm[8k + i] of the block. This needs no shuffle
+ * beyond the broadcast load. Per-block sums of x carry the offsets: Q4_1's
+ * m * sum(x) and Q4_0's -8 d * sum(x). Two rows of W share each x load. */
+#define QA_MAXK 8192 /* larger K takes the plain path (stack buffers) */
+#define QA_AHEAD 16   /* rows of W prefetched ahead */
+
+static const uint8_t kQaPerm[32] = {0, 4, 8,  12, 16, 20, 24, 28, 1, 5, 9,  13, 17, 21, 25, 29,
+                                    2, 6, 10, 14, 18, 22, 26, 30, 3, 7, 11, 15, 19, 23, 27, 31};
+
+static inline __m256 qa_nib_dot(const uint8_t* qs, const __m256* x) {
+  const __m256i m15 = _mm256_set1_epi32(15);
+  const __m256i s0 = _mm256_setr_epi32(0, 0, 0, 0, 4, 4, 4, 4);
+  const __m256i s1 = _mm256_setr_epi32(8, 8, 8, 8, 12, 12, 12, 12);
+  const __m256i s2 = _mm256_setr_epi32(16, 16, 16, 16, 20, 20, 20, 20);
+  const __m256i s3 = _mm256_setr_epi32(24, 24, 24, 24, 28, 28, 28, 28);
+  __m256i v = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i*)qs));
+  __m256 w0 = _mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srlv_epi32(v, s0), m15));
+  __m256 w1 = _mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srlv_epi32(v, s1), m15));
+  __m256 w2 = _mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srlv_epi32(v, s2), m15));
+  __m256 w3 = _mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srlv_epi32(v, s3), m15));
+  __m256 t = _mm256_mul_ps(w0, x[0]);
+  __m256 u = _mm256_mul_ps(w2, x[2]);
+  t = _mm256_fmadd_ps(w1, x[1], t);
+  u = _mm256_fmadd_ps(w3, x[3], u);
+  return _mm256_add_ps(t, u);
+}
+
+static inline __m256 qa_i8_dot(const uint8_t* qs, const __m256* x) {
+  __m256 w0 = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i*)qs)));
+  __m256 w1 = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i*)(qs + 8))));
+  __m256 w2 = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i*)(qs + 16))));
+  __m256 w3 = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i*)(qs + 24))));
+  __m256 t = _mm256_mul_ps(w0, x[0]);
+  __m256 u = _mm256_mul_ps(w2, x[2]);
+  t = _mm256_fmadd_ps(w1, x[1], t);
+  u = _mm256_fmadd_ps(w3, x[3], u);
+  return _mm256_add_ps(t, u);
+}
+
+/* d (and m) of a block as floats: lane 0 = d, lane 1 = m. */
+static inline __m128 qa_scales(const uint8_t* p) {
+  int32_t v;
+  memcpy(&v, p, 4);
+  return _mm_cvtph_ps(_mm_cvtsi32_si128(v));
+}
+
+/* y[n0..n1) for one row of x, laid out as above (xp, sx); `qt` is a
+ * constant in each instantiation below. */
+static inline __attribute__((always_inline)) void qa_gemv_rows_t(const tpu_qu_ctx_t* c, const float* xp,
+                                                                 const float* sx, int64_t n0, int64_t n1,
+                                                                 const int qt) {
+  const int64_t nb = c->K / TPU_QU_BLOCK, rb = c->row_bytes;
+  const int qoff = qt == TPU_QU_Q4_1 ? 4 : 2;
+  int64_t n = n0;
+  for (; n + 2 <= n1; n += 2) {
+    const uint8_t* p0 = c->w + n * rb;
+    const uint8_t* p1 = p0 + rb;
+    __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
+    float o0 = 0.0f, o1 = 0.0f;
+    const int64_t bb = qt == TPU_QU_Q4_0 ? 18 : qt == TPU_QU_Q4_1 ? 20 : 34;
+    for (int64_t b = 0; b < nb; ++b, p0 += bb, p1 += bb) {
+      __builtin_prefetch(p0 + QA_AHEAD * rb, 0, 0); /* the rows QA_AHEAD / 2 pairs ahead */
+      __builtin_prefetch(p1 + QA_AHEAD * rb, 0, 0);
+      __m256 x[4] = {_mm256_load_ps(xp + 32 * b), _mm256_load_ps(xp + 32 * b + 8), _mm256_load_ps(xp + 32 * b + 16),
+                     _mm256_load_ps(xp + 32 * b + 24)};
+      __m128 d0 = qa_scales(p0), d1 = qa_scales(p1);
+      __m256 t0 = qt == TPU_QU_Q8_0 ? qa_i8_dot(p0 + 2, x) : qa_nib_dot(p0 + qoff, x);
+      __m256 t1 = qt == TPU_QU_Q8_0 ? qa_i8_dot(p1 + 2, x) : qa_nib_dot(p1 + qoff, x);
+      a0 = _mm256_fmadd_ps(_mm256_broadcastss_ps(d0), t0, a0);
+      a1 = _mm256_fmadd_ps(_mm256_broadcastss_ps(d1), t1, a1);
+      if (qt == TPU_QU_Q4_1) {
+        o0 += _mm_cvtss_f32(_mm_movehdup_ps(d0)) * sx[b];
+        o1 += _mm_cvtss_f32(_mm_movehdup_ps(d1)) * sx[b];
+      } else if (qt == TPU_QU_Q4_0) {
+        o0 -= 8.0f * _mm_cvtss_f32(d0) * sx[b];
+        o1 -= 8.0f * _mm_cvtss_f32(d1) * sx[b];
+      }
+    }
+    c->y[n] = qa_hsum(a0) + o0;
+    c->y[n + 1] = qa_hsum(a1) + o1;
+  }
+  for (; n < n1; ++n) {
+    const uint8_t* p0 = c->w + n * rb;
+    __m256 a0 = _mm256_setzero_ps();
+    float o0 = 0.0f;
+    const int64_t bb = qt == TPU_QU_Q4_0 ? 18 : qt == TPU_QU_Q4_1 ? 20 : 34;
+    for (int64_t b = 0; b < nb; ++b, p0 += bb) {
+      __m256 x[4] = {_mm256_load_ps(xp + 32 * b), _mm256_load_ps(xp + 32 * b + 8), _mm256_load_ps(xp + 32 * b + 16),
+                     _mm256_load_ps(xp + 32 * b + 24)};
+      __m128 d0 = qa_scales(p0);
+      __m256 t0 = qt == TPU_QU_Q8_0 ? qa_i8_dot(p0 + 2, x) : qa_nib_dot(p0 + qoff, x);
+      a0 = _mm256_fmadd_ps(_mm256_broadcastss_ps(d0), t0, a0);
+      if (qt == TPU_QU_Q4_1) o0 += _mm_cvtss_f32(_mm_movehdup_ps(d0)) * sx[b];
+      if (qt == TPU_QU_Q4_0) o0 -= 8.0f * _mm_cvtss_f32(d0) * sx[b];
+    }
+    c->y[n] = qa_hsum(a0) + o0;
+  }
+}
+
+static void qa_gemv_rows(const tpu_qu_ctx_t* c, const float* xp, const float* sx, int64_t n0, int64_t n1) {
+  switch (c->qtype) {
+    case TPU_QU_Q4_0: qa_gemv_rows_t(c, xp, sx, n0, n1, TPU_QU_Q4_0); break;
+    case TPU_QU_Q4_1: qa_gemv_rows_t(c, xp, sx, n0, n1, TPU_QU_Q4_1); break;
+    case TPU_QU_Q8_0: qa_gemv_rows_t(c, xp, sx, n0, n1, TPU_QU_Q8_0); break;
+    default: break;
+  }
+}
+
 void tpu_k_avx2_qu_gemv(void* vctx, int64_t n0, int64_t n1) {
   const tpu_qu_ctx_t* c = (const tpu_qu_ctx_t*)vctx;
   const int64_t nb = c->K / TPU_QU_BLOCK;
-  for (int64_t n = n0; n < n1; ++n) {
-    if (n + 4 < n1) __builtin_prefetch(c->w + (n + 4) * c->row_bytes, 0, 0);
-    for (int64_t m = 0; m < c->M; ++m)
-      c->y[m * c->N + n] = qa_row_dot(c->qtype, c->w + n * c->row_bytes, c->x + m * c->K, nb);
+  if (c->K > QA_MAXK) {
+    for (int64_t n = n0; n < n1; ++n)
+      for (int64_t m = 0; m < c->M; ++m)
+        c->y[m * c->N + n] = qa_row_dot(c->qtype, c->w + n * c->row_bytes, c->x + m * c->K, nb);
+    return;
+  }
+  float xp[QA_MAXK] __attribute__((aligned(32)));
+  float sx[QA_MAXK / TPU_QU_BLOCK];
+  for (int64_t m = 0; m < c->M; ++m) {
+    const float* x = c->x + m * c->K;
+    const bool nibbles = c->qtype != TPU_QU_Q8_0;
+    for (int64_t b = 0; b < nb; ++b) {
+      const float* xb = x + 32 * b;
+      float s = 0.0f;
+      for (int j = 0; j < 32; ++j) {
+        xp[32 * b + j] = nibbles ? xb[kQaPerm[j]] : xb[j];
+        s += xb[j];
+      }
+      sx[b] = s;
+    }
+    tpu_qu_ctx_t row = *c;
+    row.y = c->y + m * c->N;
+    qa_gemv_rows(&row, xp, sx, n0, n1);
   }
 }
 
