@@ -261,28 +261,58 @@ static inline void qa_dequant(int qtype, const uint8_t* p, float* out) {
   }
 }
 
-#define QA_CHUNK 256
+/* ---- many rows of x (prefill) -------------------------------------------------
+ * A panel of W rows is dequantized into a stack buffer (at most QA_PANEL
+ * floats), then every row of x is dotted with four panel rows at a time, so
+ * each x row is read once per panel instead of once per W row. */
+#define QA_PANEL 16384
 
-/* Many rows of x: dequantize 256 weights of a W row, dot every x row. */
+static void qa_panel_dots(const float* buf, int64_t rows, int64_t K, const float* x, float* y) {
+  int64_t r = 0;
+  for (; r + 4 <= rows; r += 4) {
+    const float *b0 = buf + r * K, *b1 = b0 + K, *b2 = b1 + K, *b3 = b2 + K;
+    __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps(), a2 = _mm256_setzero_ps(), a3 = _mm256_setzero_ps();
+    for (int64_t k = 0; k < K; k += 8) {
+      __m256 xv = _mm256_loadu_ps(x + k);
+      a0 = _mm256_fmadd_ps(_mm256_load_ps(b0 + k), xv, a0);
+      a1 = _mm256_fmadd_ps(_mm256_load_ps(b1 + k), xv, a1);
+      a2 = _mm256_fmadd_ps(_mm256_load_ps(b2 + k), xv, a2);
+      a3 = _mm256_fmadd_ps(_mm256_load_ps(b3 + k), xv, a3);
+    }
+    y[r] = qa_hsum(a0);
+    y[r + 1] = qa_hsum(a1);
+    y[r + 2] = qa_hsum(a2);
+    y[r + 3] = qa_hsum(a3);
+  }
+  for (; r < rows; ++r) {
+    const float* b0 = buf + r * K;
+    __m256 a0 = _mm256_setzero_ps();
+    for (int64_t k = 0; k < K; k += 8) a0 = _mm256_fmadd_ps(_mm256_load_ps(b0 + k), _mm256_loadu_ps(x + k), a0);
+    y[r] = qa_hsum(a0);
+  }
+}
+
 void tpu_k_avx2_qu_gemm(void* vctx, int64_t n0, int64_t n1) {
   const tpu_qu_ctx_t* c = (const tpu_qu_ctx_t*)vctx;
-  float buf[QA_CHUNK] __attribute__((aligned(32)));
-  for (int64_t n = n0; n < n1; ++n) {
-    const uint8_t* row = c->w + n * c->row_bytes;
-    for (int64_t m = 0; m < c->M; ++m) c->y[m * c->N + n] = 0.0f;
-    for (int64_t k0 = 0; k0 < c->K; k0 += QA_CHUNK) {
-      int64_t len = c->K - k0 < QA_CHUNK ? c->K - k0 : QA_CHUNK;
-      for (int64_t j = 0; j < len; j += TPU_QU_BLOCK)
-        qa_dequant(c->qtype, row + (k0 + j) / TPU_QU_BLOCK * c->block_bytes, buf + j);
-      for (int64_t m = 0; m < c->M; ++m) {
-        const float* x = c->x + m * c->K + k0;
-        __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
-        for (int64_t j = 0; j < len; j += 16) {
-          a0 = _mm256_fmadd_ps(_mm256_load_ps(buf + j), _mm256_loadu_ps(x + j), a0);
-          a1 = _mm256_fmadd_ps(_mm256_load_ps(buf + j + 8), _mm256_loadu_ps(x + j + 8), a1);
-        }
-        c->y[m * c->N + n] += qa_hsum(_mm256_add_ps(a0, a1));
-      }
+  const int64_t K = c->K, nb = K / TPU_QU_BLOCK;
+  if (K > QA_PANEL) {
+    for (int64_t n = n0; n < n1; ++n)
+      for (int64_t m = 0; m < c->M; ++m)
+        c->y[m * c->N + n] = qa_row_dot(c->qtype, c->w + n * c->row_bytes, c->x + m * K, nb);
+    return;
+  }
+  float buf[QA_PANEL] __attribute__((aligned(32)));
+  const int64_t panel = QA_PANEL / K;
+  float ys[QA_PANEL / TPU_QU_BLOCK]; /* one x row's results for the panel (panel <= 512) */
+  for (int64_t n = n0; n < n1; n += panel) {
+    int64_t rows = n1 - n < panel ? n1 - n : panel;
+    for (int64_t r = 0; r < rows; ++r) {
+      const uint8_t* row = c->w + (n + r) * c->row_bytes;
+      for (int64_t b = 0; b < nb; ++b) qa_dequant(c->qtype, row + b * c->block_bytes, buf + r * K + b * TPU_QU_BLOCK);
+    }
+    for (int64_t m = 0; m < c->M; ++m) {
+      qa_panel_dots(buf, rows, K, c->x + m * K, ys);
+      memcpy(c->y + m * c->N + n, ys, (size_t)rows * sizeof(float));
     }
   }
 }
