@@ -42,6 +42,7 @@ def _q_linear_cpu(x, qweight, qtype, out_features):
 
 _lib.impl("q_linear", _q_linear_meta, "Meta")
 _lib.impl("q_linear", _q_linear_cpu, "CPU")
+_Q_LINEAR = torch.ops.tpu.q_linear.default
 
 
 def _f16(b, off):
@@ -80,7 +81,9 @@ class QuantLinear(torch.nn.Module):
 
     def forward(self, x):
         xf = x if x.dtype == torch.float32 else x.float()
-        y = torch.ops.tpu.q_linear(xf.contiguous(), self.qweight, self.qtype, self.out_features)
+        if not xf.is_contiguous():
+            xf = xf.contiguous()
+        y = _Q_LINEAR(xf, self.qweight, self.qtype, self.out_features)
         if self.bias is not None:
             y = y + self.bias.float()
         return y if y.dtype == x.dtype else y.to(x.dtype)
