@@ -27,13 +27,22 @@ def _f16_bytes(v):
 
 def random_blocks(qtype, n, k, seed=0):
     g = torch.Generator().manual_seed(seed)
-    bb = quant.QTYPES[qtype][1]
-    raw = torch.randint(0, 256, (n, k // 32, bb), dtype=torch.uint8, generator=g)
+    bb, qk = quant.QTYPES[qtype][1], quant.block_size(qtype)
+    raw = torch.randint(0, 256, (n, k // qk, bb), dtype=torch.uint8, generator=g)
     rng = np.random.default_rng(seed)
-    raw[..., 0:2] = _f16_bytes(rng.uniform(-0.05, 0.05, (n, k // 32)))
-    if qtype == 3:
-        raw[..., 2:4] = _f16_bytes(rng.uniform(-0.5, 0.5, (n, k // 32)))
+    at = 208 if qtype == 14 else 0
+    raw[..., at:at + 2] = _f16_bytes(rng.uniform(-0.05, 0.05, (n, k // qk)) / (10 if qk == 256 else 1))
+    if qtype in (3, 12):
+        raw[..., 2:4] = _f16_bytes(rng.uniform(-0.5, 0.5, (n, k // qk)) / (50 if qk == 256 else 1))
     return raw.reshape(n, -1)
+
+
+@pytest.mark.parametrize("qtype", sorted(quant.QTYPES))
+def test_dequantize_matches_gguf_package(qtype):
+    gq = pytest.importorskip("gguf.quants")
+    raw = random_blocks(qtype, 6, 512, seed=qtype)
+    ref = gq.dequantize(raw.numpy(), qtype).reshape(6, 512)
+    np.testing.assert_allclose(quant.dequantize(raw, qtype, 512).numpy(), ref, rtol=1e-6, atol=1e-7)
 
 
 def check_close(y, x, w):
@@ -65,7 +74,7 @@ def test_dequantize_reference_formats():
 @pytest.mark.parametrize("qtype", sorted(quant.QTYPES))
 @pytest.mark.parametrize("rows", [1, 3, 17])
 def test_q_linear_matches_float(qtype, rows):
-    n, k = 70, 576
+    n, k = 70, 576 if quant.block_size(qtype) == 32 else 768
     raw = random_blocks(qtype, n, k, seed=qtype * 100 + rows)
     w = quant.dequantize(raw, qtype, k)
     x = torch.randn(rows, k)
@@ -92,8 +101,8 @@ def test_quant_linear_module_shapes_and_dtypes():
     check_close(m(xt).cpu() - bias, xt.cpu(), w)
     with pytest.raises(ValueError):
         quant.QuantLinear(raw, 3, k, n + 1)
-    with pytest.raises(RuntimeError, match="quantization type 12"):
-        torch.ops.tpu.q_linear(x.reshape(10, k).to("tpu"), raw.to("tpu"), 12, n).cpu()
+    with pytest.raises(RuntimeError, match="quantization type 13"):
+        torch.ops.tpu.q_linear(x.reshape(10, k).to("tpu"), raw.to("tpu"), 13, n).cpu()
 
 
 def _gguf_dir():

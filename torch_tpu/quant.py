@@ -5,7 +5,7 @@
 
 Transformers' GGUF loader dequantizes every tensor to float. This module
 swaps a loaded model's ``nn.Linear`` layers for :class:`QuantLinear` layers
-that hold the GGUF file's raw blocks (Q4_0, Q4_1, Q8_0) as a uint8 tensor on
+that hold the GGUF file's raw blocks (Q4_0, Q4_1, Q8_0, Q4_K, Q6_K) as a uint8 tensor on
 the device and run ``torch.ops.tpu.q_linear`` (runtime/kernels/quant.c):
 y = x @ W^T with the weights dequantized inside the kernel, activations in
 float32 (bfloat16/float16 inputs are computed in float32 and cast back).
@@ -20,9 +20,13 @@ import torch.nn.functional as F
 
 __all__ = ["QuantLinear", "dequantize", "quantize_from_gguf", "QTYPES"]
 
-# GGML type id -> (name, bytes per block of 32 weights)
-QTYPES = {2: ("Q4_0", 18), 3: ("Q4_1", 20), 8: ("Q8_0", 34)}
+# GGML type id -> (name, bytes per block); blocks of 32 weights, super-blocks of 256 for *_K
+QTYPES = {2: ("Q4_0", 18), 3: ("Q4_1", 20), 8: ("Q8_0", 34), 12: ("Q4_K", 144), 14: ("Q6_K", 210)}
 _BLOCK = 32
+
+
+def block_size(qtype):
+    return 256 if qtype in (12, 14) else 32
 
 _lib = torch.library.Library("tpu", "FRAGMENT")
 _lib.define("q_linear(Tensor x, Tensor qweight, int qtype, int out_features) -> Tensor")
@@ -50,10 +54,34 @@ def _f16(b, off):
     return b[..., off:off + 2].contiguous().view(torch.float16).to(torch.float32)
 
 
+def _dequantize_k(q, qtype):
+    """Q4_K / Q6_K super-blocks q [..., nblocks, bytes] -> float32 [..., nblocks, 256]."""
+    i32 = lambda t: t.to(torch.int32)  # noqa: E731
+    if qtype == 12:
+        d, dmin = _f16(q, 0), _f16(q, 2)  # [..., nblocks, 1]
+        s = i32(q[..., 4:16])
+        lo = torch.cat([s[..., 0:4] & 63, (s[..., 8:12] & 15) | ((s[..., 0:4] >> 6) << 4)], -1)
+        mn = torch.cat([s[..., 4:8] & 63, (s[..., 8:12] >> 4) | ((s[..., 4:8] >> 6) << 4)], -1)
+        qs = i32(q[..., 16:144]).reshape(*q.shape[:-1], 4, 32)
+        nib = torch.stack([qs & 15, qs >> 4], -2).reshape(*q.shape[:-1], 8, 32)  # sub-blocks in order
+        w = (d * lo.float()).unsqueeze(-1) * nib.float() - (dmin * mn.float()).unsqueeze(-1)
+        return w.reshape(*q.shape[:-1], 256)
+    ql = i32(q[..., 0:128]).reshape(*q.shape[:-1], 2, 64)
+    qh = i32(q[..., 128:192]).reshape(*q.shape[:-1], 2, 32)
+    sc = q[..., 192:208].contiguous().view(torch.int8).float().reshape(*q.shape[:-1], 2, 8)
+    d = _f16(q, 208).reshape(*q.shape[:-1], 1, 1)
+    parts = [(ql[..., :32] & 15), (ql[..., 32:] & 15), (ql[..., :32] >> 4), (ql[..., 32:] >> 4)]
+    vals = torch.stack([p | (((qh >> (2 * t)) & 3) << 4) for t, p in enumerate(parts)], -2) - 32  # [.., 2, 4, 32]
+    scale = sc.reshape(*q.shape[:-1], 2, 4, 2).repeat_interleave(16, -1)  # l // 16 + 2t
+    return (d.unsqueeze(-1) * scale * vals.float()).reshape(*q.shape[:-1], 256)
+
+
 def dequantize(qweight: torch.Tensor, qtype: int, in_features: int) -> torch.Tensor:
-    """float32 [N, in_features] from raw blocks [N, in_features / 32 * block_bytes] (on the CPU)."""
+    """float32 [N, in_features] from raw blocks [N, in_features / block * block_bytes] (on the CPU)."""
     name, bb = QTYPES[qtype]
-    q = qweight.cpu().reshape(qweight.shape[0], in_features // _BLOCK, bb)
+    q = qweight.cpu().reshape(qweight.shape[0], in_features // block_size(qtype), bb)
+    if qtype in (12, 14):
+        return _dequantize_k(q, qtype).reshape(qweight.shape[0], in_features)
     d = _f16(q, 0)
     if qtype == 8:
         w = q[..., 2:].contiguous().view(torch.int8).to(torch.float32) * d
@@ -71,8 +99,8 @@ class QuantLinear(torch.nn.Module):
         super().__init__()
         if qtype not in QTYPES:
             raise ValueError(f"unsupported GGUF quantization type {qtype}")
-        bb = QTYPES[qtype][1]
-        if in_features % _BLOCK or tuple(qweight.shape) != (out_features, in_features // _BLOCK * bb):
+        bb, qk = QTYPES[qtype][1], block_size(qtype)
+        if in_features % qk or tuple(qweight.shape) != (out_features, in_features // qk * bb):
             raise ValueError(f"qweight {tuple(qweight.shape)} does not hold [{out_features}, {in_features}] "
                              f"{QTYPES[qtype][0]} weights")
         self.in_features, self.out_features, self.qtype = in_features, out_features, qtype
@@ -165,8 +193,8 @@ def read_gguf(path):
     start = (pos + align - 1) // align * align
     for t in tensors:
         t.data = None
-        if t.qtype in QTYPES and len(t.dims) == 2 and t.dims[0] % _BLOCK == 0:
-            row = t.dims[0] // _BLOCK * QTYPES[t.qtype][1]
+        if t.qtype in QTYPES and len(t.dims) == 2 and t.dims[0] % block_size(t.qtype) == 0:
+            row = t.dims[0] // block_size(t.qtype) * QTYPES[t.qtype][1]
             t.data = np.frombuffer(mm, dtype=np.uint8, count=row * t.dims[1],
                                    offset=start + t.offset).reshape(t.dims[1], row)
     return meta, tensors
@@ -198,7 +226,7 @@ def _reverse_permute(raw, n_head):
 def quantize_from_gguf(model: torch.nn.Module, path: str, device=None):
     """Swaps the model's linear layers for QuantLinear over the GGUF file's blocks.
 
-    Only layers whose GGUF tensor is Q4_0, Q4_1 or Q8_0 and whose float copy
+    Only layers whose GGUF tensor is Q4_0, Q4_1, Q8_0, Q4_K or Q6_K and whose float copy
     (the one Transformers made) equals the dequantized blocks on sampled rows
     are swapped; the others keep their float weights. Returns a dict: swapped
     {qtype name: count}, kept (names left in float), bytes (quantized weight
@@ -226,7 +254,7 @@ def quantize_from_gguf(model: torch.nn.Module, path: str, device=None):
             raw = _reverse_permute(raw, n_head if ".attn_q." in t.name else n_kv)
         q = torch.from_numpy(np.array(raw))  # a copy: the reader maps the file read-only
         N, K = lin.out_features, lin.in_features
-        if tuple(q.shape) != (N, K // _BLOCK * QTYPES[qtype][1]):
+        if tuple(q.shape) != (N, K // block_size(qtype) * QTYPES[qtype][1]):
             report["kept"].append(t.name)
             continue
         rows = sorted({0, 1, N // 2 + 1, N - 1} & set(range(N)))

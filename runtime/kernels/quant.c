@@ -5,8 +5,9 @@
  *   tpu::q_linear(Tensor x, Tensor qweight, int qtype, int out_features) -> y
  *
  * y = x @ W^T with W [N = out_features, K] stored as `qweight`, a contiguous
- * uint8 tensor [N, K / 32 * block_bytes] of raw blocks; x [..., K] float32,
- * contiguous, K a multiple of 32; y [..., N] float32, contiguous. Activations
+ * uint8 tensor [N, K / block * block_bytes] of raw blocks (Q4_0, Q4_1, Q8_0:
+ * blocks of 32; Q4_K, Q6_K: super-blocks of 256); x [..., K] float32,
+ * contiguous, K a multiple of the block; y [..., N] float32, contiguous. Activations
  * stay float32: each weight is dequantized exactly (the scale's f16 value
  * times the integer, plus the min for Q4_1) and multiplied in float32, so y
  * differs from x @ dequantize(W)^T only by the order of float32 sums.
@@ -15,7 +16,9 @@
  * rows (prefill) dequantize 256 weights of a row at a time into a stack
  * buffer and dot every row of x with them. Both split the output rows over
  * the thread pool. The engines come in a portable version (here) and an
- * AVX2 + FMA + F16C one (arch/x86_64/quant_avx2.c), chosen at run time. */
+ * AVX2 + FMA + F16C one (arch/x86_64/quant_avx2.c), chosen at run time.
+ * Q4_K and Q6_K take a simpler path for now: each super-block is
+ * dequantized by the portable code into a buffer, then dotted (AVX2). */
 #include <string.h>
 
 #include "kernels/kutil.h"
@@ -29,8 +32,14 @@ static int64_t qu_block_bytes(int qtype) {
     case TPU_QU_Q4_0: return 18;
     case TPU_QU_Q4_1: return 20;
     case TPU_QU_Q8_0: return 34;
+    case TPU_QU_Q4_K: return 144;
+    case TPU_QU_Q6_K: return 210;
     default: return 0;
   }
+}
+
+static int64_t qu_block(int qtype) {
+  return qtype == TPU_QU_Q4_K || qtype == TPU_QU_Q6_K ? TPU_QU_KBLOCK : TPU_QU_BLOCK;
 }
 
 static const char* qu_name(int qtype) {
@@ -38,14 +47,64 @@ static const char* qu_name(int qtype) {
     case TPU_QU_Q4_0: return "Q4_0";
     case TPU_QU_Q4_1: return "Q4_1";
     case TPU_QU_Q8_0: return "Q8_0";
+    case TPU_QU_Q4_K: return "Q4_K";
+    case TPU_QU_Q6_K: return "Q6_K";
     default: return "?";
   }
 }
 
 static inline float qu_f16(const uint8_t* p) { return tpu_ku_f16_to_f32((uint16_t)(p[0] | (p[1] << 8))); }
 
-/* 32 weights of block `b` -> out */
-static void qu_dequant_block(int qtype, const uint8_t* b, float* out) {
+/* Q4_K's 6-bit scale and min of sub-block j (see quant.h). */
+static void qu_k4_scale_min(const uint8_t* s, int j, int* sc, int* mn) {
+  if (j < 4) {
+    *sc = s[j] & 63;
+    *mn = s[j + 4] & 63;
+  } else {
+    *sc = (s[j + 4] & 15) | ((s[j - 4] >> 6) << 4);
+    *mn = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
+  }
+}
+
+void tpu_k_qu_dequant_block(int qtype, const uint8_t* b, float* out) {
+  switch (qtype) {
+    case TPU_QU_Q4_K: {
+      float d = qu_f16(b), dmin = qu_f16(b + 2);
+      const uint8_t* qs = b + 16;
+      for (int i = 0; i < 4; ++i, qs += 32, out += 64) {
+        int sc0, mn0, sc1, mn1;
+        qu_k4_scale_min(b + 4, 2 * i, &sc0, &mn0);
+        qu_k4_scale_min(b + 4, 2 * i + 1, &sc1, &mn1);
+        float d0 = d * (float)sc0, m0 = dmin * (float)mn0, d1 = d * (float)sc1, m1 = dmin * (float)mn1;
+        for (int l = 0; l < 32; ++l) {
+          out[l] = d0 * (float)(qs[l] & 15) - m0;
+          out[l + 32] = d1 * (float)(qs[l] >> 4) - m1;
+        }
+      }
+      return;
+    }
+    case TPU_QU_Q6_K: {
+      const uint8_t* ql = b;
+      const uint8_t* qh = b + 128;
+      const int8_t* sc = (const int8_t*)(b + 192);
+      float d = qu_f16(b + 208);
+      for (int h = 0; h < 2; ++h, ql += 64, qh += 32, sc += 8, out += 128) {
+        for (int l = 0; l < 32; ++l) {
+          int is = l / 16;
+          int q1 = ((ql[l] & 15) | (((qh[l] >> 0) & 3) << 4)) - 32;
+          int q2 = ((ql[l + 32] & 15) | (((qh[l] >> 2) & 3) << 4)) - 32;
+          int q3 = ((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32;
+          int q4 = ((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32;
+          out[l] = d * (float)sc[is] * (float)q1;
+          out[l + 32] = d * (float)sc[is + 2] * (float)q2;
+          out[l + 64] = d * (float)sc[is + 4] * (float)q3;
+          out[l + 96] = d * (float)sc[is + 6] * (float)q4;
+        }
+      }
+      return;
+    }
+    default: break;
+  }
   switch (qtype) {
     case TPU_QU_Q4_0: {
       float d = qu_f16(b);
@@ -81,8 +140,8 @@ static void qu_gemm_portable(void* vctx, int64_t n0, int64_t n1) {
     for (int64_t m = 0; m < c->M; ++m) c->y[m * c->N + n] = 0.0f;
     for (int64_t k0 = 0; k0 < c->K; k0 += QU_CHUNK) {
       int64_t len = c->K - k0 < QU_CHUNK ? c->K - k0 : QU_CHUNK;
-      for (int64_t j = 0; j < len; j += TPU_QU_BLOCK)
-        qu_dequant_block(c->qtype, row + (k0 + j) / TPU_QU_BLOCK * c->block_bytes, buf + j);
+      for (int64_t j = 0; j < len; j += c->block)
+        tpu_k_qu_dequant_block(c->qtype, row + (k0 + j) / c->block * c->block_bytes, buf + j);
       for (int64_t m = 0; m < c->M; ++m) {
         const float* x = c->x + m * c->K + k0;
         float s = 0.0f;
@@ -108,20 +167,21 @@ static tpu_status_t qu_parse(const tpu_k_call_t* call, tpu_qu_ctx_t* c) {
   int64_t N = tpu_ku_int(call, 3, -1);
   int64_t bb = qu_block_bytes(qtype);
   if (bb == 0)
-    return tpu_status_annotate(TPU_ERROR(TPU_STATUS_UNIMPLEMENTED,
-                                         "quantization type %d is not supported (Q4_0 = 2, Q4_1 = 3, Q8_0 = 8)",
-                                         qtype),
-                               "%s", call->op);
+    return tpu_status_annotate(
+        TPU_ERROR(TPU_STATUS_UNIMPLEMENTED,
+                  "quantization type %d is not supported (Q4_0 = 2, Q4_1 = 3, Q8_0 = 8, Q4_K = 12, Q6_K = 14)", qtype),
+        "%s", call->op);
+  const int64_t QK = qu_block(qtype);
   if (x->dtype != TPU_DTYPE_F32) return tpu_ku_unsupported_dtype(call, x->dtype);
   if (w->dtype != TPU_DTYPE_U8)
     return TPU_KU_INVALID(call, "qweight must be uint8 (raw %s blocks), got %s", qu_name(qtype),
                           tpu_dtype_name((tpu_dtype_t)w->dtype));
   if (x->ndim < 1) return TPU_KU_INVALID(call, "x must have at least 1 dimension");
   int64_t K = x->sizes[x->ndim - 1];
-  if (K % TPU_QU_BLOCK != 0)
-    return TPU_KU_INVALID(call, "in_features %lld is not a multiple of the %s block size 32", (long long)K,
-                          qu_name(qtype));
-  int64_t row_bytes = K / TPU_QU_BLOCK * bb;
+  if (K % QK != 0)
+    return TPU_KU_INVALID(call, "in_features %lld is not a multiple of the %s block size %lld", (long long)K,
+                          qu_name(qtype), (long long)QK);
+  int64_t row_bytes = K / QK * bb;
   if (w->ndim != 2 || w->sizes[0] != N || w->sizes[1] != row_bytes)
     return TPU_KU_INVALID(call,
                           "qweight of %d dims [%lld, %lld] does not hold %lld rows of %lld %s weights (expected "
@@ -144,6 +204,7 @@ static tpu_status_t qu_parse(const tpu_k_call_t* call, tpu_qu_ctx_t* c) {
     c->M = M;
     c->N = N;
     c->K = K;
+    c->block = QK;
     c->block_bytes = bb;
     c->row_bytes = row_bytes;
     c->x = (const float*)x->data;

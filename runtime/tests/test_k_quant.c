@@ -1,4 +1,4 @@
-/* test_k_quant.c - tpu::q_linear (GGUF Q4_0, Q4_1, Q8_0 weights) against a
+/* test_k_quant.c - tpu::q_linear (GGUF Q4_0, Q4_1, Q8_0, Q4_K, Q6_K weights) against a
  * float reference: the blocks dequantized here, independently of the
  * kernel, then x @ W^T in double. Tolerance: |y - ref| <= 1e-5 * sum_k
  * |x_k * w_k| + 1e-6 (the kernel sums in float32 in a different order). */
@@ -15,7 +15,10 @@
 
 static uint64_t g_rng = 987654321ull;
 
-static int64_t block_bytes(int qtype) { return qtype == 2 ? 18 : qtype == 3 ? 20 : 34; }
+static int64_t block_bytes(int qtype) {
+  return qtype == 2 ? 18 : qtype == 3 ? 20 : qtype == 8 ? 34 : qtype == 12 ? 144 : 210;
+}
+static int64_t block_size(int qtype) { return qtype == 12 || qtype == 14 ? 256 : 32; }
 
 static void put_f16(uint8_t* p, float v) {
   uint16_t h = tpu_ku_f32_to_f16(v);
@@ -30,13 +33,30 @@ static void fill_blocks(int qtype, uint8_t* w, int64_t nblocks) {
   for (int64_t b = 0; b < nblocks; ++b) {
     uint8_t* p = w + b * bb;
     for (int64_t j = 0; j < bb; ++j) p[j] = (uint8_t)(tku_xorshift(&g_rng) >> 24);
-    put_f16(p, (float)(tku_urand(&g_rng) * 0.05));
+    put_f16(p + (qtype == 14 ? 208 : 0), (float)(tku_urand(&g_rng) * (qtype >= 12 ? 0.005 : 0.05)));
     if (qtype == 3) put_f16(p + 2, (float)(tku_urand(&g_rng) * 0.5));
+    if (qtype == 12) put_f16(p + 2, (float)(tku_urand(&g_rng) * 0.01));
   }
 }
 
-/* Weight k (0..31) of one block, dequantized as the GGUF format defines it. */
+/* Weight k (0..block_size - 1) of one block, dequantized as the GGUF format defines it. */
 static double ref_weight(int qtype, const uint8_t* p, int k) {
+  if (qtype == 12) { /* Q4_K */
+    const uint8_t* s = p + 4;
+    int i = k / 64, r = k % 64, j = 2 * i + (r >= 32);
+    uint8_t byte = p[16 + 32 * i + r % 32];
+    int q = r < 32 ? (byte & 15) : (byte >> 4);
+    int sc = j < 4 ? (s[j] & 63) : ((s[j + 4] & 15) | ((s[j - 4] >> 6) << 4));
+    int mn = j < 4 ? (s[j + 4] & 63) : ((s[j + 4] >> 4) | ((s[j] >> 6) << 4));
+    return get_f16(p) * sc * q - get_f16(p + 2) * mn;
+  }
+  if (qtype == 14) { /* Q6_K */
+    int h = k / 128, r = k % 128, t = r / 32, l = r % 32;
+    uint8_t lo = p[64 * h + l + (t & 1) * 32];
+    int q = ((t < 2 ? (lo & 15) : (lo >> 4)) | (((p[128 + 32 * h + l] >> (2 * t)) & 3) << 4)) - 32;
+    int sc = (int8_t)p[192 + 8 * h + l / 16 + 2 * t];
+    return get_f16(p + 208) * sc * q;
+  }
   double d = get_f16(p);
   if (qtype == 8) return d * (double)(int8_t)p[2 + k];
   const uint8_t* qs = p + (qtype == 3 ? 4 : 2);
@@ -46,7 +66,7 @@ static double ref_weight(int qtype, const uint8_t* p, int k) {
 }
 
 static void test_q_linear(int qtype, int64_t M, int64_t N, int64_t K) {
-  int64_t nbk = K / 32, bb = block_bytes(qtype);
+  int64_t QK = block_size(qtype), nbk = K / QK, bb = block_bytes(qtype);
   uint8_t* w = malloc((size_t)(N * nbk * bb) + 1);
   fill_blocks(qtype, w, N * nbk);
   int64_t sx[2] = {M, K}, sw[2] = {N, nbk * bb}, sy[2] = {M, N};
@@ -62,7 +82,7 @@ static void test_q_linear(int qtype, int64_t M, int64_t N, int64_t K) {
     for (int64_t n = 0; n < N; ++n) {
       double ref = 0.0, mag = 0.0;
       for (int64_t k = 0; k < K; ++k) {
-        double p = ref_weight(qtype, w + (n * nbk + k / 32) * bb, (int)(k % 32)) * xf[m * K + k];
+        double p = ref_weight(qtype, w + (n * nbk + k / QK) * bb, (int)(k % QK)) * xf[m * K + k];
         ref += p;
         mag += fabs(p);
       }
@@ -110,8 +130,10 @@ static void test_errors(void) {
   tpu_tensor_t wt = T_(w, TPU_DTYPE_U8, 2, sw, NULL);
   tpu_k_value_t a[4] = {vt(&x), vt(&wt), vi(3), vi(2)};
   CHECK(ok(call_op("tpu::q_linear", 4, a, 1, &y))); /* Q4_1: 2 blocks of 20 bytes per row */
-  tpu_k_value_t bad_type[4] = {vt(&x), vt(&wt), vi(12), vi(2)};
-  CHECK_STATUS(call_op("tpu::q_linear", 4, bad_type, 1, &y), TPU_STATUS_UNIMPLEMENTED, "quantization type 12");
+  tpu_k_value_t bad_type[4] = {vt(&x), vt(&wt), vi(13), vi(2)}; /* Q5_K */
+  CHECK_STATUS(call_op("tpu::q_linear", 4, bad_type, 1, &y), TPU_STATUS_UNIMPLEMENTED, "quantization type 13");
+  tpu_k_value_t bad_kblock[4] = {vt(&x), vt(&wt), vi(12), vi(2)}; /* K = 64 < 256 */
+  CHECK_STATUS(call_op("tpu::q_linear", 4, bad_kblock, 1, &y), TPU_STATUS_INVALID_ARGUMENT, "block size 256");
   tpu_k_value_t bad_shape[4] = {vt(&x), vt(&wt), vi(8), vi(2)}; /* Q8_0 rows would be 68 bytes */
   CHECK_STATUS(call_op("tpu::q_linear", 4, bad_shape, 1, &y), TPU_STATUS_INVALID_ARGUMENT, "expected [2, 68]");
   tpu_tensor_t x48 = T_(xb, TPU_DTYPE_F32, 2, sx2, NULL);
@@ -132,6 +154,11 @@ static void run_all(void) {
     for (int i = 0; i < 3; ++i)
       for (int j = 0; j < 3; ++j)
         for (int k = 0; k < 4; ++k) test_q_linear(types[t], Ms[i], Ns[j], Ks[k]);
+  static const int64_t Kk[2] = {256, 768};
+  for (int t = 12; t <= 14; t += 2)
+    for (int i = 0; i < 3; ++i)
+      for (int j = 0; j < 3; ++j)
+        for (int k = 0; k < 2; ++k) test_q_linear(t, Ms[i], Ns[j], Kk[k]);
   test_q_linear(3, 1, 300, 1536); /* many tasks */
   test_q_linear(3, 9, 130, 1536);
   RUN_TEST(test_batched_shape);

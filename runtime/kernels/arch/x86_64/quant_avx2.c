@@ -215,9 +215,37 @@ static void qa_gemv_rows(const tpu_qu_ctx_t* c, const float* xp, const float* sx
   }
 }
 
+static inline float qa_dot(const float* a, const float* x, int64_t n) {
+  __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
+  for (int64_t j = 0; j < n; j += 16) {
+    a0 = _mm256_fmadd_ps(_mm256_load_ps(a + j), _mm256_loadu_ps(x + j), a0);
+    a1 = _mm256_fmadd_ps(_mm256_load_ps(a + j + 8), _mm256_loadu_ps(x + j + 8), a1);
+  }
+  return qa_hsum(_mm256_add_ps(a0, a1));
+}
+
+/* Q4_K, Q6_K: each super-block dequantized (portable code) into a buffer, then dotted. */
+static void qa_kquant_rows(const tpu_qu_ctx_t* c, int64_t n0, int64_t n1) {
+  float buf[TPU_QU_KBLOCK] __attribute__((aligned(32)));
+  const int64_t nb = c->K / TPU_QU_KBLOCK;
+  for (int64_t n = n0; n < n1; ++n) {
+    const uint8_t* row = c->w + n * c->row_bytes;
+    for (int64_t m = 0; m < c->M; ++m) c->y[m * c->N + n] = 0.0f;
+    for (int64_t b = 0; b < nb; ++b) {
+      tpu_k_qu_dequant_block(c->qtype, row + b * c->block_bytes, buf);
+      for (int64_t m = 0; m < c->M; ++m)
+        c->y[m * c->N + n] += qa_dot(buf, c->x + m * c->K + b * TPU_QU_KBLOCK, TPU_QU_KBLOCK);
+    }
+  }
+}
+
 void tpu_k_avx2_qu_gemv(void* vctx, int64_t n0, int64_t n1) {
   const tpu_qu_ctx_t* c = (const tpu_qu_ctx_t*)vctx;
   const int64_t nb = c->K / TPU_QU_BLOCK;
+  if (c->block != TPU_QU_BLOCK) {
+    qa_kquant_rows(c, n0, n1);
+    return;
+  }
   if (c->K > QA_MAXK) {
     for (int64_t n = n0; n < n1; ++n)
       for (int64_t m = 0; m < c->M; ++m)
@@ -295,7 +323,11 @@ static void qa_panel_dots(const float* buf, int64_t rows, int64_t K, const float
 void tpu_k_avx2_qu_gemm(void* vctx, int64_t n0, int64_t n1) {
   const tpu_qu_ctx_t* c = (const tpu_qu_ctx_t*)vctx;
   const int64_t K = c->K, nb = K / TPU_QU_BLOCK;
-  if (K > QA_PANEL) {
+  if (K > QA_PANEL || c->block != TPU_QU_BLOCK) {
+    if (c->block != TPU_QU_BLOCK) {
+      qa_kquant_rows(c, n0, n1);
+      return;
+    }
     for (int64_t n = n0; n < n1; ++n)
       for (int64_t m = 0; m < c->M; ++m)
         c->y[m * c->N + n] = qa_row_dot(c->qtype, c->w + n * c->row_bytes, c->x + m * K, nb);
