@@ -224,7 +224,65 @@ static inline float qa_dot(const float* a, const float* x, int64_t n) {
   return qa_hsum(_mm256_add_ps(a0, a1));
 }
 
-/* Q4_K, Q6_K: each super-block dequantized (portable code) into a buffer, then dotted. */
+
+/* Q4_K super-block -> out[256] (layout in quant.h). */
+static void qa_dequant_q4k(const uint8_t* b, float* out) {
+  const float d = qa_f16(b), dmin = qa_f16(b + 2);
+  const uint8_t* s = b + 4;
+  const __m256i m15 = _mm256_set1_epi32(15);
+  for (int i = 0; i < 4; ++i) {
+    int j0 = 2 * i, j1 = 2 * i + 1, sc0, mn0, sc1, mn1;
+    if (j0 < 4) {
+      sc0 = s[j0] & 63, mn0 = s[j0 + 4] & 63, sc1 = s[j1] & 63, mn1 = s[j1 + 4] & 63;
+    } else {
+      sc0 = (s[j0 + 4] & 15) | ((s[j0 - 4] >> 6) << 4), mn0 = (s[j0 + 4] >> 4) | ((s[j0] >> 6) << 4);
+      sc1 = (s[j1 + 4] & 15) | ((s[j1 - 4] >> 6) << 4), mn1 = (s[j1 + 4] >> 4) | ((s[j1] >> 6) << 4);
+    }
+    const __m256 d0 = _mm256_set1_ps(d * (float)sc0), m0 = _mm256_set1_ps(dmin * (float)mn0);
+    const __m256 d1 = _mm256_set1_ps(d * (float)sc1), m1 = _mm256_set1_ps(dmin * (float)mn1);
+    const uint8_t* qs = b + 16 + 32 * i;
+    for (int g = 0; g < 4; ++g) {
+      __m256i v = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i*)(qs + 8 * g)));
+      __m256 lo = _mm256_cvtepi32_ps(_mm256_and_si256(v, m15));
+      __m256 hi = _mm256_cvtepi32_ps(_mm256_srli_epi32(v, 4));
+      _mm256_storeu_ps(out + 64 * i + 8 * g, _mm256_fmsub_ps(lo, d0, m0));
+      _mm256_storeu_ps(out + 64 * i + 32 + 8 * g, _mm256_fmsub_ps(hi, d1, m1));
+    }
+  }
+}
+
+/* Q6_K super-block -> out[256]. */
+static void qa_dequant_q6k(const uint8_t* b, float* out) {
+  const float d = qa_f16(b + 208);
+  const __m256i m15 = _mm256_set1_epi32(15), m3 = _mm256_set1_epi32(3), k32 = _mm256_set1_epi32(32);
+  for (int h = 0; h < 2; ++h) {
+    const uint8_t* ql = b + 64 * h;
+    const uint8_t* qh = b + 128 + 32 * h;
+    const int8_t* sc = (const int8_t*)(b + 192 + 8 * h);
+    for (int g = 0; g < 4; ++g) {
+      int is = g / 2;
+      __m256i a = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i*)(ql + 8 * g)));
+      __m256i c = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i*)(ql + 32 + 8 * g)));
+      __m256i hb = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i*)(qh + 8 * g)));
+      __m256i q1 = _mm256_or_si256(_mm256_and_si256(a, m15), _mm256_slli_epi32(_mm256_and_si256(hb, m3), 4));
+      __m256i q2 = _mm256_or_si256(_mm256_and_si256(c, m15),
+                                   _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(hb, 2), m3), 4));
+      __m256i q3 = _mm256_or_si256(_mm256_srli_epi32(a, 4),
+                                   _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(hb, 4), m3), 4));
+      __m256i q4 = _mm256_or_si256(_mm256_srli_epi32(c, 4), _mm256_slli_epi32(_mm256_srli_epi32(hb, 6), 4));
+      float* o = out + 128 * h + 8 * g;
+      _mm256_storeu_ps(o, _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(q1, k32)), _mm256_set1_ps(d * sc[is])));
+      _mm256_storeu_ps(o + 32,
+                       _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(q2, k32)), _mm256_set1_ps(d * sc[is + 2])));
+      _mm256_storeu_ps(o + 64,
+                       _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(q3, k32)), _mm256_set1_ps(d * sc[is + 4])));
+      _mm256_storeu_ps(o + 96,
+                       _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(q4, k32)), _mm256_set1_ps(d * sc[is + 6])));
+    }
+  }
+}
+
+/* Q4_K, Q6_K: each super-block dequantized into a buffer, then dotted. */
 static void qa_kquant_rows(const tpu_qu_ctx_t* c, int64_t n0, int64_t n1) {
   float buf[TPU_QU_KBLOCK] __attribute__((aligned(32)));
   const int64_t nb = c->K / TPU_QU_KBLOCK;
@@ -232,7 +290,10 @@ static void qa_kquant_rows(const tpu_qu_ctx_t* c, int64_t n0, int64_t n1) {
     const uint8_t* row = c->w + n * c->row_bytes;
     for (int64_t m = 0; m < c->M; ++m) c->y[m * c->N + n] = 0.0f;
     for (int64_t b = 0; b < nb; ++b) {
-      tpu_k_qu_dequant_block(c->qtype, row + b * c->block_bytes, buf);
+      if (c->qtype == TPU_QU_Q4_K)
+        qa_dequant_q4k(row + b * c->block_bytes, buf);
+      else
+        qa_dequant_q6k(row + b * c->block_bytes, buf);
       for (int64_t m = 0; m < c->M; ++m)
         c->y[m * c->N + n] += qa_dot(buf, c->x + m * c->K + b * TPU_QU_KBLOCK, TPU_QU_KBLOCK);
     }
