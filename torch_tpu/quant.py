@@ -93,7 +93,8 @@ def dequantize(qweight: torch.Tensor, qtype: int, in_features: int) -> torch.Ten
 
 
 class QuantLinear(torch.nn.Module):
-    """``nn.Linear`` with GGUF-block weights: ``qweight`` uint8 [out, in / 32 * block_bytes]."""
+    """``nn.Linear`` with GGUF-block weights: ``qweight`` uint8 [out, in / block * block_bytes]
+    (block: 32 weights, 256 for Q4_K/Q6_K). Inference only: no gradient reaches qweight or x."""
 
     def __init__(self, qweight: torch.Tensor, qtype: int, in_features: int, out_features: int, bias=None):
         super().__init__()
