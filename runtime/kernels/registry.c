@@ -24,6 +24,7 @@ TPU_K_FAMILY(fused)
 TPU_K_FAMILY(moe)
 TPU_K_FAMILY(optim)
 TPU_K_FAMILY(foreach)
+TPU_K_FAMILY(quant)
 #undef TPU_K_FAMILY
 
 typedef struct {
@@ -48,6 +49,7 @@ static const tpu_k_family_t kFamilies[] = {
     {tpu_k_moe_entries, &tpu_k_moe_count},
     {tpu_k_optim_entries, &tpu_k_optim_count},
     {tpu_k_foreach_entries, &tpu_k_foreach_count},
+    {tpu_k_quant_entries, &tpu_k_quant_count},
 };
 #define TPU_K_NUM_FAMILIES (sizeof(kFamilies) / sizeof(kFamilies[0]))
 

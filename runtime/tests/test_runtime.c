@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "test_util.h"
+#include "tpu/drivers.h"
 #include "tpu/runtime.h"
 
 #define MiB ((uint64_t)1 << 20)
@@ -139,6 +140,13 @@ static void test_env_choice(void) {
 
 static void test_host_facts(void) {
   CHECK(tpu_host_physical_memory() > 64 * MiB);
+  CHECK(tpu_host_available_memory() > 0);
+  CHECK(tpu_host_available_memory() <= tpu_host_physical_memory());
+  /* the default budget: 90% of the available memory, split across chips */
+  CHECK(tpu_host_default_memory(10240 * MiB, 1) == 9216 * MiB);
+  CHECK(tpu_host_default_memory(10240 * MiB, 4) == 2304 * MiB);
+  CHECK(tpu_host_default_memory(100 * MiB, 1) == 256 * MiB);
+  CHECK(tpu_host_default_memory(100 * MiB, 0) == 256 * MiB);
   CHECK(tpu_host_cpu_count() >= 1);
   uint64_t a = tpu_now_ns();
   usleep(2000);
@@ -203,7 +211,9 @@ static void test_init_bad_env(void) {
 static void test_init_defaults(void) {
   clear_env();
   setenv("TORCH_TPU_HOST_DEVICES", "", 1); /* blank counts as unset */
+  uint64_t avail0 = tpu_host_available_memory();
   CHECK_OK(tpu_runtime_initialize());
+  uint64_t avail1 = tpu_host_available_memory();
   CHECK_OK(tpu_runtime_initialize()); /* idempotent */
   CHECK(tpu_runtime_is_initialized());
   CHECK(tpu_runtime_driver() != NULL);
@@ -215,9 +225,11 @@ static void test_init_defaults(void) {
   CHECK(d != NULL);
   tpu_hal_device_properties_t p;
   tpu_hal_device_vt(d)->query_properties(d, &p);
-  uint64_t want = tpu_host_physical_memory() / 4;
-  if (want < 256 * MiB) want = 256 * MiB;
-  CHECK(p.total_memory == want);
+  /* The default budget: 90% of what was available at initialisation. */
+  uint64_t lo = tpu_host_default_memory(avail0 < avail1 ? avail0 : avail1, 1);
+  uint64_t hi = tpu_host_default_memory(avail0 < avail1 ? avail1 : avail0, 1);
+  CHECK(p.total_memory + 64 * MiB >= lo && p.total_memory <= hi + 64 * MiB);
+  CHECK(p.total_memory <= tpu_host_physical_memory());
   CHECK(p.compute_units == tpu_host_cpu_count());
 
   tpu_hal_device_t* bad = (tpu_hal_device_t*)0x1;

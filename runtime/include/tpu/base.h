@@ -52,6 +52,11 @@ const char* tpu_env_value(const char* name);
 
 /* Total physical memory of the host in bytes (0 if unknown). */
 uint64_t tpu_host_physical_memory(void);
+/* Memory the host can still hand out now, in bytes: the kernel's
+ * MemAvailable (/proc/meminfo), lowered to what is left under a cgroup
+ * memory limit when one is set (cgroup v2 memory.max, or v1
+ * memory.limit_in_bytes); the physical memory when neither is readable. */
+uint64_t tpu_host_available_memory(void);
 /* Number of online CPU cores (>= 1). */
 int tpu_host_cpu_count(void);
 /* Monotonic clock in nanoseconds. */

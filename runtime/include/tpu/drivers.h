@@ -31,6 +31,13 @@ extern "C" {
  * value. Static string. */
 tpu_status_t tpu_drivers_selected(const char** out_name);
 
+/* The host driver's default budget per chip when TORCH_TPU_HOST_MEMORY is
+ * unset: 90% of `available` bytes (tpu_host_available_memory() at
+ * initialisation; the rest is left to the process itself and the OS),
+ * divided by `devices`, at least 256 MiB. The budget is a ceiling, not a
+ * reservation: memory is taken from the host as tensors are allocated. */
+uint64_t tpu_host_default_memory(uint64_t available, int32_t devices);
+
 /* True if a PCI device of Google's vendor id (0x1ae0: TPU chips) exists. */
 bool tpu_drivers_tpu_present(void);
 

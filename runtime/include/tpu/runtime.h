@@ -6,9 +6,10 @@
  * Python package does it at import; C programs call it themselves). It is
  * idempotent and thread-safe. Configuration comes from the environment:
  *   TORCH_TPU_HOST_DEVICES  number of virtual chips (default 1, max 64)
- *   TORCH_TPU_HOST_MEMORY   budget per chip, e.g. "8G" (default: a quarter of
- *                           physical memory divided by the chip count,
- *                           at least 256 MiB)
+ *   TORCH_TPU_HOST_MEMORY   budget per chip, e.g. "8G" (default: 90% of the
+ *                           memory available at initialisation divided by
+ *                           the chip count, at least 256 MiB; see
+ *                           tpu_host_default_memory in tpu/drivers.h)
  *   TORCH_TPU_NUM_THREADS   kernel threads (default: number of cores)
  *   TORCH_TPU_SPIN_US, TORCH_TPU_LIST_FUSION, TORCH_TPU_FALLBACK (see below)
  * Bad values make initialize() fail with INVALID_ARGUMENT naming the

