@@ -154,18 +154,4 @@ static void run_all(void) {
   test_errors();
 }
 
-int main(void) {
-  tpu_status_t s = tpu_threadpool_create(2, &g_pool);
-  if (s) {
-    printf("pool: %s\n", tpu_status_message(s));
-    return 1;
-  }
-  run_all();
-  tpu_threadpool_destroy(g_pool);
-  g_pool = NULL;
-  run_all(); /* single-threaded */
-  setenv("TORCH_TPU_KERNEL_ISA", "generic", 1);
-  run_all();
-  unsetenv("TORCH_TPU_KERNEL_ISA");
-  return TEST_REPORT();
-}
+TPU_TEST_KERNEL_MAIN(run_all, g_pool)

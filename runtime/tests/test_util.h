@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "tpu/base.h"
 #include "tpu/status.h"
 
 static int tpu_test_passed_;
@@ -74,5 +75,27 @@ static inline void tpu_test_result_(bool ok, const char* file, int line, const c
 /* Prints the summary; evaluates to main()'s exit code. */
 #define TEST_REPORT() \
   (printf("%d passed, %d failed\n", tpu_test_passed_, tpu_test_failed_), tpu_test_failed_ != 0)
+
+/* The main() of a kernel test: run_all() with a 2-thread pool in `pool`, then
+ * single-threaded (`pool` NULL), then on the portable kernels
+ * (TORCH_TPU_KERNEL_ISA=generic). A macro: setenv needs the test file's
+ * feature macros. */
+#define TPU_TEST_KERNEL_MAIN(run_all, pool)                          \
+  int main(void) {                                                   \
+    tpu_status_t s_ = tpu_threadpool_create(2, &(pool));             \
+    if (s_) {                                                        \
+      printf("pool: %s\n", tpu_status_message(s_));                 \
+      tpu_status_free(s_);                                           \
+      return 1;                                                      \
+    }                                                                \
+    run_all();                                                       \
+    tpu_threadpool_destroy(pool);                                    \
+    (pool) = NULL;                                                   \
+    run_all();                                                       \
+    setenv("TORCH_TPU_KERNEL_ISA", "generic", 1);                    \
+    run_all();                                                       \
+    unsetenv("TORCH_TPU_KERNEL_ISA");                                \
+    return TEST_REPORT();                                            \
+  }
 
 #endif /* TPU_TESTS_TEST_UTIL_H_ */
