@@ -6,6 +6,8 @@
 #pragma once
 
 #include <ATen/ATen.h>
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/core/stack.h>
 #include <c10/core/CachingDeviceAllocator.h>
 
 extern "C" {
@@ -35,8 +37,9 @@ tpu_hal_device_t* device(c10::DeviceIndex index);
 c10::DeviceIndex current_device();
 // True if the driver's device memory is host-addressable, so the C kernel
 // table and the graph compiler can run on it (the host driver). False
-// (pjrt): ops without a lowering of that driver take PyTorch's CPU fallback,
-// and copies the kernels would do stage through the host.
+// (pjrt): ops without a lowering of that driver run by their decomposition
+// (run_decomposition) or else PyTorch's CPU fallback, ops with data-dependent
+// output sizes and the copies the kernels would do stage through the host.
 bool host_kernels();
 // True if the driver runs `op` (a full schema name) itself (HAL supports_op).
 bool driver_runs_op(const char* op);
@@ -70,6 +73,12 @@ void native_copy(const at::Tensor& dst, const at::Tensor& src);
 // function (e.g. attention). Checks synchronously; throws on error.
 void submit_kernel(const char* name, c10::ArrayRef<c10::IValue> args, const std::vector<at::Tensor>& outputs,
                    c10::DeviceIndex index, std::optional<at::Generator> gen = std::nullopt);
+
+// On a driver without host kernels: runs the boxed `op` by PyTorch's
+// decomposition table (torch_tpu/_decomp.py), each smaller op dispatched to
+// tpu again. False (stack untouched) when the op has no decomposition or is
+// already being decomposed on this thread. decompose.cpp.
+bool run_decomposition(const c10::OperatorHandle& op, torch::jit::Stack* stack);
 
 // Allocates a new tpu tensor.
 at::Tensor empty_strided_tpu(c10::IntArrayRef size, c10::IntArrayRef stride,

@@ -49,6 +49,7 @@ struct Work {
   std::vector<std::vector<int64_t>> ints;     // inner buffers survive outer growth
   std::vector<std::vector<double>> doubles;
   std::list<std::string> strings;             // c_str() of a list element never moves
+  bool on_host = false;                       // tensors are host copies (see run_staged)
 };
 
 tpu_status_t run_work(void* ctx) {
@@ -434,6 +435,7 @@ struct OpPlan {
   std::vector<int> out_alias;           // per return: aliased argument or -1
   bool expand_masks = false;            // advanced indexing: bool masks -> indices
   bool list_return = false;             // a list op returning Tensor[] (one per element)
+  bool staged = false;                  // data-dependent sizes on a driver without host kernels
   // PyTorch's semantic rules the bridge applies before a native kernel runs
   // (see apply_dtype_arg and run_mutating_pointwise):
   int self_arg = -1;   // `Tensor self`, when not written by the op
@@ -531,7 +533,17 @@ const OpPlan& plan_for(const c10::OperatorHandle& op) {
   // The kernel table describes the op (check(), flags) on every driver; a
   // driver without host kernels runs it only if it has its own lowering.
   plan.entry = tpu_k_lookup(plan.name.c_str());
-  if (plan.entry != nullptr && !host_kernels() && !driver_runs_op(plan.name.c_str())) plan.entry = nullptr;
+  // Ops whose output sizes depend on the data (a shape() function: nonzero,
+  // unique, masked_select, ...) and random ops the driver does not lower
+  // stage through the host there (run_staged): the same C kernels, so the
+  // same Philox streams as on the host driver.
+  if (plan.entry != nullptr && !host_kernels() && !driver_runs_op(plan.name.c_str())) {
+    if (plan.entry->shape != nullptr || (plan.entry->flags & TPU_K_FLAG_RANDOM) != 0) {
+      plan.staged = true;
+    } else {
+      plan.entry = nullptr;
+    }
+  }
   plan.expand_masks = schema.name() == "aten::index" || schema.name() == "aten::index_put" ||
                       schema.name() == "aten::index_put_" || schema.name() == "aten::_index_put_impl_";
   // List ops (torch._foreach_*) may return one Tensor[].
@@ -741,7 +753,12 @@ std::vector<OutMeta> output_meta(const c10::OperatorHandle& op, const OpPlan& pl
 const tpu_tensor_t* add_tensor(Work& w, const at::Tensor& t, c10::DeviceIndex index,
                                std::vector<at::Tensor>& keep) {
   at::Tensor dt = t;
-  if (t.device().type() != kTpu) {
+  if (w.on_host) {
+    if (t.device().type() == kTpu) {
+      dt = t.cpu();
+      keep.push_back(dt);
+    }
+  } else if (t.device().type() != kTpu) {
     dt = empty_strided_tpu({}, {}, t.scalar_type(), index);
     h2d(dt, t.contiguous());
     keep.push_back(dt);
@@ -1046,6 +1063,70 @@ bool run_mutating_pointwise(const c10::OperatorHandle& op, const OpPlan& plan, t
 
 void run_cpu_fallback(const c10::OperatorHandle& op, const OpPlan& plan, torch::jit::Stack* stack);
 
+// An op with data-dependent output sizes, or a random op, on a driver whose
+// memory the host cannot address: the tensor arguments come to the host, the
+// C kernel runs there on the calling thread (after its shape(), if any, has
+// read the data), and the outputs go to the device (or into the tensors the
+// op writes, resized).
+void run_staged(const c10::OperatorHandle& op, const OpPlan& plan, torch::jit::Stack* stack,
+                c10::DeviceIndex index, std::optional<at::Generator> gen) {
+  const auto& schema = op.schema();
+  const size_t nargs = schema.arguments().size();
+  const size_t nouts = schema.returns().size();
+  auto args = torch::jit::last(*stack, nargs);
+  auto w = new_work(plan.entry);
+  w->on_host = true;
+  w->call.op = plan.name.c_str();
+  size_t ntensors = nouts;
+  for (const c10::IValue& v : args) ntensors += count_tensors(v);
+  w->tensors.reserve(ntensors);
+  w->values.resize(nargs);
+  std::vector<at::Tensor> keep;
+  for (size_t i = 0; i < nargs; ++i) {
+    fill_value(*w, w->values[i], &schema.arguments()[i], args[i], index, keep, plan.name);
+  }
+  const std::vector<OutMeta> metas =
+      plan.entry->shape != nullptr ? dynamic_output_meta(*w, nouts, index) : output_meta(op, plan, args, index);
+  std::vector<at::Tensor> host;
+  const tpu_tensor_t* first_out = w->tensors.data() + w->tensors.size();
+  for (const OutMeta& m : metas) {
+    host.push_back(m.defined ? at::empty_strided(m.sizes, m.strides, at::TensorOptions().dtype(m.dtype))
+                             : at::Tensor());
+    w->tensors.push_back(m.defined ? to_kernel_tensor(host.back()) : tpu_tensor_t{});
+  }
+  w->call.outputs = first_out;
+  w->call.num_outputs = static_cast<int32_t>(metas.size());
+  w->call.args = w->values.data();
+  w->call.num_args = static_cast<int32_t>(w->values.size());
+  w->call.pool = tpu_runtime_threadpool();
+  if (plan.entry->flags & TPU_K_FLAG_RANDOM) {
+    reserve_random(gen, index, tpu_k_random_counters(&w->call), &w->call.rng_seed, &w->call.rng_offset);
+  }
+  if (w->entry->check) {
+    tpu_status_t cst = w->entry->check(&w->call);
+    if (cst != TPU_OK) throw_for_op(cst, plan.name.c_str());
+  }
+  tpu_status_t st = w->entry->run(&w->call);
+  if (st != TPU_OK) throw_for_op(st, plan.name.c_str());
+  tpu_stats_record_native();
+  std::vector<at::Tensor> outputs;
+  for (size_t i = 0; i < host.size(); ++i) {
+    const int alias = i < plan.out_alias.size() ? plan.out_alias[i] : -1;
+    if (!host[i].defined()) {
+      outputs.emplace_back();
+    } else if (alias >= 0) {
+      at::Tensor out = args[alias].toTensor();
+      if (out.sizes() != host[i].sizes()) tpu_resize_(out, host[i].sizes(), std::nullopt);
+      out.copy_(host[i]);
+      outputs.push_back(out);
+    } else {
+      outputs.push_back(host[i].to(c10::Device(kTpu, index)));
+    }
+  }
+  torch::jit::drop(*stack, nargs);
+  for (auto& o : outputs) stack->emplace_back(std::move(o));
+}
+
 void run_native(const c10::OperatorHandle& op, const OpPlan& plan, torch::jit::Stack* stack) {
   const auto& schema = op.schema();
   const size_t nargs = schema.arguments().size();
@@ -1072,6 +1153,10 @@ void run_native(const c10::OperatorHandle& op, const OpPlan& plan, torch::jit::S
     if (args[i].isTensor()) at::assert_no_internal_overlap(args[i].toTensor());
   }
   if (plan.dtype_arg >= 0) apply_dtype_arg(plan, *stack, nargs);
+  if (plan.staged) {
+    run_staged(op, plan, stack, index, gen);
+    return;
+  }
   if (plan.functional.has_value() && run_mutating_pointwise(op, plan, stack, index)) return;
   if (plan.expand_masks) expand_bool_indices(*stack, nargs);
 
@@ -1146,7 +1231,7 @@ void run_native(const c10::OperatorHandle& op, const OpPlan& plan, torch::jit::S
   try {
     submit(std::move(w), plan.name.c_str(), index);
   } catch (const DriverDeclined&) {
-    run_cpu_fallback(op, plan, stack);
+    if (!run_decomposition(op, stack)) run_cpu_fallback(op, plan, stack);
     return;
   }
 
@@ -1164,6 +1249,7 @@ void tpu_boxed_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack)
     run_native(op, plan, stack);
     return;
   }
+  if (run_decomposition(op, stack)) return;
   run_cpu_fallback(op, plan, stack);
 }
 
