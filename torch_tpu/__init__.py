@@ -17,6 +17,7 @@ def _autoload():
     imports torch, which autoloads this entry point)."""
 
 
+import os  # noqa: E402
 import sys  # noqa: E402
 
 import torch  # noqa: E402
@@ -51,8 +52,10 @@ def _init_runtime():
 
     try:
         _compile_options.check_environment()
-        _pjrt.configure()  # the PJRT plugin for TORCH_TPU_DRIVER=pjrt (see _pjrt.py)
+        derived = _pjrt.configure()  # the PJRT plugin for TORCH_TPU_DRIVER=pjrt (see _pjrt.py)
         _C.init()
+        for name in derived:  # read at the start only; not inherited by child processes
+            os.environ.pop(name, None)
     except (ValueError, RuntimeError) as e:
         if getattr(torch.__spec__, "_initializing", False):  # inside torch's autoload
             print(f"torch_tpu: {e}", file=sys.stderr)

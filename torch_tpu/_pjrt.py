@@ -26,6 +26,20 @@ def _package_file(module, filename):
 
 
 def configure():
+    """Sets the variables the runtime's start reads; returns their names, so
+    that the caller can remove them once it has started (child processes
+    then choose for themselves, e.g. with another TORCH_TPU_HOST_DEVICES)."""
+    set_here = []
+    _configure(set_here)
+    return set_here
+
+
+def _setenv(set_here, name, value):
+    os.environ[name] = value
+    set_here.append(name)
+
+
+def _configure(set_here):
     from torch_tpu import _C
 
     try:
@@ -34,15 +48,20 @@ def configure():
         return  # the runtime's start reports it
     if driver != "pjrt":
         return
-    if os.environ.get("TORCH_TPU_PJRT_PLUGIN", "").strip() or os.environ.get("TPU_LIBRARY_PATH", "").strip():
-        return
-    libtpu = _package_file("libtpu", "libtpu.so")
+    plugin = os.environ.get("TORCH_TPU_PJRT_PLUGIN", "").strip() or os.environ.get("TPU_LIBRARY_PATH", "").strip()
     cpu = _package_file("xla_plugins.xla_cpu_pjrt", "xla_cpu_pjrt.so")
-    if libtpu and (_C.tpu_present() or not cpu):  # without a TPU libtpu says "no TPU found"
-        os.environ["TORCH_TPU_PJRT_PLUGIN"] = libtpu
-        return
-    if cpu:
-        os.environ["TORCH_TPU_PJRT_PLUGIN"] = cpu
-        if not os.environ.get("TORCH_TPU_PJRT_OPTIONS", "").strip():
-            chips = os.environ.get("TORCH_TPU_HOST_DEVICES", "").strip() or "1"
-            os.environ["TORCH_TPU_PJRT_OPTIONS"] = f"cpu_device_count={chips}"
+    if not plugin:
+        libtpu = _package_file("libtpu", "libtpu.so")
+        if libtpu and (_C.tpu_present() or not cpu):  # without a TPU libtpu says "no TPU found"
+            _setenv(set_here, "TORCH_TPU_PJRT_PLUGIN", libtpu)
+            return
+        if not cpu:
+            return  # the runtime's start reports that no plugin was found
+        plugin = cpu
+        _setenv(set_here, "TORCH_TPU_PJRT_PLUGIN", cpu)
+    # XLA's CPU plugin, found or named: its chip count (else one per core).
+    is_cpu_plugin = os.path.basename(plugin) == "xla_cpu_pjrt.so" or (
+        cpu is not None and os.path.realpath(plugin) == os.path.realpath(cpu))
+    if is_cpu_plugin and not os.environ.get("TORCH_TPU_PJRT_OPTIONS", "").strip():
+        chips = os.environ.get("TORCH_TPU_HOST_DEVICES", "").strip() or "1"
+        _setenv(set_here, "TORCH_TPU_PJRT_OPTIONS", f"cpu_device_count={chips}")

@@ -584,7 +584,11 @@ static void device_destroy(tpu_object_t* object) {
 static void device_query_properties(tpu_hal_device_t* device, tpu_hal_device_properties_t* out) {
   tpu_pjrt_device_t* d = dev(device);
   memset(out, 0, sizeof(*out));
-  snprintf(out->name, sizeof(out->name), "%s", d->kind);
+  /* A TPU's kind names it ("TPU v5 lite"); another plugin's device serves as a tpu. */
+  if (strcasestr(d->kind, "tpu"))
+    snprintf(out->name, sizeof(out->name), "%s", d->kind);
+  else
+    snprintf(out->name, sizeof(out->name), "tpu on PJRT %s (%s)", d->driver->platform, d->kind);
   snprintf(out->driver, sizeof(out->driver), "pjrt");
   snprintf(out->platform, sizeof(out->platform), "%s", d->driver->platform);
   out->index = d->index;
@@ -1184,7 +1188,9 @@ static tpu_status_t device_run_graph(tpu_hal_device_t* device, const tpu_hal_gra
 /* ---- events ----
  * An event marks the device's work count at record time; it is complete
  * once every pending work issued up to then has completed. The completion
- * time is the moment this driver observed it (query or synchronize). */
+ * time is the moment this driver observed it (query or synchronize); work
+ * completes in order, so an event observed after a later one completed no
+ * later than that one. */
 typedef struct tpu_pjrt_event_t {
   tpu_hal_event_t base;
   tpu_pjrt_device_t* device; /* NULL: never recorded */
@@ -1244,7 +1250,9 @@ static tpu_status_t event_elapsed(tpu_hal_event_t* start, tpu_hal_event_t* end, 
     return TPU_ERROR(TPU_STATUS_FAILED_PRECONDITION, "events were created without timing");
   if (!a->device || !b->device || !event_query(start) || !event_query(end))
     return TPU_ERROR(TPU_STATUS_FAILED_PRECONDITION, "both events must be recorded and complete");
-  *out_ms = b->done_ms - a->done_ms;
+  double a_ms = a->done_ms;
+  if (a->device == b->device && a->seq <= b->seq && b->done_ms < a_ms) a_ms = b->done_ms;
+  *out_ms = b->done_ms - a_ms;
   return TPU_OK;
 }
 
