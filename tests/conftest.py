@@ -38,3 +38,15 @@ def _sync_after_test():
             torch.tpu.synchronize(i)
         except Exception:
             pass
+
+
+DRIVER = torch_tpu._C.selected_driver()  # "host", or "pjrt" (TORCH_TPU_DRIVER=pjrt)
+
+
+def pytest_collection_modifyitems(config, items):
+    if DRIVER == "host":
+        return
+    skip = pytest.mark.skip(reason=f"tests the host driver itself; this run uses the {DRIVER} driver")
+    for item in items:
+        if "host_driver" in item.keywords:
+            item.add_marker(skip)

@@ -295,6 +295,7 @@ def _mem_available():
     return None
 
 
+@pytest.mark.host_driver
 @pytest.mark.parametrize("chips", [1, 2])
 def test_default_memory_budget_is_most_of_available_memory(chips):
     # 90% of the memory available at initialisation, divided by the chip count

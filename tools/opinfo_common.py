@@ -98,6 +98,17 @@ LOW_PRECISION_TOL = dict(rtol=1.6e-2, atol=1e-2)  # as PyTorch's OpInfo tests us
 _FALLBACK_RE = re.compile(r"(\S+) has no native tpu kernel and TORCH_TPU_FALLBACK=error")
 
 
+def driver() -> str:
+    """The tpu device's driver in this process ("host" or "pjrt")."""
+    return torch_tpu._C.selected_driver()
+
+
+def known_gaps_name() -> str:
+    """Name of the KNOWN_GAPS block of tests/test_opinfo.py for this driver."""
+    d = driver()
+    return "KNOWN_GAPS" if d == "host" else f"KNOWN_GAPS_{d.upper()}"
+
+
 def test_name(op) -> str:
     return f"{op.name}.{op.variant_test_name}" if op.variant_test_name else op.name
 

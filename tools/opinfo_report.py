@@ -186,14 +186,16 @@ def write_markdown(path, results, t, elapsed, max_samples):
         f.write("\n".join(lines) + "\n")
 
 
-_GAPS_RE = re.compile(r"(# BEGIN KNOWN_GAPS[^\n]*\n)(.*?)(\n# END KNOWN_GAPS)", re.S)
+# The block of the selected driver: KNOWN_GAPS (host), KNOWN_GAPS_PJRT.
+GAPS_NAME = oc.known_gaps_name()
+_GAPS_RE = re.compile(rf"(# BEGIN {GAPS_NAME} [^\n]*\n)(.*?)(\n# END {GAPS_NAME}\n)", re.S)
 
 
 def current_known_gaps():
     with open(TEST_FILE) as f:
         m = _GAPS_RE.search(f.read())
     if not m:
-        raise SystemExit(f"{TEST_FILE}: no BEGIN/END KNOWN_GAPS markers")
+        raise SystemExit(f"{TEST_FILE}: no BEGIN/END {GAPS_NAME} markers")
     return ast.literal_eval(m.group(2).split("=", 1)[1].strip())
 
 
@@ -217,14 +219,14 @@ def known_gaps_drift(results):
 
 def update_known_gaps(results):
     gaps = gaps_by_op(results)
-    body = ["KNOWN_GAPS = {"]
+    body = [GAPS_NAME + " = {"]
     for name in sorted(gaps):
         body.append(f"    {name!r}: {gap_reason(gaps[name])!r},")
     body.append("}")
     with open(TEST_FILE) as f:
         src = f.read()
     if not _GAPS_RE.search(src):
-        raise SystemExit(f"{TEST_FILE}: no BEGIN/END KNOWN_GAPS markers")
+        raise SystemExit(f"{TEST_FILE}: no BEGIN/END {GAPS_NAME} markers")
     src = _GAPS_RE.sub(lambda m: m.group(1) + "\n".join(body) + m.group(3), src)
     with open(TEST_FILE, "w") as f:
         f.write(src)
@@ -233,7 +235,8 @@ def update_known_gaps(results):
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--out", default=os.path.join(ROOT, "docs", "opinfo.md"))
+    default_out = "opinfo.md" if GAPS_NAME == "KNOWN_GAPS" else f"opinfo_{oc.driver()}.md"
+    p.add_argument("--out", default=os.path.join(ROOT, "docs", default_out))
     p.add_argument("--max-samples", type=int, default=None, help="samples per op/dtype (default: all)")
     p.add_argument("--ops", default="", help="comma-separated OpInfo names or name.variant to run")
     p.add_argument("--update-known-gaps", action="store_true",
@@ -264,11 +267,11 @@ def main(argv=None):
     print(f"wrote {os.path.relpath(a.out, os.getcwd())} in {elapsed:.0f} s")
     if a.update_known_gaps:
         gaps = update_known_gaps(results)
-        print(f"KNOWN_GAPS in {os.path.relpath(TEST_FILE, os.getcwd())}: {len(gaps)} ops")
+        print(f"{GAPS_NAME} in {os.path.relpath(TEST_FILE, os.getcwd())}: {len(gaps)} ops")
     else:
         drift = known_gaps_drift(results)
         if drift:
-            print("KNOWN_GAPS in tests/test_opinfo.py differs from this run"
+            print(f"{GAPS_NAME} in tests/test_opinfo.py differs from this run"
                   " (--update-known-gaps rewrites it):\n  " + "\n  ".join(drift))
     return 0
 
