@@ -1112,7 +1112,15 @@ static void scatter_head(sb_t* b, val_t res, val_t x, val_t tup, val_t upd, cons
   int u = fresh(b);
   emit(b, "  %%v%d = \"stablehlo.scatter\"(%%v%d, %%v%d, %%v%d) ({\n  ^bb0(%%o%d: %s, %%n%d: %s):\n", res.id, x.id,
        tup.id, upd.id, u, sc, u, sc);
-  if (comb) {
+  if (comb && is_fty(x.ty) && (!strcmp(comb, "maximum") || !strcmp(comb, "minimum"))) {
+    /* NaN wins, whichever side it is on (XLA's CPU max/min may drop it) */
+    emit(b, "    %%m%d = stablehlo.%s %%o%d, %%n%d : %s\n", u, comb, u, u, sc);
+    emit(b, "    %%no%d = stablehlo.compare NE, %%o%d, %%o%d : (%s, %s) -> tensor<i1>\n", u, u, u, sc, sc);
+    emit(b, "    %%nn%d = stablehlo.compare NE, %%n%d, %%n%d : (%s, %s) -> tensor<i1>\n", u, u, u, sc, sc);
+    emit(b, "    %%a%d = stablehlo.select %%nn%d, %%n%d, %%m%d : tensor<i1>, %s\n", u, u, u, u, sc);
+    emit(b, "    %%s%d = stablehlo.select %%no%d, %%o%d, %%a%d : tensor<i1>, %s\n", u, u, u, u, sc);
+    emit(b, "    stablehlo.return %%s%d : %s\n", u, sc);
+  } else if (comb) {
     emit(b, "    %%s%d = stablehlo.%s %%o%d, %%n%d : %s\n    stablehlo.return %%s%d : %s\n", u, comb, u, u, sc, u, sc);
   } else {
     emit(b, "    stablehlo.return %%n%d : %s\n", u, sc);
