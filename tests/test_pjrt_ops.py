@@ -276,6 +276,164 @@ def _groups():
          lambda: [_t((3, 5), "float32"), _t((3, 4), "float32"), _t((4, 5), "float32", seed=1)]),
         ("addmm int64", torch.addmm, lambda: [_t((5,), "int64"), _t((3, 4), "int64"), _t((4, 5), "int64", seed=1)]),
     ]
+    G.update(_groups_more())
+    return G
+
+
+def _perm(shape, dtype, seed=0):
+    """Distinct values (no ties) of `dtype`, for topk (PyTorch's tie order is unspecified)."""
+    import torch
+    g = torch.Generator().manual_seed(seed)
+    n = 1
+    for s in shape:
+        n *= s
+    return (torch.randperm(n, generator=g) - n // 2).reshape(shape).to(getattr(torch, dtype))
+
+
+def _groups_more():
+    import torch
+    G = {}
+    ALLU = ALL + ("uint8",)
+    nan = lambda: [torch.tensor([[1.0, float("nan"), 3.0, -1.0], [float("nan"), 2.0, float("nan"), 2.0]])]
+    G["max_min_dim"] = []
+    for dt in ALLU:
+        G["max_min_dim"] += [
+            (f"max.dim {dt}", lambda x: torch.max(x, 1), lambda dt=dt: [_t((3, 5), dt)]),
+            (f"min.dim {dt} keepdim", lambda x: torch.min(x, 0, keepdim=True), lambda dt=dt: [_t((3, 5), dt)]),
+        ]
+    G["max_min_dim"] += [
+        ("max.dim nan", lambda x: torch.max(x, 1), nan),
+        ("min.dim nan", lambda x: torch.min(x, 0), nan),
+        ("max.dim ties", lambda x: torch.max(x, 0), lambda: [torch.tensor([1.0, 3.0, 3.0, 2.0])]),
+        ("max.dim transposed", lambda x: torch.max(x.t(), 1), lambda: [_t((4, 6), "float32")]),
+        ("min.dim 0-dim", lambda x: torch.min(x, 0), lambda: [_t((), "float32")]),
+        ("max.dim empty", lambda x: torch.max(x, 1), lambda: [_t((0, 4), "float32")]),
+        ("max.dim out=", lambda x: torch.max(x, 1, out=(torch.empty(0, device=x.device),
+                                                       torch.empty(0, dtype=torch.long, device=x.device))),
+         lambda: [_t((3, 5), "float32")]),
+    ]
+    G["sort_topk"] = []
+    for dt in ALLU:
+        G["sort_topk"] += [
+            (f"sort {dt}", lambda x: torch.sort(x, dim=1, stable=True), lambda dt=dt: [_t((3, 6), dt)]),
+            (f"sort {dt} descending dim 0", lambda x: torch.sort(x, dim=0, descending=True, stable=True),
+             lambda dt=dt: [_t((5, 3), dt)]),
+            (f"argsort {dt}", lambda x: torch.argsort(x, dim=-1, stable=True), lambda dt=dt: [_t((2, 7), dt)]),
+        ]
+    for dt in ("float32", "bfloat16", "float16", "int64", "int32"):
+        G["sort_topk"] += [
+            (f"topk {dt}", lambda x: torch.topk(x, 3, 1), lambda dt=dt: [_perm((3, 8), dt)]),
+            (f"topk {dt} smallest dim 0", lambda x: torch.topk(x, 2, 0, largest=False), lambda dt=dt: [_perm((5, 3), dt)]),
+        ]
+    G["sort_topk"] += [
+        ("sort nan", lambda x: torch.sort(x, 1), nan),
+        ("sort nan descending", lambda x: torch.sort(x, 1, descending=True), nan),
+        ("sort ties unstable overload", lambda x: torch.sort(x, 0), lambda: [torch.tensor([2, 1, 2, 1, 0, 2])]),
+        ("sort transposed", lambda x: torch.sort(x.t(), 1), lambda: [_t((6, 4), "float32")]),
+        ("sort 0-dim", lambda x: torch.sort(x), lambda: [_t((), "float32")]),
+        ("sort empty", lambda x: torch.sort(x, 1), lambda: [_t((0, 4), "float32")]),
+        ("sort out=", lambda x: torch.sort(x, 1, out=(torch.empty(0, device=x.device),
+                                                     torch.empty(0, dtype=torch.long, device=x.device))),
+         lambda: [_t((3, 5), "float32")]),
+        ("topk nan", lambda x: torch.topk(x, 2, 1), nan),
+        ("topk transposed", lambda x: torch.topk(x.t(), 2, 1), lambda: [_perm((5, 3), "float32")]),
+        ("topk k=0", lambda x: torch.topk(x, 0, 1), lambda: [_t((3, 5), "float32")]),
+        ("topk out=", lambda x: torch.topk(x, 2, out=(torch.empty(0, device=x.device),
+                                                      torch.empty(0, dtype=torch.long, device=x.device))),
+         lambda: [_perm((3, 5), "float32")]),
+    ]
+    G["scan"] = []
+    for dt in ALLU:
+        G["scan"] += [
+            (f"cumsum {dt}", lambda x: torch.cumsum(x, 1), lambda dt=dt: [_t((3, 7), dt)]),
+            (f"cumprod {dt} dim 0", lambda x: torch.cumprod(x, 0), lambda dt=dt: [_t((5, 3), dt, -2, 2)]),
+        ]
+    G["scan"] += [
+        ("cumsum dtype", lambda x: torch.cumsum(x, 0, dtype=torch.float32), lambda: [_t((6, 2), "int32")]),
+        ("cumsum long", lambda x: torch.cumsum(x, 0), lambda: [_t((100,), "float32")]),
+        ("cumsum transposed", lambda x: torch.cumsum(x.t(), 1), lambda: [_t((5, 4), "float32")]),
+        ("cumsum 0-dim", lambda x: torch.cumsum(x, 0), lambda: [_t((), "float32")]),
+        ("cumsum empty", lambda x: torch.cumsum(x, 1), lambda: [_t((0, 4), "float32")]),
+        ("cumsum out=", lambda x: torch.cumsum(x, 1, out=torch.empty(0, device=x.device)), lambda: [_t((3, 4), "float32")]),
+        ("cumprod nan", lambda x: torch.cumprod(x, 1), nan),
+    ]
+    G["flip_roll"] = []
+    for dt in ALLU:
+        G["flip_roll"] += [
+            (f"flip {dt}", lambda x: torch.flip(x, (0, 2)), lambda dt=dt: [_t((2, 3, 4), dt)]),
+            (f"roll {dt}", lambda x: torch.roll(x, (1, -2), (0, 1)), lambda dt=dt: [_t((3, 5), dt)]),
+        ]
+    G["flip_roll"] += [
+        ("flip transposed", lambda x: torch.flip(x.t(), (1,)), lambda: [_t((4, 3), "float32")]),
+        ("flip 0-dim", lambda x: torch.flip(x, ()), lambda: [_t((), "float32")]),
+        ("flip empty", lambda x: torch.flip(x, (0,)), lambda: [_t((0, 3), "float32")]),
+        ("roll flat", lambda x: torch.roll(x, 4), lambda: [_t((3, 5), "float32")]),
+        ("roll big shift transposed", lambda x: torch.roll(x.t(), 13, 1), lambda: [_t((4, 3), "float32")]),
+        ("roll empty", lambda x: torch.roll(x, 1, 0), lambda: [_t((0, 3), "float32")]),
+    ]
+    i3 = lambda: torch.tensor([[0, 0, 3], [1, 2, 1], [4, 4, 4]])
+    G["scatter_reduce"] = []
+    for dt in FI + ("int32",):
+        G["scatter_reduce"] += [
+            (f"scatter add {dt}", lambda x, i, s: torch.scatter(x, 1, i, s, reduce="add"),
+             lambda dt=dt: [_t((3, 5), dt), i3(), _t((3, 3), dt, seed=1)]),
+            (f"scatter multiply value {dt}", lambda x, i: torch.scatter(x, 1, i, 2, reduce="multiply"),
+             lambda dt=dt: [_t((3, 5), dt), i3()]),
+        ]
+    for red in ("sum", "prod", "mean", "amax", "amin"):
+        for inc in (True, False):
+            for dt in ("float32", "int64", "bfloat16"):
+                G["scatter_reduce"].append(
+                    (f"scatter_reduce {red} include_self={inc} {dt}",
+                     lambda x, i, s, r=red, c=inc: torch.scatter_reduce(x, 1, i, s, r, include_self=c),
+                     lambda dt=dt: [_t((3, 5), dt), i3(), _t((3, 3), dt, seed=1)]))
+    G["scatter_reduce"] += [
+        ("scatter_reduce amax nan first", lambda x, i, s: torch.scatter_reduce(x, 0, i, s, "amax"),
+         lambda: [torch.tensor([1.0, 2.0]), torch.tensor([0, 0, 1]), torch.tensor([float("nan"), 5.0, 0.0])]),
+        ("scatter_reduce amin nan last", lambda x, i, s: torch.scatter_reduce(x, 0, i, s, "amin"),
+         lambda: [torch.tensor([1.0, 2.0]), torch.tensor([0, 0, 1]), torch.tensor([-5.0, float("nan"), 0.0])]),
+        ("scatter_reduce_ in place on a view", lambda x, i, s: (x[1:].scatter_reduce_(1, i, s, "sum"), x)[1],
+         lambda: [_t((3, 4), "float32"), torch.tensor([[0, 3], [0, 0]]), _t((2, 2), "float32")]),
+        ("scatter_reduce bool amax", lambda x, i, s: torch.scatter_reduce(x, 1, i, s, "amax"),
+         lambda: [_t((3, 5), "bool"), i3(), _t((3, 3), "bool", seed=1)]),
+        ("scatter_add empty index", lambda x, i, s: torch.scatter_add(x, 0, i, s),
+         lambda: [_t((5,), "float32"), torch.zeros(2, 0, dtype=torch.long), _t((2, 0), "float32")]),
+        ("gather empty index grad", lambda x, i: torch.autograd.grad(
+            torch.gather(x.requires_grad_(), 0, i).sum(), x, allow_unused=True, materialize_grads=True)[0],
+         lambda: [_t((5,), "float32"), torch.zeros(2, 0, dtype=torch.long)]),
+    ]
+    G["index_tensor"] = []
+    for dt in ALLU:
+        G["index_tensor"].append((f"index {dt}", lambda x, i: x[i], lambda dt=dt: [_t((5, 3), dt), torch.tensor([4, 0, -1, 2])]))
+    G["index_tensor"] += [
+        ("index two broadcast", lambda x, i, j: x[i, j],
+         lambda: [_t((4, 5, 2), "float32"), torch.tensor([[0], [3]]), torch.tensor([1, 4, 2])]),
+        ("index after a full dim", lambda x, i: x[:, i], lambda: [_t((3, 6), "float32"), torch.tensor([[5, 0], [1, 1]])]),
+        ("index non-adjacent", lambda x, i, j: x[i, :, j],
+         lambda: [_t((3, 4, 5), "float32"), torch.tensor([0, 2]), torch.tensor([4, -1])]),
+        ("index int32 index transposed self", lambda x, i: x.t()[i],
+         lambda: [_t((3, 6), "bfloat16"), torch.tensor([5, 0], dtype=torch.int32)]),
+        ("index empty index", lambda x, i: x[i], lambda: [_t((4, 3), "float32"), torch.zeros(0, dtype=torch.long)]),
+        ("index 0-dim index", lambda x, i: x[i], lambda: [_t((4, 3), "float32"), torch.tensor(2)]),
+        ("index_put grad", lambda x, i, v: torch.autograd.grad(x.index_put((i,), v.requires_grad_()).sum(), v)[0],
+         lambda: [_t((6, 3), "float32"), torch.tensor([0, 5, 2]), _t((3, 3), "float32")]),
+    ]
+    def _graph(x, i):
+        v, idx = torch.sort(x, 1)
+        c = torch.cumsum(v, 1)
+        m, mi = torch.max(c, 0)
+        t = torch.topk(x, 2, 1).values
+        return (c.flip(0).roll(1, 1) + x[i].sum(), m, mi, t, torch.scatter_reduce(x, 1, idx[:, :2], t, "amax"))
+    G["compiled"] = [("sort, cumsum, max.dim, topk, flip, roll, index, scatter_reduce in one graph",
+                      torch.compile(_graph, backend="tpu", fullgraph=True, dynamic=False),
+                      lambda: [_t((4, 6), "float32"), torch.tensor([3, 1])], _graph)]
+    G["zero_size"] = [
+        ("mm with an empty inner dim", lambda a, b: torch.mm(a.t(), b), lambda: [_t((0, 5), "float32"), _t((0, 3), "float32")]),
+        ("sum over an empty transposed view", lambda x: torch.sum(x.t(), 1), lambda: [_t((0, 3), "float32")]),
+        ("linear grad with an empty batch", lambda x, w: torch.autograd.grad(
+            torch.nn.functional.linear(x, w.requires_grad_()).sum(), w)[0],
+         lambda: [_t((0, 3), "float32"), _t((4, 3), "float32")]),
+    ]
     return G
 
 
@@ -293,7 +451,10 @@ def _run_all():
                 got = fn(*[x.to("tpu") for x in xs])
                 torch.tpu.synchronize()
                 fb = {k: v for k, v in torch_tpu.fallback_report().items() if v}
-                got = got.cpu()
+                if isinstance(got, tuple):  # several outputs (values, indices)
+                    got, want = tuple(g.cpu() for g in got), tuple(want)
+                else:
+                    got = got.cpu()
                 torch.testing.assert_close(got, want, equal_nan=True)
                 if fb:
                     staged.append(f"{label}: {sorted(fb)}")
@@ -320,7 +481,7 @@ def results():
         e["TORCH_TPU_PJRT_PLUGIN"] = os.path.join(os.path.dirname(m.__file__), "xla_cpu_pjrt.so")
     except ImportError:
         pass
-    p = subprocess.run([sys.executable, os.path.abspath(__file__)], env=e, capture_output=True, text=True, timeout=300)
+    p = subprocess.run([sys.executable, os.path.abspath(__file__)], env=e, capture_output=True, text=True, timeout=600)
     assert p.returncode == 0, f"exit {p.returncode}\nstdout:\n{p.stdout[-4000:]}\nstderr:\n{p.stderr[-4000:]}"
     return json.loads(p.stdout.strip().splitlines()[-1])
 

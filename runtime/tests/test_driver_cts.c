@@ -454,6 +454,51 @@ static void test_ops(void) {
   CHECK(!vt->supports_op(device(0), "aten::nonzero"));
 }
 
+/* An op with two outputs (values and int64 indices) through execute_op:
+ * max.dim with NaN and ties, keepdim, equal to the host kernel. */
+static void test_ops_two_outputs(void) {
+  tpu_hal_device_t* d = device(0);
+  const tpu_hal_device_vtable_t* vt = DVT(d);
+  const char* op = "aten::max.dim";
+  if (!vt->supports_op || !vt->supports_op(d, op)) {
+    if (strcmp(g_name, "pjrt") == 0) CHECK(!"pjrt lowers aten::max.dim");
+    return;
+  }
+  const tpu_k_entry_t* e = tpu_k_lookup(op);
+  CHECK(e != NULL);
+  if (!e) return;
+  float x[12] = {1, 3, 3, -1, NAN, 2, NAN, 0, -4, -5, -4, -6};
+  void *dx = NULL, *dv = NULL, *di = NULL;
+  CHECK_OK(vt->allocate(d, sizeof(x), &dx));
+  CHECK_OK(vt->allocate(d, 3 * sizeof(float), &dv));
+  CHECK_OK(vt->allocate(d, 3 * sizeof(int64_t), &di));
+  CHECK_OK(vt->copy_h2d(d, dx, x, sizeof(x)));
+  float hv[3], gv[3];
+  int64_t hi[3], gi[3];
+  for (int side = 0; side < 2; side++) {
+    tpu_tensor_t in = {.data = side ? (void*)x : dx, .dtype = TPU_DTYPE_F32, .ndim = 2, .sizes = {3, 4}, .strides = {4, 1}};
+    tpu_tensor_t outs[2] = {
+        {.data = side ? (void*)hv : dv, .dtype = TPU_DTYPE_F32, .ndim = 2, .sizes = {3, 1}, .strides = {1, 1}},
+        {.data = side ? (void*)hi : di, .dtype = TPU_DTYPE_I64, .ndim = 2, .sizes = {3, 1}, .strides = {1, 1}}};
+    tpu_k_value_t args[3] = {{.kind = TPU_K_TENSOR, .v.tensor = &in},
+                             {.kind = TPU_K_INT, .v.i = 1},
+                             {.kind = TPU_K_BOOL, .v.b = true}};
+    tpu_k_call_t call = {.op = op, .num_args = 3, .args = args, .num_outputs = 2, .outputs = outs};
+    if (e->check) CHECK_OK(e->check(&call));
+    CHECK_OK(side ? e->run(&call) : vt->execute_op(d, &call));
+  }
+  CHECK_OK(vt->copy_d2h(d, gv, dv, sizeof(gv)));
+  CHECK_OK(vt->copy_d2h(d, gi, di, sizeof(gi)));
+  for (int r = 0; r < 3; r++) {
+    CHECK(gi[r] == hi[r]);
+    CHECK(gv[r] == hv[r] || (isnan(gv[r]) && isnan(hv[r])));
+  }
+  CHECK(gi[0] == 1 && isnan(gv[1]) && gi[1] == 0 && gi[2] == 0);
+  vt->deallocate(d, dx);
+  vt->deallocate(d, dv);
+  vt->deallocate(d, di);
+}
+
 /* A whole graph run by the driver (run_graph): an intermediate buffer, a
  * strided read, an in-place update of an input view seen by the nodes after
  * it and by the next run, two outputs; one device program per run. */
@@ -549,6 +594,7 @@ static void run_suite(const char* name) {
   RUN_TEST(test_works_and_errors);
   RUN_TEST(test_events);
   RUN_TEST(test_ops);
+  RUN_TEST(test_ops_two_outputs);
   RUN_TEST(test_graphs);
   tpu_object_release(&g_drv->base);
   g_drv = NULL;

@@ -910,35 +910,43 @@ static int64_t span_bytes(const tpu_tensor_t* t) {
   return tpu_tensor_span(t) * (int64_t)tpu_dtype_size((tpu_dtype_t)t->dtype);
 }
 
-#define TPU_PJRT_MAX_OP_TENSORS 8
+#define TPU_PJRT_MAX_OP_TENSORS 16
 
+/* One program per call: every allocation a tensor lies in is an argument;
+ * those an output lies in are results, in argument order. */
 static tpu_status_t device_execute_op(tpu_hal_device_t* device, const tpu_k_call_t* call) {
   tpu_pjrt_device_t* d = dev(device);
-  if (call->num_outputs != 1 || !call->outputs)
-    return TPU_ERROR(TPU_STATUS_UNIMPLEMENTED, "%s: the pjrt driver lowers one-output ops only", call->op);
-  const tpu_tensor_t* o = &call->outputs[0];
-  if (span_bytes(o) == 0) return TPU_OK; /* nothing to write */
+  if (call->num_outputs < 1 || !call->outputs)
+    return TPU_ERROR(TPU_STATUS_UNIMPLEMENTED, "%s: the pjrt driver lowers ops with outputs only", call->op);
+  bool writes = false;
+  for (int32_t j = 0; j < call->num_outputs; j++) writes |= span_bytes(&call->outputs[j]) > 0;
+  if (!writes) return TPU_OK; /* nothing to write */
   const tpu_tensor_t* tens[TPU_PJRT_MAX_OP_TENSORS];
   int nt = 0;
   for (int32_t i = 0; i < call->num_args; i++) {
     const tpu_k_value_t* v = &call->args[i];
     int64_t n = v->kind == TPU_K_TENSOR ? 1 : v->kind == TPU_K_TENSORS ? v->v.tensors.len : 0;
-    if (nt + n > TPU_PJRT_MAX_OP_TENSORS - 1)
-      return TPU_ERROR(TPU_STATUS_UNIMPLEMENTED, "%s: more than %d tensors", call->op, TPU_PJRT_MAX_OP_TENSORS - 1);
+    if (nt + n > TPU_PJRT_MAX_OP_TENSORS - call->num_outputs)
+      return TPU_ERROR(TPU_STATUS_UNIMPLEMENTED, "%s: more than %d tensors", call->op, TPU_PJRT_MAX_OP_TENSORS);
     if (v->kind == TPU_K_TENSOR) tens[nt++] = v->v.tensor;
     for (int64_t j = 0; v->kind == TPU_K_TENSORS && j < n; j++) tens[nt++] = &v->v.tensors.data[j];
   }
-  tens[nt++] = o;
+  if (nt + call->num_outputs > TPU_PJRT_MAX_OP_TENSORS)
+    return TPU_ERROR(TPU_STATUS_UNIMPLEMENTED, "%s: more than %d tensors", call->op, TPU_PJRT_MAX_OP_TENSORS);
+  int nin = nt;
+  for (int32_t j = 0; j < call->num_outputs; j++) tens[nt++] = &call->outputs[j];
   pthread_mutex_lock(&d->mu);
   tpu_status_t st = TPU_OK;
   tpu_pjrt_loc_t locs[TPU_PJRT_MAX_OP_TENSORS];
   tpu_pjrt_alloc_t* allocs[TPU_PJRT_MAX_OP_TENSORS];
   tpu_pjrt_storage_t storages[TPU_PJRT_MAX_OP_TENSORS];
-  int32_t nargs = 0;
+  int32_t nargs = 0, nres = 0;
   for (int k = 0; k < nt && !st; k++) {
     int64_t n = span_bytes(tens[k]);
-    if (tens[k]->dtype == TPU_DTYPE_INVALID || (n == 0 && !tens[k]->data)) {
-      locs[k] = (tpu_pjrt_loc_t){.storage = -1, .offset = 0}; /* absent, or no bytes to read */
+    /* absent, or no bytes to read or write (an empty view may point just
+     * past its allocation, or nowhere) */
+    if (tens[k]->dtype == TPU_DTYPE_INVALID || n == 0) {
+      locs[k] = (tpu_pjrt_loc_t){.storage = -1, .offset = 0};
       continue;
     }
     tpu_pjrt_alloc_t* a = alloc_lookup(d, tens[k]->data, (size_t)n);
@@ -956,9 +964,12 @@ static tpu_status_t device_execute_op(tpu_hal_device_t* device, const tpu_k_call
       storages[nargs] = (tpu_pjrt_storage_t){.bytes = a->size, .arg = nargs, .result = false};
       nargs++;
     }
+    if (k >= nin && !storages[arg].result) {
+      storages[arg].result = true;
+      nres++;
+    }
     locs[k] = (tpu_pjrt_loc_t){.storage = arg, .offset = (uintptr_t)tens[k]->data - a->base};
   }
-  if (!st) storages[locs[nt - 1].storage].result = true;
   tpu_pjrt_node_t node = {call, locs};
   char* text = NULL;
   if (!st) st = tpu_pjrt_lower(storages, nargs, &node, 1, &text);
@@ -971,11 +982,16 @@ static tpu_status_t device_execute_op(tpu_hal_device_t* device, const tpu_k_call
     st = alloc_buffer(d, allocs[a], &b);
     if (!st) args[a] = b->buffer;
   }
-  PJRT_Buffer* out = NULL;
-  if (!st) st = execute(d, exe, args, (size_t)nargs, call->op, &out);
-  tpu_pjrt_buf_t* nb = NULL;
-  if (!st) st = buf_wrap(d->driver->api, out, &nb);
-  if (!st) alloc_set(d, allocs[locs[nt - 1].storage], nb);
+  PJRT_Buffer* outs[TPU_PJRT_MAX_OP_TENSORS] = {NULL};
+  if (!st) st = execute_n(d, exe, args, (size_t)nargs, call->op, outs, (size_t)nres);
+  for (int32_t a = 0, r = 0; a < nargs && !st; a++) {
+    if (!storages[a].result) continue;
+    tpu_pjrt_buf_t* nb = NULL;
+    st = buf_wrap(d->driver->api, outs[r], &nb);
+    outs[r++] = NULL;
+    if (!st) alloc_set(d, allocs[a], nb);
+  }
+  for (int32_t r = 0; r < nres; r++) buffer_destroy(d->driver->api, outs[r]);
   pthread_mutex_unlock(&d->mu);
   return st ? tpu_status_annotate(st, "tpu:%d: %s", d->index, call->op) : TPU_OK;
 }

@@ -28,6 +28,7 @@ typedef enum {
   L_INDEX_SELECT, L_GATHER, L_SCATTER, L_SCATTER_ADD,
   L_FILL, L_COPY, L_ARANGE, L_TRIU, L_TRIL, L_CAT, L_CLAMP, L_CLAMP_MIN, L_CLAMP_MAX,
   L_MASKED_FILL, L_INDEX_PUT, L_BMM, L_ADDMM, L_ROPE, L_ROPE_BWD, L_SDPA_FWD, L_SDPA_BWD,
+  L_MAX_DIM, L_MIN_DIM, L_SORT, L_TOPK, L_CUMSUM, L_CUMPROD, L_FLIP, L_ROLL, L_SCATTER_REDUCE, L_INDEX,
 } lop_t;
 
 typedef enum {
@@ -39,12 +40,14 @@ typedef enum {
   F_POW,    /* self, exponent Scalar */
   F_REDUCE, /* self, dim[], keepdim, dtype */
   F_SOFTMAX, /* self, dim, half_to_float (backward: grad, output, dim, dtype) */
-  F_REDUCE2, /* max/min/prod/any/all and arg{max,min} */
-  F_INDEX,   /* index_select, gather, scatter */
-  F_MISC,    /* fill, copy, arange, triu/tril, cat, clamp */
+  F_REDUCE2, /* max/min/prod/any/all, arg{max,min}, max.dim/min.dim (values, indices) */
+  F_INDEX,   /* index_select, gather, scatter (reduce), index_put, index.Tensor */
+  F_MISC,    /* fill, copy, arange, triu/tril, cat, clamp, flip, roll */
   F_MM2,     /* bmm, addmm */
   F_ROPE,    /* tpu::rope(_backward): two outputs */
   F_SDPA,    /* tpu::sdpa_fwd / sdpa_bwd: several outputs */
+  F_SORT,    /* sort, topk: values and indices */
+  F_SCAN,    /* cumsum, cumprod */
 } lfamily_t;
 
 typedef struct {
@@ -109,6 +112,13 @@ static const lspec_t kSpecs[] = {
     {"index_select", L_INDEX_SELECT, F_INDEX, RED_O}, {"gather", L_GATHER, F_INDEX, RED_O},
     {"scatter", L_SCATTER, F_INDEX, "|.value|.src|.value_out|.src_out|_.value|_.src"},
     {"scatter_add", L_SCATTER_ADD, F_INDEX, "||.out|_"},
+    {"scatter", L_SCATTER_REDUCE, F_INDEX, "|.reduce|.value_reduce|.reduce_out|.value_reduce_out|_.reduce|_.value_reduce"},
+    {"scatter_reduce", L_SCATTER_REDUCE, F_INDEX, "|.two|.two_out|_.two"},
+    {"index", L_INDEX, F_INDEX, "|.Tensor|.Tensor_out"},
+    {"max", L_MAX_DIM, F_REDUCE2, "|.dim|.dim_max"}, {"min", L_MIN_DIM, F_REDUCE2, "|.dim|.dim_min"},
+    {"sort", L_SORT, F_SORT, "||.values|.stable|.values_stable"}, {"topk", L_TOPK, F_SORT, "||.values"},
+    {"cumsum", L_CUMSUM, F_SCAN, "||.out"}, {"cumprod", L_CUMPROD, F_SCAN, "||.out"},
+    {"flip", L_FLIP, F_MISC, "||.out"}, {"roll", L_ROLL, F_MISC, "||.out"},
     {"fill_", L_FILL, F_MISC, "|.Scalar|.Tensor"}, {"zero_", L_FILL, F_MISC, "|"},
     {"copy_", L_COPY, F_MISC, "|"},
     {"arange", L_ARANGE, F_MISC, "|.start_out"},
@@ -289,11 +299,12 @@ static val_t splat(sb_t* b, const val_t* like, const char* ty, double x) {
   return r;
 }
 
-/* Row-major dense (size-1 dims may have any stride). */
+/* Row-major dense (size-1 dims may have any stride; an empty view is). */
 static bool is_dense(const tpu_tensor_t* t) {
+  for (int32_t d = 0; d < t->ndim; d++)
+    if (t->sizes[d] == 0) return true;
   int64_t expected = 1;
   for (int32_t d = t->ndim - 1; d >= 0; --d) {
-    if (t->sizes[d] == 0) return true;
     if (t->sizes[d] != 1 && t->strides[d] != expected) return false;
     expected *= t->sizes[d];
   }
@@ -840,6 +851,9 @@ static tpu_status_t out_val(sb_t* b, const tpu_k_call_t* call, int k, const targ
 
 /* ---- lowerings of the op families beyond the pointwise core ---- */
 
+static val_t arith(sb_t* b, lop_t op, val_t x, val_t y);
+static const char* string_at(const tpu_k_call_t* call, int i, const char* dflt);
+
 static const tpu_k_value_t* arg_at(const tpu_k_call_t* call, int i) {
   return i < call->num_args ? &call->args[i] : NULL;
 }
@@ -942,14 +956,63 @@ static tpu_status_t lower_softmax(sb_t* b, const tpu_k_call_t* call, const lspec
   return out_val(b, call, 0, ta, r);
 }
 
-/* max/min/prod/amax/amin/any/all and arg{max,min}. */
+/* The extreme of `x` along `d` and its first index (NaN is the extreme of
+ * both directions, as in PyTorch): (values, i64 indices), `d` removed. */
+static void arg_reduce(sb_t* b, val_t x, int32_t d, bool lowest, val_t* out_vals, val_t* out_idx) {
+  if (!strcmp(x.ty, "i1")) x = converted(b, x, "ui8"); /* ordered as false < true */
+  const char* ct = x.ty;
+  val_t idx = iota(b, x.ndim, x.sizes, d, "i64");
+  val_t rr = {.ndim = 0, .ty = ct};
+  for (int32_t k = 0; k < x.ndim; k++)
+    if (k != d) rr.sizes[rr.ndim++] = x.sizes[k];
+  char tx[256], ti[256], trx[256], tri[256], lit[64];
+  shape_str(tx, sizeof(tx), x.ndim, x.sizes, ct);
+  shape_str(ti, sizeof(ti), x.ndim, x.sizes, "i64");
+  shape_str(trx, sizeof(trx), rr.ndim, rr.sizes, ct);
+  shape_str(tri, sizeof(tri), rr.ndim, rr.sizes, "i64");
+  extreme(ct, lowest, lit, sizeof(lit));
+  int iv = scalar_const(b, ct, lit), zi = scalar_const(b, "i64", "0");
+  int res = fresh(b), u = res;
+  const char* cmp = lowest ? "LT" : "GT";
+  emit(b, "  %%v%d:2 = \"stablehlo.reduce\"(%%v%d, %%v%d, %%v%d, %%v%d) ({\n", res, x.id, idx.id, iv, zi);
+  emit(b, "  ^bb0(%%a%d: tensor<%s>, %%ai%d: tensor<i64>, %%c%d: tensor<%s>, %%ci%d: tensor<i64>):\n", u, ct, u, u,
+       ct, u);
+  emit(b, "    %%gt%d = stablehlo.compare %s, %%a%d, %%c%d : (tensor<%s>, tensor<%s>) -> tensor<i1>\n", u, cmp, u, u,
+       ct, ct);
+  emit(b, "    %%eq%d = stablehlo.compare EQ, %%a%d, %%c%d : (tensor<%s>, tensor<%s>) -> tensor<i1>\n", u, u, u, ct,
+       ct);
+  emit(b, "    %%an%d = stablehlo.compare NE, %%a%d, %%a%d : (tensor<%s>, tensor<%s>) -> tensor<i1>\n", u, u, u, ct,
+       ct);
+  emit(b, "    %%cn%d = stablehlo.compare NE, %%c%d, %%c%d : (tensor<%s>, tensor<%s>) -> tensor<i1>\n", u, u, u, ct,
+       ct);
+  emit(b, "    %%nc%d = stablehlo.not %%cn%d : tensor<i1>\n", u, u);
+  emit(b, "    %%b1%d = stablehlo.and %%an%d, %%nc%d : tensor<i1>\n", u, u, u);
+  emit(b, "    %%b2%d = stablehlo.or %%gt%d, %%b1%d : tensor<i1>\n", u, u, u);
+  emit(b, "    %%bn%d = stablehlo.and %%an%d, %%cn%d : tensor<i1>\n", u, u, u);
+  emit(b, "    %%e2%d = stablehlo.or %%eq%d, %%bn%d : tensor<i1>\n", u, u, u);
+  emit(b, "    %%li%d = stablehlo.compare LT, %%ai%d, %%ci%d : (tensor<i64>, tensor<i64>) -> tensor<i1>\n", u, u, u);
+  emit(b, "    %%e3%d = stablehlo.and %%e2%d, %%li%d : tensor<i1>\n", u, u, u);
+  emit(b, "    %%pa%d = stablehlo.or %%b2%d, %%e3%d : tensor<i1>\n", u, u, u);
+  emit(b, "    %%rv%d = stablehlo.select %%pa%d, %%a%d, %%c%d : tensor<i1>, tensor<%s>\n", u, u, u, u, ct);
+  emit(b, "    %%ri%d = stablehlo.select %%pa%d, %%ai%d, %%ci%d : tensor<i1>, tensor<i64>\n", u, u, u, u);
+  emit(b, "    stablehlo.return %%rv%d, %%ri%d : tensor<%s>, tensor<i64>\n", u, u, ct);
+  emit(b, "  }) {dimensions = array<i64: %d>} : (%s, %s, tensor<%s>, tensor<i64>) -> (%s, %s)\n", d, tx, ti, ct, trx,
+       tri);
+  *out_vals = shaped(b, rr.ndim, rr.sizes, ct);
+  emit(b, "  %%v%d = stablehlo.reshape %%v%d#0 : (%s) -> %s\n", out_vals->id, res, trx, trx);
+  *out_idx = shaped(b, rr.ndim, rr.sizes, "i64");
+  emit(b, "  %%v%d = stablehlo.reshape %%v%d#1 : (%s) -> %s\n", out_idx->id, res, tri, tri);
+}
+
+/* max/min/prod/amax/amin/any/all, arg{max,min} and max.dim/min.dim. */
 static tpu_status_t lower_reduce2(sb_t* b, const tpu_k_call_t* call, const lspec_t* spec, const targs_t* ta) {
   val_t x;
   TPU_RETURN_IF_ERROR(in_val(b, call, ta->t[0], ta->loc[0], &x));
   ltype_t ot;
   type_of(call->outputs[0].dtype, &ot);
   bool arg = spec->op == L_ARGMAX || spec->op == L_ARGMIN;
-  const char* ct = arg ? opmath(x.ty) : opmath(ot.ty);
+  bool vdim = spec->op == L_MAX_DIM || spec->op == L_MIN_DIM; /* values and indices */
+  const char* ct = arg || vdim ? opmath(x.ty) : opmath(ot.ty);
   if (spec->op == L_ANY || spec->op == L_ALL) ct = "i1";
   x = cast(b, x, ct);
   bool dims[TPU_MAX_DIMS] = {false};
@@ -958,7 +1021,7 @@ static tpu_status_t lower_reduce2(sb_t* b, const tpu_k_call_t* call, const lspec
   reduce_flags(call, has_dim ? 1 : 99, x.ndim, dims);
   char lit[64];
   val_t r;
-  if (!arg) {
+  if (!arg && !vdim) {
     const char* op = "maximum";
     switch (spec->op) {
       case L_AMAX: extreme(ct, false, lit, sizeof(lit)); break;
@@ -991,46 +1054,12 @@ static tpu_status_t lower_reduce2(sb_t* b, const tpu_k_call_t* call, const lspec
   }
   int32_t d = 0;
   while (!dims[d]) d++;
-  val_t idx = iota(b, x.ndim, x.sizes, d, "i64");
-  val_t rr = {.ndim = 0, .ty = ct};
-  for (int32_t k = 0; k < x.ndim; k++)
-    if (k != d) rr.sizes[rr.ndim++] = x.sizes[k];
-  char tx[256], ti[256], trx[256], tri[256];
-  shape_str(tx, sizeof(tx), x.ndim, x.sizes, ct);
-  shape_str(ti, sizeof(ti), x.ndim, x.sizes, "i64");
-  shape_str(trx, sizeof(trx), rr.ndim, rr.sizes, ct);
-  shape_str(tri, sizeof(tri), rr.ndim, rr.sizes, "i64");
-  extreme(ct, spec->op == L_ARGMIN, lit, sizeof(lit));
-  int iv = scalar_const(b, ct, lit), zi = scalar_const(b, "i64", "0");
-  int res = fresh(b), u = res;
-  const char* cmp = spec->op == L_ARGMAX ? "GT" : "LT";
-  emit(b, "  %%v%d:2 = \"stablehlo.reduce\"(%%v%d, %%v%d, %%v%d, %%v%d) ({\n", res, x.id, idx.id, iv, zi);
-  emit(b, "  ^bb0(%%a%d: tensor<%s>, %%ai%d: tensor<i64>, %%c%d: tensor<%s>, %%ci%d: tensor<i64>):\n", u, ct, u, u,
-       ct, u);
-  emit(b, "    %%gt%d = stablehlo.compare %s, %%a%d, %%c%d : (tensor<%s>, tensor<%s>) -> tensor<i1>\n", u, cmp, u, u,
-       ct, ct);
-  emit(b, "    %%eq%d = stablehlo.compare EQ, %%a%d, %%c%d : (tensor<%s>, tensor<%s>) -> tensor<i1>\n", u, u, u, ct,
-       ct);
-  emit(b, "    %%an%d = stablehlo.compare NE, %%a%d, %%a%d : (tensor<%s>, tensor<%s>) -> tensor<i1>\n", u, u, u, ct,
-       ct);
-  emit(b, "    %%cn%d = stablehlo.compare NE, %%c%d, %%c%d : (tensor<%s>, tensor<%s>) -> tensor<i1>\n", u, u, u, ct,
-       ct);
-  emit(b, "    %%nc%d = stablehlo.not %%cn%d : tensor<i1>\n", u, u);
-  emit(b, "    %%b1%d = stablehlo.and %%an%d, %%nc%d : tensor<i1>\n", u, u, u);
-  emit(b, "    %%b2%d = stablehlo.or %%gt%d, %%b1%d : tensor<i1>\n", u, u, u);
-  emit(b, "    %%bn%d = stablehlo.and %%an%d, %%cn%d : tensor<i1>\n", u, u, u);
-  emit(b, "    %%e2%d = stablehlo.or %%eq%d, %%bn%d : tensor<i1>\n", u, u, u);
-  emit(b, "    %%li%d = stablehlo.compare LT, %%ai%d, %%ci%d : (tensor<i64>, tensor<i64>) -> tensor<i1>\n", u, u, u);
-  emit(b, "    %%e3%d = stablehlo.and %%e2%d, %%li%d : tensor<i1>\n", u, u, u);
-  emit(b, "    %%pa%d = stablehlo.or %%b2%d, %%e3%d : tensor<i1>\n", u, u, u);
-  emit(b, "    %%rv%d = stablehlo.select %%pa%d, %%a%d, %%c%d : tensor<i1>, tensor<%s>\n", u, u, u, u, ct);
-  emit(b, "    %%ri%d = stablehlo.select %%pa%d, %%ai%d, %%ci%d : tensor<i1>, tensor<i64>\n", u, u, u, u);
-  emit(b, "    stablehlo.return %%rv%d, %%ri%d : tensor<%s>, tensor<i64>\n", u, u, ct);
-  emit(b, "  }) {dimensions = array<i64: %d>} : (%s, %s, tensor<%s>, tensor<i64>) -> (%s, %s)\n", d, tx, ti, ct, trx,
-       tri);
-  val_t out = shaped(b, rr.ndim, rr.sizes, "i64");
-  emit(b, "  %%v%d = stablehlo.reshape %%v%d#1 : (%s) -> %s\n", out.id, res, tri, tri);
-  return out_val(b, call, 0, ta, out);
+  bool lowest = spec->op == L_ARGMIN || spec->op == L_MIN_DIM;
+  val_t vals, idx;
+  arg_reduce(b, x, d, lowest, &vals, &idx);
+  if (arg) return out_val(b, call, 0, ta, idx);
+  TPU_RETURN_IF_ERROR(out_val(b, call, 0, ta, vals));
+  return call->num_outputs > 1 ? out_val(b, call, 1, ta, idx) : TPU_OK;
 }
 
 static void dims_list(char* buf, size_t cap, int32_t from, int32_t to, int32_t skip) {
@@ -1038,6 +1067,89 @@ static void dims_list(char* buf, size_t cap, int32_t from, int32_t to, int32_t s
   buf[0] = '\0';
   for (int32_t d = from; d < to; d++)
     if (d != skip) n += (size_t)snprintf(buf + n, cap - n, "%s%d", n ? ", " : "", d);
+}
+
+/* Integer index tensors idx[0..k) (i64 after conversion) broadcast together
+ * (PyTorch's trailing alignment), negative entries wrapped by the size of
+ * the dim pos[j] of `x` each indexes, as tuples [B..., k]; B (rank *out_ni)
+ * goes to out_is. */
+static val_t index_tuple_list(sb_t* b, val_t* idx, int k, const int32_t* pos, const val_t* x, int32_t* out_ni,
+                              int64_t* out_is) {
+  int32_t ni = 0;
+  int64_t* is = out_is;
+  for (int j = 0; j < k; j++) {
+    idx[j] = converted(b, idx[j], "i64");
+    if (idx[j].ndim > ni) {
+      for (int32_t d = ni - 1; d >= 0; d--) is[d + idx[j].ndim - ni] = is[d];
+      for (int32_t d = 0; d < idx[j].ndim - ni; d++) is[d] = 1;
+      ni = idx[j].ndim;
+    }
+    for (int32_t d = 0; d < idx[j].ndim; d++) {
+      int64_t sz = idx[j].sizes[d];
+      int32_t e = ni - idx[j].ndim + d;
+      if (sz != 1) is[e] = sz;
+    }
+  }
+  int64_t s1[TPU_MAX_DIMS + 1];
+  memcpy(s1, is, sizeof(int64_t) * (size_t)ni);
+  s1[ni] = 1;
+  val_t parts[TPU_MAX_DIMS];
+  for (int j = 0; j < k; j++) {
+    val_t t = broadcast(b, idx[j], ni, is);
+    val_t neg = binary_to(b, "compare LT,", t, splat(b, &t, "i64", 0), "i1");
+    t = select3(b, neg, binary(b, "add", t, splat(b, &t, "i64", (double)x->sizes[pos[j]])), t);
+    parts[j] = reshaped(b, t, ni + 1, s1);
+  }
+  *out_ni = ni;
+  return k == 1 ? parts[0] : concat(b, parts, k, ni);
+}
+
+/* A scatter region combining old and new with `comb` ("add", "maximum",
+ * ...; NULL: the new value replaces the old), then the attributes. */
+static void scatter_head(sb_t* b, val_t res, val_t x, val_t tup, val_t upd, const char* comb) {
+  char sc[64];
+  snprintf(sc, sizeof(sc), "tensor<%s>", x.ty);
+  int u = fresh(b);
+  emit(b, "  %%v%d = \"stablehlo.scatter\"(%%v%d, %%v%d, %%v%d) ({\n  ^bb0(%%o%d: %s, %%n%d: %s):\n", res.id, x.id,
+       tup.id, upd.id, u, sc, u, sc);
+  if (comb && is_fty(x.ty) && (!strcmp(comb, "maximum") || !strcmp(comb, "minimum"))) {
+    /* NaN wins, whichever side it is on (XLA's CPU max/min may drop it) */
+    emit(b, "    %%m%d = stablehlo.%s %%o%d, %%n%d : %s\n", u, comb, u, u, sc);
+    emit(b, "    %%no%d = stablehlo.compare NE, %%o%d, %%o%d : (%s, %s) -> tensor<i1>\n", u, u, u, sc, sc);
+    emit(b, "    %%nn%d = stablehlo.compare NE, %%n%d, %%n%d : (%s, %s) -> tensor<i1>\n", u, u, u, sc, sc);
+    emit(b, "    %%a%d = stablehlo.select %%nn%d, %%n%d, %%m%d : tensor<i1>, %s\n", u, u, u, u, sc);
+    emit(b, "    %%s%d = stablehlo.select %%no%d, %%o%d, %%a%d : tensor<i1>, %s\n", u, u, u, u, sc);
+    emit(b, "    stablehlo.return %%s%d : %s\n", u, sc);
+  } else if (comb) {
+    emit(b, "    %%s%d = stablehlo.%s %%o%d, %%n%d : %s\n    stablehlo.return %%s%d : %s\n", u, comb, u, u, sc, u, sc);
+  } else {
+    emit(b, "    stablehlo.return %%n%d : %s\n", u, sc);
+  }
+}
+
+/* `x` with `upd` (the index's shape) combined in at the element positions
+ * `tup` ([index sizes..., x.ndim], from index_tuples). */
+static val_t scatter_elems(sb_t* b, val_t x, val_t tup, val_t upd, const char* comb) {
+  char all[128], tx[256], ti[256], tu[256];
+  dims_list(all, sizeof(all), 0, x.ndim, -1);
+  shape_str(tx, sizeof(tx), x.ndim, x.sizes, x.ty);
+  shape_str(ti, sizeof(ti), tup.ndim, tup.sizes, "i64");
+  shape_str(tu, sizeof(tu), upd.ndim, upd.sizes, upd.ty);
+  val_t res = x;
+  res.id = fresh(b);
+  scatter_head(b, res, x, tup, upd, comb);
+  emit(b,
+       "  }) {scatter_dimension_numbers = #stablehlo.scatter<inserted_window_dims = [%s], "
+       "scatter_dims_to_operand_dims = [%s], index_vector_dim = %d>, indices_are_sorted = false, unique_indices = "
+       "false} : (%s, %s, %s) -> %s\n",
+       all, all, tup.ndim - 1, tx, ti, tu, tx);
+  return res;
+}
+
+/* A broadcast 0-d literal (extreme values that a double cannot carry). */
+static val_t splat_lit(sb_t* b, const val_t* like, const char* ty, const char* lit) {
+  val_t c = {.id = scalar_const(b, ty, lit), .ndim = 0, .ty = ty};
+  return broadcast(b, c, like->ndim, like->sizes);
 }
 
 /* index_put(self, indices, values, accumulate) with integer indices for the
@@ -1065,34 +1177,13 @@ static tpu_status_t lower_index_put(sb_t* b, const tpu_k_call_t* call, const tar
   x = cast(b, x, ct);
   int32_t r = x.ndim;
   if (k > r) return TPU_ERROR(TPU_STATUS_UNIMPLEMENTED, "%s: too many indices", call->op);
-  int32_t ni = 0;
+  int32_t ni = 0, pos[TPU_MAX_DIMS];
   int64_t is[TPU_MAX_DIMS];
   for (int j = 0; j < k; j++) {
     TPU_RETURN_IF_ERROR(in_val(b, call, ta->t[1 + j], ta->loc[1 + j], &idx[j]));
-    idx[j] = converted(b, idx[j], "i64");
-    /* the broadcast shape of the indices */
-    if (idx[j].ndim > ni) {
-      for (int32_t d = ni - 1; d >= 0; d--) is[d + idx[j].ndim - ni] = is[d];
-      for (int32_t d = 0; d < idx[j].ndim - ni; d++) is[d] = 1;
-      ni = idx[j].ndim;
-    }
-    for (int32_t d = 0; d < idx[j].ndim; d++) {
-      int64_t s = idx[j].sizes[d];
-      int32_t e = ni - idx[j].ndim + d;
-      if (s != 1) is[e] = s;
-    }
+    pos[j] = j;
   }
-  int64_t s1[TPU_MAX_DIMS + 1];
-  memcpy(s1, is, sizeof(int64_t) * (size_t)ni);
-  s1[ni] = 1;
-  val_t parts[TPU_MAX_DIMS];
-  for (int j = 0; j < k; j++) {
-    val_t t = broadcast(b, idx[j], ni, is);
-    val_t neg = binary_to(b, "compare LT,", t, splat(b, &t, "i64", 0), "i1");
-    t = select3(b, neg, binary(b, "add", t, splat(b, &t, "i64", (double)x.sizes[j])), t);
-    parts[j] = reshaped(b, t, ni + 1, s1);
-  }
-  val_t tup = k == 1 ? parts[0] : concat(b, parts, k, ni);
+  val_t tup = index_tuple_list(b, idx, k, pos, &x, &ni, is);
   int64_t us[TPU_MAX_DIMS * 2];
   memcpy(us, is, sizeof(int64_t) * (size_t)ni);
   for (int32_t d = k; d < r; d++) us[ni + d - k] = x.sizes[d];
@@ -1100,23 +1191,15 @@ static tpu_status_t lower_index_put(sb_t* b, const tpu_k_call_t* call, const tar
   TPU_RETURN_IF_ERROR(in_val(b, call, ta->t[k + 1], ta->loc[k + 1], &v));
   v = broadcast(b, cast(b, v, ct), ur, us);
   bool acc = int_at(call, 3, 0) != 0;
-  char uw[128], ins[128], tx[256], ti[256], tu[256], sc[64];
+  char uw[128], ins[128], tx[256], ti[256], tu[256];
   dims_list(uw, sizeof(uw), ni, ur, -1);
   dims_list(ins, sizeof(ins), 0, k, -1);
   shape_str(tx, sizeof(tx), x.ndim, x.sizes, ct);
   shape_str(ti, sizeof(ti), tup.ndim, tup.sizes, "i64");
   shape_str(tu, sizeof(tu), ur, us, ct);
-  snprintf(sc, sizeof(sc), "tensor<%s>", ct);
-  int u = fresh(b);
   val_t res = x;
   res.id = fresh(b);
-  emit(b, "  %%v%d = \"stablehlo.scatter\"(%%v%d, %%v%d, %%v%d) ({\n  ^bb0(%%o%d: %s, %%n%d: %s):\n", res.id, x.id,
-       tup.id, v.id, u, sc, u, sc);
-  if (acc) {
-    emit(b, "    %%s%d = stablehlo.add %%o%d, %%n%d : %s\n    stablehlo.return %%s%d : %s\n", u, u, u, sc, u, sc);
-  } else {
-    emit(b, "    stablehlo.return %%n%d : %s\n", u, sc);
-  }
+  scatter_head(b, res, x, tup, v, acc ? (!strcmp(ct, "i1") ? "or" : "add") : NULL);
   emit(b,
        "  }) {scatter_dimension_numbers = #stablehlo.scatter<%s%s%sinserted_window_dims = [%s], "
        "scatter_dims_to_operand_dims = [%s], index_vector_dim = %d>, indices_are_sorted = false, unique_indices = "
@@ -1125,8 +1208,81 @@ static tpu_status_t lower_index_put(sb_t* b, const tpu_k_call_t* call, const tar
   return out_val(b, call, 0, ta, res);
 }
 
+/* index.Tensor(self, indices): integer index tensors (None: a dim taken
+ * whole) broadcast together; their result dims replace the indexed dims
+ * where those are adjacent, else lead (PyTorch's rule). */
+static tpu_status_t lower_index_tensor(sb_t* b, const tpu_k_call_t* call, const targs_t* ta) {
+  const tpu_k_value_t* lv = arg_at(call, 1);
+  if (!lv || lv->kind != TPU_K_TENSORS)
+    return TPU_ERROR(TPU_STATUS_UNIMPLEMENTED, "%s: expected a list of indices", call->op);
+  val_t x, idx[TPU_MAX_DIMS];
+  TPU_RETURN_IF_ERROR(in_val(b, call, ta->t[0], ta->loc[0], &x));
+  int32_t r = x.ndim, pos[TPU_MAX_DIMS];
+  int k = 0;
+  for (int64_t j = 0; j < lv->v.tensors.len; j++) {
+    const tpu_tensor_t* t = &lv->v.tensors.data[j];
+    if (t->dtype == TPU_DTYPE_INVALID) continue;
+    if (t->dtype == TPU_DTYPE_BOOL || t->dtype == TPU_DTYPE_U8)
+      return TPU_ERROR(TPU_STATUS_UNIMPLEMENTED, "%s: masks as indices are not lowered", call->op);
+    if (j >= r || 1 + k >= ta->n) return TPU_ERROR(TPU_STATUS_UNIMPLEMENTED, "%s: too many indices", call->op);
+    TPU_RETURN_IF_ERROR(in_val(b, call, ta->t[1 + k], ta->loc[1 + k], &idx[k]));
+    pos[k++] = (int32_t)j;
+  }
+  if (k == 0) return out_val(b, call, 0, ta, x);
+  int32_t ni = 0;
+  int64_t is[TPU_MAX_DIMS];
+  val_t tup = index_tuple_list(b, idx, k, pos, &x, &ni, is);
+  bool adjacent = true;
+  for (int j = 1; j < k; j++) adjacent &= pos[j] == pos[0] + j;
+  int32_t at = adjacent ? pos[0] : 0; /* where the index dims go */
+  val_t res = {.ndim = 0, .ty = x.ty};
+  char offs[256] = "", coll[128] = "", ss[256] = "";
+  size_t no = 0, nc = 0, ns = 0;
+  int32_t o = 0; /* output dim of the next kept dim */
+  for (int32_t d = 0, j = 0; d < r; d++) {
+    bool indexed = j < k && pos[j] == d;
+    ns += (size_t)snprintf(ss + ns, sizeof(ss) - ns, "%s%" PRId64, d ? ", " : "", indexed ? 1 : x.sizes[d]);
+    if (indexed) {
+      nc += (size_t)snprintf(coll + nc, sizeof(coll) - nc, "%s%d", j ? ", " : "", d);
+      j++;
+      continue;
+    }
+    if (o == at) o += ni;
+    no += (size_t)snprintf(offs + no, sizeof(offs) - no, "%s%d", no ? ", " : "", o);
+    o++;
+  }
+  /* output sizes: kept dims before `at`, the index dims, the other kept dims */
+  for (int32_t d = 0, kept = 0; d < r; d++) {
+    bool indexed = false;
+    for (int j = 0; j < k; j++) indexed |= pos[j] == d;
+    if (indexed) continue;
+    if (kept++ == at) {
+      memcpy(res.sizes + res.ndim, is, sizeof(int64_t) * (size_t)ni);
+      res.ndim += ni;
+    }
+    res.sizes[res.ndim++] = x.sizes[d];
+  }
+  if (res.ndim < ni + r - k) { /* the index dims come last */
+    memcpy(res.sizes + res.ndim, is, sizeof(int64_t) * (size_t)ni);
+    res.ndim += ni;
+  }
+  char tx[256], ti[256], tr[256];
+  shape_str(tx, sizeof(tx), x.ndim, x.sizes, x.ty);
+  shape_str(ti, sizeof(ti), tup.ndim, tup.sizes, "i64");
+  shape_str(tr, sizeof(tr), res.ndim, res.sizes, x.ty);
+  res.id = fresh(b);
+  emit(b,
+       "  %%v%d = \"stablehlo.gather\"(%%v%d, %%v%d) {dimension_numbers = #stablehlo.gather<%s%s%scollapsed_slice_dims = "
+       "[%s], start_index_map = [%s], index_vector_dim = %d>, slice_sizes = array<i64: %s>, indices_are_sorted = "
+       "false} : (%s, %s) -> %s\n",
+       res.id, x.id, tup.id, offs[0] ? "offset_dims = [" : "", offs, offs[0] ? "], " : "", coll, coll, ni, ss, tx, ti,
+       tr);
+  return out_val(b, call, 0, ta, res);
+}
+
 static tpu_status_t lower_index(sb_t* b, const tpu_k_call_t* call, const lspec_t* spec, const targs_t* ta) {
   if (spec->op == L_INDEX_PUT) return lower_index_put(b, call, ta);
+  if (spec->op == L_INDEX) return lower_index_tensor(b, call, ta);
   const tpu_tensor_t* o = &call->outputs[0];
   ltype_t ot;
   type_of(o->dtype, &ot);
@@ -1163,8 +1319,18 @@ static tpu_status_t lower_index(sb_t* b, const tpu_k_call_t* call, const lspec_t
     return out_val(b, call, 0, ta, res);
   }
   /* gather / scatter: element-wise along dim */
+  int64_t nidx = 1;
+  for (int32_t d = 0; d < idx.ndim; d++) nidx *= idx.sizes[d];
+  if (spec->op == L_GATHER && nidx == 0) return TPU_OK; /* an empty result */
   if (r == 0 || idx.ndim == 0) {
     if (spec->op == L_GATHER) return out_val(b, call, 0, ta, reshaped(b, x, o->ndim, o->sizes));
+  }
+  /* scatter(self, dim, index, src | value[, reduce[, include_self]]): in the
+   * tensor's type, as PyTorch */
+  const char* ct = ot.ty;
+  if (spec->op != L_GATHER) {
+    x = cast(b, x, ct);
+    if (nidx == 0) return out_val(b, call, 0, ta, x); /* an empty index writes nothing */
   }
   val_t neg = binary_to(b, "compare LT,", idx, splat(b, &idx, "i64", 0), "i1");
   idx = select3(b, neg, binary(b, "add", idx, splat(b, &idx, "i64", (double)(r ? x.sizes[dim] : 1))), idx);
@@ -1174,12 +1340,11 @@ static tpu_status_t lower_index(sb_t* b, const tpu_k_call_t* call, const lspec_t
   }
   if (idx.ndim == 0) idx = reshaped(b, idx, 1, (int64_t[]){1});
   val_t tup = index_tuples(b, idx, dim);
-  char all[128], tx[256], ti[256], tr[256];
-  dims_list(all, sizeof(all), 0, r, -1);
-  shape_str(tx, sizeof(tx), x.ndim, x.sizes, x.ty);
-  shape_str(ti, sizeof(ti), tup.ndim, tup.sizes, "i64");
   if (spec->op == L_GATHER) {
-    char ss[128];
+    char all[128], tx[256], ti[256], tr[256], ss[128];
+    dims_list(all, sizeof(all), 0, r, -1);
+    shape_str(tx, sizeof(tx), x.ndim, x.sizes, x.ty);
+    shape_str(ti, sizeof(ti), tup.ndim, tup.sizes, "i64");
     size_t k = 0;
     for (int32_t d = 0; d < r; d++) k += (size_t)snprintf(ss + k, sizeof(ss) - k, "%s1", d ? ", " : "");
     val_t res = shaped(b, idx.ndim, idx.sizes, x.ty);
@@ -1191,12 +1356,9 @@ static tpu_status_t lower_index(sb_t* b, const tpu_k_call_t* call, const lspec_t
          res.id, x.id, tup.id, all, all, idx.ndim, ss, tx, ti, tr);
     return out_val(b, call, 0, ta, res);
   }
-  /* scatter(self, dim, index, src | value): adds in the tensor's type, as PyTorch */
-  const char* ct = ot.ty;
-  x = cast(b, x, ct);
-  shape_str(tx, sizeof(tx), x.ndim, x.sizes, x.ty);
   val_t upd;
-  if (ta->n > 2) {
+  const tpu_k_value_t* sv = arg_at(call, 3);
+  if (sv && sv->kind == TPU_K_TENSOR && ta->n > 2) {
     TPU_RETURN_IF_ERROR(in_val(b, call, ta->t[2], ta->loc[2], &upd));
     upd = cast(b, upd, ct);
     for (int32_t d = 0; d < upd.ndim && d < idx.ndim; d++)
@@ -1207,25 +1369,39 @@ static tpu_status_t lower_index(sb_t* b, const tpu_k_call_t* call, const lspec_t
     memcpy(like.sizes, idx.sizes, sizeof(int64_t) * (size_t)idx.ndim);
     upd = splat(b, &like, ct, num_at(call, 3, 0.0));
   }
-  char tu[256], sc[64];
-  shape_str(tu, sizeof(tu), upd.ndim, upd.sizes, ct);
-  snprintf(sc, sizeof(sc), "tensor<%s>", ct);
-  bool add = spec->op == L_SCATTER_ADD;
-  int u = fresh(b);
-  val_t res = x;
-  res.id = fresh(b);
-  emit(b, "  %%v%d = \"stablehlo.scatter\"(%%v%d, %%v%d, %%v%d) ({\n  ^bb0(%%o%d: %s, %%n%d: %s):\n", res.id, x.id,
-       tup.id, upd.id, u, sc, u, sc);
-  if (add) {
-    emit(b, "    %%s%d = stablehlo.add %%o%d, %%n%d : %s\n    stablehlo.return %%s%d : %s\n", u, u, u, sc, u, sc);
-  } else {
-    emit(b, "    stablehlo.return %%n%d : %s\n", u, sc);
+  bool boolean = !strcmp(ct, "i1");
+  if (spec->op == L_SCATTER) return out_val(b, call, 0, ta, scatter_elems(b, x, tup, upd, NULL));
+  if (spec->op == L_SCATTER_ADD) return out_val(b, call, 0, ta, scatter_elems(b, x, tup, upd, boolean ? "or" : "add"));
+  /* scatter.reduce ("add", "multiply"), scatter_reduce.two (sum, prod, mean,
+   * amax, amin; include_self) */
+  const char* rs = string_at(call, 4, "");
+  bool two = strstr(call->op, "scatter_reduce") != NULL;
+  bool include_self = !two || int_at(call, 5, 1) != 0;
+  bool sum = !strcmp(rs, "sum") || (!two && !strcmp(rs, "add")), mean = two && !strcmp(rs, "mean");
+  bool prod = !strcmp(rs, "prod") || (!two && !strcmp(rs, "multiply"));
+  bool amax = two && !strcmp(rs, "amax"), amin = two && !strcmp(rs, "amin");
+  if (!sum && !mean && !prod && !amax && !amin)
+    return TPU_ERROR(TPU_STATUS_UNIMPLEMENTED, "%s: reduce '%s' is not lowered", call->op, rs);
+  if (mean && boolean) return TPU_ERROR(TPU_STATUS_UNIMPLEMENTED, "%s: mean of bool", call->op);
+  const char* comb = sum || mean ? (boolean ? "or" : "add")
+                     : prod      ? (boolean ? "and" : "multiply")
+                     : amax      ? (boolean ? "or" : "maximum")
+                                 : (boolean ? "and" : "minimum");
+  if (!include_self) { /* the positions written start from the identity */
+    char lit[64];
+    if (amax || amin) {
+      extreme(ct, amin, lit, sizeof(lit));
+    } else {
+      snprintf(lit, sizeof(lit), "%s", boolean ? (prod ? "true" : "false") : is_fty(ct) ? (prod ? "1.0" : "0.0") : prod ? "1" : "0");
+    }
+    x = scatter_elems(b, x, tup, splat_lit(b, &upd, ct, lit), NULL);
   }
-  emit(b,
-       "  }) {scatter_dimension_numbers = #stablehlo.scatter<inserted_window_dims = [%s], "
-       "scatter_dims_to_operand_dims = [%s], index_vector_dim = %d>, indices_are_sorted = false, unique_indices = "
-       "false} : (%s, %s, %s) -> %s\n",
-       all, all, idx.ndim, tx, ti, tu, tx);
+  val_t res = scatter_elems(b, x, tup, upd, comb);
+  if (mean) { /* the sum over the count (at least 1; floor division for integers) */
+    val_t cnt = scatter_elems(b, splat(b, &x, ct, include_self ? 1.0 : 0.0), tup, splat(b, &upd, ct, 1.0), "add");
+    cnt = binary(b, "maximum", cnt, splat(b, &cnt, ct, 1.0));
+    res = arith(b, is_fty(ct) ? L_DIV : L_FLOORDIV, res, cnt);
+  }
   return out_val(b, call, 0, ta, res);
 }
 
@@ -1302,6 +1478,44 @@ static tpu_status_t lower_misc(sb_t* b, const tpu_k_call_t* call, const lspec_t*
       }
       return out_val(b, call, 0, ta, select3(b, m, v, x));
     }
+    case L_FLIP:
+    case L_ROLL: {
+      val_t x;
+      TPU_RETURN_IF_ERROR(in_val(b, call, ta->t[0], ta->loc[0], &x));
+      const tpu_k_value_t* dv = arg_at(call, spec->op == L_FLIP ? 1 : 2);
+      int64_t nd = dv && dv->kind == TPU_K_INTS ? dv->v.ints.len : 0;
+      if (x.ndim == 0) return out_val(b, call, 0, ta, x);
+      if (spec->op == L_FLIP) {
+        char list[128] = "", t[256];
+        size_t n = 0;
+        for (int64_t i = 0; i < nd; i++)
+          n += (size_t)snprintf(list + n, sizeof(list) - n, "%s%d", i ? ", " : "", wrap_dim(dv->v.ints.data[i], x.ndim));
+        if (nd == 0) return out_val(b, call, 0, ta, x);
+        shape_str(t, sizeof(t), x.ndim, x.sizes, x.ty);
+        val_t r = x;
+        r.id = fresh(b);
+        emit(b, "  %%v%d = stablehlo.reverse %%v%d, dims = [%s] : %s\n", r.id, x.id, list, t);
+        return out_val(b, call, 0, ta, r);
+      }
+      /* roll: each dim's last `shift` entries move to its front; no dims:
+       * the flattened tensor rolls */
+      const tpu_k_value_t* sv = arg_at(call, 1);
+      if (!sv || sv->kind != TPU_K_INTS || sv->v.ints.len < (nd ? nd : 1))
+        return TPU_ERROR(TPU_STATUS_UNIMPLEMENTED, "%s: expected shifts and dims", call->op);
+      int64_t numel = 1;
+      for (int32_t d = 0; d < x.ndim; d++) numel *= x.sizes[d];
+      val_t v = nd ? x : reshaped(b, x, 1, &numel);
+      for (int64_t i = 0; i < (nd ? nd : 1); i++) {
+        int32_t d = nd ? wrap_dim(dv->v.ints.data[i], v.ndim) : 0;
+        int64_t n = v.sizes[d];
+        if (n == 0) continue;
+        int64_t sh = ((sv->v.ints.data[i] % n) + n) % n;
+        if (sh == 0) continue;
+        val_t parts[2] = {slice_dim(b, v, d, n - sh, n), slice_dim(b, v, d, 0, n - sh)};
+        v = concat(b, parts, 2, d);
+      }
+      return out_val(b, call, 0, ta, nd ? v : reshaped(b, v, x.ndim, x.sizes));
+    }
     default: { /* clamp family: self, min?, max? (numbers or tensors) */
       val_t x;
       TPU_RETURN_IF_ERROR(in_val(b, call, ta->t[0], ta->loc[0], &x));
@@ -1359,6 +1573,90 @@ static tpu_status_t lower_mm2(sb_t* b, const tpu_k_call_t* call, const lspec_t* 
     }
   }
   return out_val(b, call, 0, ta, r);
+}
+
+/* `x` sorted along `d` with its i64 positions: (values, indices). Stable;
+ * NaN is above every number (last ascending, first descending). */
+static void sort_along(sb_t* b, val_t x, int32_t d, bool desc, val_t* out_vals, val_t* out_idx) {
+  if (!strcmp(x.ty, "i1")) x = converted(b, x, "ui8"); /* ordered as false < true */
+  const char* ct = x.ty;
+  val_t idx = iota(b, x.ndim, x.sizes, d, "i64");
+  char tx[256], ti[256];
+  shape_str(tx, sizeof(tx), x.ndim, x.sizes, ct);
+  shape_str(ti, sizeof(ti), x.ndim, x.sizes, "i64");
+  int res = fresh(b), u = res;
+  emit(b, "  %%v%d:2 = \"stablehlo.sort\"(%%v%d, %%v%d) ({\n", res, x.id, idx.id);
+  emit(b, "  ^bb0(%%a%d: tensor<%s>, %%c%d: tensor<%s>, %%ai%d: tensor<i64>, %%ci%d: tensor<i64>):\n", u, ct, u, ct,
+       u, u);
+  emit(b, "    %%lt%d = stablehlo.compare %s, %%a%d, %%c%d : (tensor<%s>, tensor<%s>) -> tensor<i1>\n", u,
+       desc ? "GT" : "LT", u, u, ct, ct);
+  if (is_fty(ct)) {
+    emit(b, "    %%an%d = stablehlo.compare NE, %%a%d, %%a%d : (tensor<%s>, tensor<%s>) -> tensor<i1>\n", u, u, u, ct,
+         ct);
+    emit(b, "    %%cn%d = stablehlo.compare NE, %%c%d, %%c%d : (tensor<%s>, tensor<%s>) -> tensor<i1>\n", u, u, u, ct,
+         ct);
+    /* ascending: a number before a NaN; descending: a NaN before a number */
+    emit(b, "    %%nn%d = stablehlo.not %%%s%d : tensor<i1>\n", u, desc ? "cn" : "an", u);
+    emit(b, "    %%nb%d = stablehlo.and %%nn%d, %%%s%d : tensor<i1>\n", u, u, desc ? "an" : "cn", u);
+    emit(b, "    %%p%d = stablehlo.or %%lt%d, %%nb%d : tensor<i1>\n", u, u, u);
+    emit(b, "    stablehlo.return %%p%d : tensor<i1>\n", u);
+  } else {
+    emit(b, "    stablehlo.return %%lt%d : tensor<i1>\n", u);
+  }
+  emit(b, "  }) {dimension = %d : i64, is_stable = true} : (%s, %s) -> (%s, %s)\n", d, tx, ti, tx, ti);
+  *out_vals = shaped(b, x.ndim, x.sizes, ct);
+  emit(b, "  %%v%d = stablehlo.reshape %%v%d#0 : (%s) -> %s\n", out_vals->id, res, tx, tx);
+  *out_idx = shaped(b, x.ndim, x.sizes, "i64");
+  emit(b, "  %%v%d = stablehlo.reshape %%v%d#1 : (%s) -> %s\n", out_idx->id, res, ti, ti);
+}
+
+/* sort(self, dim, descending) | .stable(self, stable, dim, descending) |
+ * topk(self, k, dim, largest, sorted): values and int64 indices (topk's
+ * are sorted, ties in index order). */
+static tpu_status_t lower_sort(sb_t* b, const tpu_k_call_t* call, const lspec_t* spec, const targs_t* ta) {
+  if (call->num_outputs < 2)
+    return TPU_ERROR(TPU_STATUS_UNIMPLEMENTED, "%s: expected values and indices", call->op);
+  val_t x;
+  TPU_RETURN_IF_ERROR(in_val(b, call, ta->t[0], ta->loc[0], &x));
+  bool topk = spec->op == L_TOPK, stable = strstr(call->op, "stable") != NULL;
+  int64_t dimv = int_at(call, topk || stable ? 2 : 1, -1);
+  bool desc = topk ? int_at(call, 3, 1) != 0 : int_at(call, stable ? 3 : 2, 0) != 0;
+  if (x.ndim == 0) x = reshaped(b, x, 1, (int64_t[]){1});
+  int32_t d = wrap_dim(dimv, x.ndim);
+  if (d < 0 || d >= x.ndim) return TPU_ERROR(TPU_STATUS_UNIMPLEMENTED, "%s: dim %" PRId64 " out of range", call->op, dimv);
+  val_t vals, idx;
+  sort_along(b, x, d, desc, &vals, &idx);
+  const tpu_tensor_t* o = &call->outputs[0];
+  int64_t k = o->ndim ? o->sizes[d] : 1;
+  if (k < x.sizes[d]) {
+    vals = slice_dim(b, vals, d, 0, k);
+    idx = slice_dim(b, idx, d, 0, k);
+  }
+  TPU_RETURN_IF_ERROR(out_val(b, call, 0, ta, vals));
+  return out_val(b, call, 1, ta, idx);
+}
+
+/* cumsum / cumprod(self, dim, dtype) in the output's type (half types in
+ * float32): log2(n) steps of x op= x shifted by 1, 2, 4, ... */
+static tpu_status_t lower_scan(sb_t* b, const tpu_k_call_t* call, const lspec_t* spec, const targs_t* ta) {
+  val_t x;
+  TPU_RETURN_IF_ERROR(in_val(b, call, ta->t[0], ta->loc[0], &x));
+  ltype_t ot;
+  type_of(call->outputs[0].dtype, &ot);
+  const char* ct = opmath(ot.ty);
+  x = cast(b, x, ct);
+  if (x.ndim == 0) return out_val(b, call, 0, ta, x);
+  int32_t d = wrap_dim(int_at(call, 1, 0), x.ndim);
+  bool prod = spec->op == L_CUMPROD, boolean = !strcmp(ct, "i1");
+  const char* op = prod ? (boolean ? "and" : "multiply") : (boolean ? "or" : "add");
+  int64_t n = x.sizes[d];
+  for (int64_t sh = 1; sh < n; sh *= 2) {
+    val_t pad = x;
+    pad.sizes[d] = sh;
+    val_t parts[2] = {splat(b, &pad, ct, prod ? 1.0 : 0.0), slice_dim(b, x, d, 0, n - sh)};
+    x = binary(b, op, x, concat(b, parts, 2, d));
+  }
+  return out_val(b, call, 0, ta, x);
 }
 
 /* x [B, H, L, D] with cos/sin broadcast over heads: the rotate_half rope
@@ -1640,6 +1938,9 @@ static tpu_status_t lower_node(sb_t* b, const tpu_k_call_t* call, const tpu_pjrt
       }
     }
     ta.oloc = &locs[li];
+    bool writes = false; /* a node whose outputs have no bytes lowers to nothing */
+    for (int32_t k = 0; k < call->num_outputs; k++) writes |= ta.oloc[k].storage >= 0;
+    if (!writes) return TPU_OK;
     if (ta.n < 1 && spec->op != L_ARANGE)
       return TPU_ERROR(TPU_STATUS_UNIMPLEMENTED, "%s: unexpected arguments", call->op);
     for (int32_t k = 0; k < call->num_outputs; k++) {
@@ -1655,6 +1956,8 @@ static tpu_status_t lower_node(sb_t* b, const tpu_k_call_t* call, const tpu_pjrt
       case F_MM2: return lower_mm2(b, call, spec, &ta);
       case F_ROPE: return lower_rope(b, call, spec, &ta);
       case F_SDPA: return lower_sdpa(b, call, spec, &ta);
+      case F_SORT: return lower_sort(b, call, spec, &ta);
+      case F_SCAN: return lower_scan(b, call, spec, &ta);
       default: return lower_misc(b, call, spec, &ta);
     }
   }
