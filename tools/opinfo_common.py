@@ -95,7 +95,7 @@ SAMPLE_SKIPS: dict[str, tuple[Callable[[Any], bool], str]] = {
 
 LOW_PRECISION_TOL = dict(rtol=1.6e-2, atol=1e-2)  # as PyTorch's OpInfo tests use for bf16/f16
 
-_FALLBACK_RE = re.compile(r"(\S+) has no native tpu kernel and TORCH_TPU_FALLBACK=error")
+_FALLBACK_RE = re.compile(r"(\S+)(?: \(tensor arguments:[^)]*\))? has no native tpu kernel and TORCH_TPU_FALLBACK=error")
 
 
 def driver() -> str:

@@ -588,7 +588,7 @@ static void device_query_properties(tpu_hal_device_t* device, tpu_hal_device_pro
   if (strcasestr(d->kind, "tpu"))
     snprintf(out->name, sizeof(out->name), "%s", d->kind);
   else
-    snprintf(out->name, sizeof(out->name), "tpu on PJRT %s (%s)", d->driver->platform, d->kind);
+    snprintf(out->name, sizeof(out->name), "tpu on PJRT %.20s (%.20s)", d->driver->platform, d->kind);
   snprintf(out->driver, sizeof(out->driver), "pjrt");
   snprintf(out->platform, sizeof(out->platform), "%s", d->driver->platform);
   out->index = d->index;

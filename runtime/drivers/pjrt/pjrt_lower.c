@@ -15,7 +15,8 @@
 typedef enum {
   L_ADD, L_SUB, L_MUL, L_DIV, L_MAX, L_MIN,           /* binary arithmetic */
   L_BAND, L_BOR, L_BXOR, L_LAND, L_LOR, L_LXOR,
-  L_REM, L_FMOD, L_ATAN2, L_FLOORDIV, L_POWT,
+  L_REM, L_FMOD, L_ATAN2, L_FLOORDIV, L_POWT, L_SHL, L_SHR,
+  L_DIVMODE, L_DIVTRUNC, /* div with rounding_mode, and its "trunc" */
   L_NEG, L_EXP, L_LOG, L_SQRT, L_RSQRT, L_SIN, L_COS, /* unary */
   L_TANH, L_ABS, L_SIGMOID, L_RELU,
   L_SILU, L_GELU, L_ERF, L_BNOT, L_LNOT, L_FLOOR, L_CEIL, L_ROUND, L_TRUNC, L_SIGN,
@@ -63,6 +64,7 @@ typedef struct {
 #define CMP_O "|.Tensor|.Scalar|.Tensor_out|.Scalar_out|_.Tensor|_.Scalar"
 
 #define RED_O "||.out"
+#define SHIFT_O "|.Tensor|.Tensor_Scalar|.Scalar_Tensor|.Tensor_out|.Tensor_Scalar_out|.Scalar_Tensor_out|_.Tensor|_.Tensor_Scalar"
 #define TRI_O "||.out|_"
 
 static const lspec_t kSpecs[] = {
@@ -79,6 +81,11 @@ static const lspec_t kSpecs[] = {
     {"atan2", L_ATAN2, F_ARITH, "||.out|_"},
     {"floor_divide", L_FLOORDIV, F_ARITH, "||.Scalar|.out|.Scalar_out|_.Tensor|_.Scalar"},
     {"pow", L_POWT, F_ARITH, "|.Tensor_Tensor|.Tensor_Tensor_out|_.Tensor"},
+    {"div", L_DIVMODE, F_ARITH, ".Tensor_mode|.Scalar_mode|.out_mode|.Scalar_mode_out|_.Tensor_mode|_.Scalar_mode"},
+    {"bitwise_left_shift", L_SHL, F_ARITH, SHIFT_O}, {"bitwise_right_shift", L_SHR, F_ARITH, SHIFT_O},
+    {"__lshift__", L_SHL, F_ARITH, "|.Tensor|.Scalar|.Tensor_out|.Scalar_out"},
+    {"__rshift__", L_SHR, F_ARITH, "|.Tensor|.Scalar|.Tensor_out|.Scalar_out"},
+    {"__ilshift__", L_SHL, F_ARITH, "|.Tensor|.Scalar"}, {"__irshift__", L_SHR, F_ARITH, "|.Tensor|.Scalar"},
     {"neg", L_NEG, F_UNARY, UNARY_O},      {"exp", L_EXP, F_UNARY, UNARY_O},
     {"log", L_LOG, F_UNARY, UNARY_O},      {"sqrt", L_SQRT, F_UNARY, UNARY_O},
     {"rsqrt", L_RSQRT, F_UNARY, UNARY_O},  {"sin", L_SIN, F_UNARY, UNARY_O},
@@ -853,6 +860,7 @@ static tpu_status_t out_val(sb_t* b, const tpu_k_call_t* call, int k, const targ
 
 static val_t arith(sb_t* b, lop_t op, val_t x, val_t y);
 static const char* string_at(const tpu_k_call_t* call, int i, const char* dflt);
+static val_t unary_more(sb_t* b, const tpu_k_call_t* call, lop_t op, val_t x);
 
 static const tpu_k_value_t* arg_at(const tpu_k_call_t* call, int i) {
   return i < call->num_args ? &call->args[i] : NULL;
@@ -1852,6 +1860,11 @@ static val_t arith(sb_t* b, lop_t op, val_t x, val_t y) {
     case L_BXOR: case L_LXOR: return binary(b, "xor", x, y);
     case L_ATAN2: return binary(b, "atan2", x, y);
     case L_POWT: return binary(b, "power", x, y);
+    /* out-of-range amounts (negative, or at least the width): 0, or the sign for >> */
+    case L_SHL: return binary(b, "shift_left", x, y);
+    case L_SHR: return binary(b, x.ty[0] == 'u' ? "shift_right_logical" : "shift_right_arithmetic", x, y);
+    case L_DIVTRUNC: /* integer division truncates */
+      return fl ? unary_more(b, NULL, L_TRUNC, binary(b, "divide", x, y)) : binary(b, "divide", x, y);
     case L_FMOD: return binary(b, "remainder", x, y);
     case L_REM: {
       val_t r = binary(b, "remainder", x, y);
@@ -1903,7 +1916,10 @@ static val_t unary_more(sb_t* b, const tpu_k_call_t* call, lop_t op, val_t x) {
       val_t neg = binary_to(b, "compare LT,", x, splat(b, &x, x.ty, 0.0), "i1");
       return select3(b, neg, unary(b, "ceil", x), unary(b, "floor", x));
     }
-    case L_SIGN: return !strcmp(x.ty, "i1") ? x : unary(b, "sign", x);
+    case L_SIGN:
+      if (!strcmp(x.ty, "i1")) return x;
+      if (x.ty[0] == 'u') return converted(b, binary_to(b, "compare NE,", x, splat(b, &x, x.ty, 0.0), "i1"), x.ty);
+      return unary(b, "sign", x);
     case L_RECIP: return binary(b, "divide", splat(b, &x, x.ty, 1.0), x);
     case L_LOG1P: return unary(b, "log_plus_one", x);
     case L_EXPM1: return unary(b, "exponential_minus_one", x);
@@ -2060,7 +2076,12 @@ static tpu_status_t lower_node(sb_t* b, const tpu_k_call_t* call, const tpu_pjrt
                        (av->kind == TPU_K_INT || av->kind == TPU_K_DOUBLE || av->kind == TPU_K_BOOL);
       double alpha = has_alpha ? scalar_of(av) : 1.0;
       if (alpha != 1.0) y = binary(b, "multiply", y, splat(b, &y, ct, alpha));
-      r = arith(b, spec->op, x, y);
+      lop_t aop = spec->op;
+      if (aop == L_DIVMODE) { /* div(..., rounding_mode=None|"trunc"|"floor"): checked by the kernel table */
+        const char* mode = string_at(call, 2, NULL);
+        aop = !mode ? L_DIV : !strcmp(mode, "floor") ? L_FLOORDIV : L_DIVTRUNC;
+      }
+      r = arith(b, aop, x, y);
       break;
     }
     case F_WHERE: {
@@ -2091,7 +2112,7 @@ static tpu_status_t lower_node(sb_t* b, const tpu_k_call_t* call, const tpu_pjrt
         case L_SIN: r = unary(b, "sine", x); break;
         case L_COS: r = unary(b, "cosine", x); break;
         case L_TANH: r = unary(b, "tanh", x); break;
-        case L_ABS: r = unary(b, "abs", x); break;
+        case L_ABS: r = x.ty[0] == 'u' ? x : unary(b, "abs", x); break;
         case L_SIGMOID: r = unary(b, "logistic", x); break;
         case L_RELU: r = binary(b, "maximum", x, splat(b, &x, ct, 0.0)); break;
         default: r = unary_more(b, call, spec->op, x); break;

@@ -1061,7 +1061,8 @@ bool run_mutating_pointwise(const c10::OperatorHandle& op, const OpPlan& plan, t
   return true;
 }
 
-void run_cpu_fallback(const c10::OperatorHandle& op, const OpPlan& plan, torch::jit::Stack* stack);
+void run_cpu_fallback(const c10::OperatorHandle& op, const OpPlan& plan, torch::jit::Stack* stack,
+                      const char* declined = nullptr);
 
 // An op with data-dependent output sizes, or a random op, on a driver whose
 // memory the host cannot address: the tensor arguments come to the host, the
@@ -1230,8 +1231,8 @@ void run_native(const c10::OperatorHandle& op, const OpPlan& plan, torch::jit::S
   }
   try {
     submit(std::move(w), plan.name.c_str(), index);
-  } catch (const DriverDeclined&) {
-    if (!run_decomposition(op, stack)) run_cpu_fallback(op, plan, stack);
+  } catch (const DriverDeclined& e) {
+    if (!run_decomposition(op, stack)) run_cpu_fallback(op, plan, stack, e.what());
     return;
   }
 
@@ -1253,9 +1254,12 @@ void tpu_boxed_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack)
   run_cpu_fallback(op, plan, stack);
 }
 
-void run_cpu_fallback(const c10::OperatorHandle& op, const OpPlan& plan, torch::jit::Stack* stack) {
+void run_cpu_fallback(const c10::OperatorHandle& op, const OpPlan& plan, torch::jit::Stack* stack,
+                      const char* declined) {
   TORCH_CHECK_NOT_IMPLEMENTED(!fallback_is_error(), plan.name, " (tensor arguments: ", argument_dtypes(op, stack),
-                              ") has no native tpu kernel and TORCH_TPU_FALLBACK=error forbids the CPU fallback");
+                              ") has no native tpu kernel and TORCH_TPU_FALLBACK=error forbids the CPU fallback",
+                              declined ? " (the driver declined: " : "", declined ? declined : "",
+                              declined ? ")" : "");
   tpu_stats_record_fallback(plan.name.c_str());
   struct Scope {
     const char* saved = t_fallback_op;
