@@ -72,6 +72,9 @@ from . import _accelerate  # noqa: E402
 _accelerate.install()  # Accelerate's device pick and get_max_memory see "tpu" (see _accelerate.py)
 
 from . import moe  # noqa: E402  (autograd of torch.ops.tpu.ragged_dot)
+from . import _google  # noqa: E402
+
+_google.install(_tpu_module)  # Google's TorchTPU names: torch.tpu.ops, .optimizers, ..., torch_tpu._internal
 from . import quant  # noqa: E402  (torch.ops.tpu.q_linear: GGUF-block linear layers)
 
 
