@@ -21,6 +21,10 @@ import sys  # noqa: E402
 
 import torch  # noqa: E402
 
+from . import _metadata  # noqa: E402
+
+_metadata.install()  # importlib.metadata.version("torch_tpu") finds the torch-tpu-c distribution
+
 from . import distributed  # noqa: E402  (c10d backend "tpu_dist"; the torchrun chip default below)
 
 distributed.local_chips_default()  # before the runtime reads TORCH_TPU_HOST_DEVICES
