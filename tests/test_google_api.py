@@ -4,6 +4,7 @@ against CPU references, and the ones that need TPU hardware or JAX raise
 NotImplementedError saying so. The README's "Google's TorchTPU API" table says
 what each name does here. The collectives are also tested on two ranks in
 tests/test_dist.py (test_google_ops_collectives)."""
+import copy
 import importlib
 import importlib.metadata
 import math
@@ -46,7 +47,6 @@ RAISES = {
     **{("torch.tpu.ops", n): "TPU hardware" for n in GOOGLE_API["torch.tpu.ops"] if n.startswith("sparse_")},
     ("torch.tpu.pallas", "jax_op"): "JAX",
     ("torch.tpu.pallas", "get_pallas_mesh"): "JAX",
-    ("torch.tpu.optimizers", "SingleTraceTrainer"): "not implemented",
 }
 
 DEV = torch.device("tpu", 0)
@@ -295,6 +295,39 @@ def test_optimizer_from_module_and_missing_grad():
     assert set(group.params) == {"weight", "bias"}
     with pytest.raises(KeyError, match="Sgd.step: no gradient for bias"):
         opt(group, {"weight": torch.zeros(2, 3, device=DEV)})
+
+
+def test_single_trace_trainer():
+    """One traced step (forward, MSE loss, backward, SGD with momentum) compiled
+    by TpuBackend equals torch.optim.SGD on the CPU; without an optimizer the
+    step leaves the gradients in param.grad."""
+    from torch_tpu._internal.compile import TpuBackend
+
+    torch.manual_seed(0)
+    ref = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 2))
+    model = copy.deepcopy(ref).to(DEV)
+    x, y = torch.randn(16, 4), torch.randn(16, 2)
+    trainer = torch.tpu.optimizers.SingleTraceTrainer(model, torch.tpu.optimizers.Sgd(lr=0.1, momentum=0.9),
+                                                      compile_fn=TpuBackend())
+    step = trainer.make_compiled_train_step(x.to(DEV), y.to(DEV))
+    opt = torch.optim.SGD(ref.parameters(), lr=0.1, momentum=0.9)
+    for _ in range(3):
+        loss = step(x.to(DEV), y.to(DEV))
+        opt.zero_grad()
+        want = F.mse_loss(ref(x), y)
+        want.backward()
+        opt.step()
+        torch.testing.assert_close(loss.cpu(), want.detach())
+    for (name, p), q in zip(trainer.params.items(), ref.parameters()):
+        torch.testing.assert_close(p.cpu(), q.detach(), msg=name)
+    torch.testing.assert_close(model[0].weight.cpu(), ref[0].weight.detach())  # the model's own tensors
+    plain = torch.tpu.optimizers.SingleTraceTrainer(model, compile_fn=lambda gm, inputs: gm)
+    loss = plain.make_compiled_train_step(x.to(DEV))(x.to(DEV))  # no targets: the output's mean
+    ref.zero_grad()
+    ref(x).mean().backward()
+    torch.testing.assert_close(model[2].weight.grad.cpu(), ref[2].weight.grad)
+    with pytest.raises(ValueError, match="no compile_fn"):
+        torch.tpu.optimizers.SingleTraceTrainer(model).make_compiled_train_step(x.to(DEV))
 
 
 # ---- modes, precision, compiler, sync, device_of, profiler, distributed ----------------------

@@ -7,9 +7,8 @@ returns it, so a whole training step can be one traced function. The updates
 are PyTorch's own functional ones (torch.optim.adamw.adamw, sgd.sgd,
 _muon.muon), which on tpu run as native (foreach/list) kernels.
 
-SingleTraceTrainer (Google's make_fx-traced train step) is not implemented:
-it raises NotImplementedError; torch.compile(backend="tpu") of a step that
-calls one of these optimizers is the way to get one compiled step here.
+SingleTraceTrainer traces a whole training step (forward, loss, backward,
+optimizer update) into one graph and hands it to a compile function.
 """
 import abc
 import dataclasses
@@ -178,7 +177,12 @@ class Sgd(Optimizer):
 
         ps, gs, steps = self._lists(param_group, grads, "opt_steps")
         bufs = [param_group.opt_state_m[k] for k in param_group.params] if self._momentum != 0.0 else []
-        sgd(ps, gs, bufs, has_sparse_grad=self._has_sparse_grad, foreach=self._foreach, fused=self._fused,
+        # aten::_fused_sgd_ has no Meta kernel in PyTorch: traced steps use the list (foreach) ops
+        from torch._subclasses.fake_tensor import is_fake
+
+        fused = self._fused and not torch.compiler.is_compiling() and not any(is_fake(p) for p in ps)
+        sgd(ps, gs, bufs, has_sparse_grad=self._has_sparse_grad, foreach=self._foreach or (self._fused and not fused),
+            fused=fused,
             grad_scale=self._grad_scale, found_inf=self._found_inf, weight_decay=self._weight_decay,
             momentum=self._momentum, lr=self._lr, dampening=self._dampening, nesterov=self._nesterov,
             maximize=self._maximize)
@@ -225,10 +229,128 @@ class Muon(Optimizer):
         return param_group
 
 
-class SingleTraceTrainer:
-    """Google's make_fx-traced training step: not implemented here."""
+def _default_loss(out, targets):
+    """The loss Google's trainer takes when no compute_loss_fn is given: MSE
+    against targets, else the output's .loss / ["loss"], else the mean of its
+    .logits / .sample, else the mean of the output tensor."""
+    if targets is not None:
+        return torch.nn.functional.mse_loss(out, targets)
+    for attr in ("loss", "logits", "sample"):
+        v = out.get(attr) if isinstance(out, dict) else getattr(out, attr, None)
+        if v is not None:
+            return v if attr == "loss" else v.mean()
+    if isinstance(out, torch.Tensor):
+        return out.mean()
+    raise ValueError(f"SingleTraceTrainer: cannot derive a loss from a {type(out).__name__}; pass targets or "
+                     "compute_loss_fn")
 
-    def __init__(self, *args, **kwargs):
-        raise NotImplementedError(
-            "torch.tpu.optimizers.SingleTraceTrainer is not implemented in this project; compile a train step "
-            "that calls a torch.tpu.optimizers optimizer with torch.compile(step, backend='tpu') instead")
+
+def _call_compile_fn(compile_fn, gm, flat_inputs):
+    import inspect
+
+    try:
+        positional = [p for p in inspect.signature(compile_fn).parameters.values()
+                      if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD, p.VAR_POSITIONAL)]
+    except (TypeError, ValueError):
+        positional = [None, None]
+    return compile_fn(gm) if len(positional) == 1 and positional[0].kind != positional[0].VAR_POSITIONAL \
+        else compile_fn(gm, flat_inputs)
+
+
+class SingleTraceTrainer:
+    """One traced training step: forward, loss, backward and the optimizer
+    update of `model` as one functional graph (make_fx over torch.func), handed
+    to compile_fn(graph_module, flat_inputs) (e.g. TpuBackend(), or any dynamo
+    backend) once by make_compiled_train_step. The step updates the trainer's
+    param_group (and the model's buffers); without an optimizer it only
+    computes gradients and stores them in param.grad."""
+
+    def __init__(self, model: torch.nn.Module, optimizer: Optimizer | None = None, compile_fn=None,
+                 compute_loss_fn=None):
+        if callable(getattr(model, "tie_weights", None)):
+            model.tie_weights()
+        self._model, self._optimizer = model, optimizer
+        self._compile_fn, self._compute_loss_fn = compile_fn, compute_loss_fn
+        self._names = {}  # safe name (no dots) -> module attribute path
+        params, self._buffers = {}, {}
+        for name, p in model.named_parameters():
+            self._names[name.replace(".", "_")] = name
+            params[name.replace(".", "_")] = p.detach()
+        for name, b in model.named_buffers():
+            self._names[name.replace(".", "_")] = name
+            self._buffers[name.replace(".", "_")] = b.detach()
+        self._param_group = optimizer.init_param_group(params) if optimizer is not None else params
+
+    @property
+    def param_group(self):
+        """The parameters and optimizer state the step updates (the optimizer's
+        ParamGroup, or the dict of parameters without an optimizer)."""
+        return self._param_group
+
+    @property
+    def params(self) -> dict:
+        """The parameters under their module names."""
+        p = getattr(self._param_group, "params", self._param_group)
+        return {self._names[k]: v for k, v in p.items()}
+
+    def _loss(self, params, buffers, inputs, targets):
+        from torch.func import functional_call
+
+        if isinstance(inputs, dict):
+            args, kwargs = (), inputs
+        elif isinstance(inputs, (tuple, list)):
+            args, kwargs = tuple(inputs), {}
+        else:
+            args, kwargs = (inputs,), {}
+        state = {self._names[k]: v for k, v in {**params, **buffers}.items()}
+        if self._compute_loss_fn is not None:
+            from torch.nn.utils import stateless
+
+            with stateless._reparametrize_module(self._model, state, tie_weights=True):
+                return self._compute_loss_fn(self._model, args, kwargs)
+        return _default_loss(functional_call(self._model, state, args, kwargs, tie_weights=True), targets)
+
+    def make_compiled_train_step(self, example_inputs, example_targets=None, compile_fn=None):
+        """Traces the step on the example inputs (and targets) and compiles it;
+        returns train_step(inputs, targets=None) -> loss."""
+        from torch.func import grad_and_value
+        from torch.fx.experimental.proxy_tensor import make_fx
+
+        compile_fn = compile_fn or self._compile_fn
+        if compile_fn is None:
+            raise ValueError("SingleTraceTrainer.make_compiled_train_step: no compile_fn (give one here or to "
+                             "the constructor; e.g. torch_tpu._internal.compile.TpuBackend())")
+        with_targets = example_targets is not None
+        example = (self._param_group, self._buffers, example_inputs) + ((example_targets,) if with_targets else ())
+        flat, spec = _pytree.tree_flatten(example)
+        out_spec = []
+
+        def step(*flat_args):
+            group, buffers, inputs, *rest = _pytree.tree_unflatten(list(flat_args), spec)
+            params = getattr(group, "params", group)
+            grads, loss = grad_and_value(lambda p: self._loss(p, buffers, inputs, rest[0] if rest else None))(params)
+            result = (loss, self._optimizer(group, grads) if self._optimizer is not None else grads, buffers)
+            leaves, s = _pytree.tree_flatten(result)
+            out_spec[:] = [s]
+            return tuple(leaves)
+
+        compiled = _call_compile_fn(compile_fn, make_fx(step, tracing_mode="fake")(*flat), flat)
+
+        def train_step(inputs, targets=None):
+            if (targets is None) == with_targets:
+                raise ValueError("SingleTraceTrainer train step: pass targets exactly when example_targets were "
+                                 "given to make_compiled_train_step")
+            args = (self._param_group, self._buffers, inputs) + ((targets,) if with_targets else ())
+            flat_args = _pytree.tree_leaves(args)
+            loss, second, buffers = _pytree.tree_unflatten(list(compiled(*flat_args)), out_spec[0])
+            for k, b in buffers.items():  # buffers the step changed (running statistics)
+                if b is not self._buffers[k]:
+                    self._buffers[k].copy_(b)
+            if self._optimizer is not None:
+                self._param_group = second
+            else:
+                for name, p in self._model.named_parameters():
+                    p.grad = second.get(name.replace(".", "_"))
+            return loss
+
+        return train_step
