@@ -13,6 +13,7 @@ functions and classes below. It also imports torch_tpu._internal (Google's
 private paths that Diffusers calls).
 """
 import contextlib
+import importlib
 import sys
 import types
 
@@ -53,14 +54,12 @@ def install(module: types.ModuleType) -> None:
     if type(module) is types.ModuleType:
         module.__class__ = _module_class(types.ModuleType)
     module.__path__ = []  # a package: torch.tpu.<submodule> imports resolve through sys.modules
-    from . import compiler, distributed, ops, optimizers, pallas, profiler
-
-    distributed.__class__ = distributed._Module
-    subs = {"compiler": compiler, "distributed": distributed, "ops": ops, "optimizers": optimizers,
-            "pallas": pallas, "profiler": profiler}
-    for name, sub in subs.items():
+    for name in SUBMODULES:
+        sub = importlib.import_module(f"{__name__}.{name}")
         sys.modules[f"torch.tpu.{name}"] = sub
         setattr(module, name, sub)
+    distributed = sys.modules["torch.tpu.distributed"]
+    distributed.__class__ = distributed._Module  # its two properties
     for name in ("EagerMode", "set_eager_mode", "Precision", "precision"):
         setattr(module, name, getattr(modes, name))
     module.device_of = device_of
