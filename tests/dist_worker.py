@@ -489,6 +489,49 @@ def case_tp_plan():
     print(f"rank {RANK}: tp_plan peak {torch.tpu.max_memory_allocated()} bytes, whole model {whole}", flush=True)
 
 
+def case_google_ops():
+    """Google's torch.tpu.ops collectives on tpu_dist, against what every rank's
+    inputs (known to all: data() is seeded by rank) say the result must be."""
+    ops = torch.tpu.ops
+    mine = data((2, 3, 4), salt=7)
+    allx = [torch.randn((2, 3, 4), generator=torch.Generator().manual_seed(1000 * r + 7)) for r in range(WORLD)]
+    assert torch.equal(allx[RANK], mine)
+    got = ops.all_gather_dim(mine.to(dev()), 1).cpu()
+    assert torch.equal(got, torch.cat(allx, 1)), "all_gather_dim"
+    big = [torch.randn((2, 4 * WORLD), generator=torch.Generator().manual_seed(1000 * r + 8)) for r in range(WORLD)]
+    for op, ref in (("sum", lambda t: t.sum(0)), ("max", lambda t: t.amax(0))):
+        got = ops.reduce_scatter_dim(big[RANK].to(dev()), -1, reduce_op=op).cpu()
+        want = ref(torch.stack(big)).chunk(WORLD, -1)[RANK]
+        torch.testing.assert_close(got, want, msg=f"reduce_scatter_dim {op}")
+    # send/recv around the ring
+    t = torch.full((3,), float(RANK), device=dev())
+    r = torch.empty(3, device=dev())
+    if RANK % 2 == 0:
+        ops.send([t], (RANK + 1) % WORLD, 3).wait()
+        ops.recv([r], (RANK - 1) % WORLD, 3).wait()
+    else:
+        ops.recv([r], (RANK - 1) % WORLD, 3).wait()
+        ops.send([t], (RANK + 1) % WORLD, 3).wait()
+    assert torch.equal(r.cpu(), torch.full((3,), float((RANK - 1) % WORLD))), "send/recv"
+    # ragged_all_to_all: rank i sends i + j + 1 rows to rank j, rows tagged 100 * i + j
+    send = [RANK + j + 1 for j in range(WORLD)]
+    recv = [i + RANK + 1 for i in range(WORLD)]
+    operand = torch.cat([torch.full((n, 2), 100. * RANK + j) for j, n in enumerate(send)])
+    in_off = [sum(send[:j]) for j in range(WORLD)]
+    # where rank j puts rank i's rows: after those of ranks < i, which send it k + j + 1 rows, plus a gap of 1
+    out_off = [1 + sum(k + j + 1 for k in range(RANK)) for j in range(WORLD)]
+    rows = 1 + sum(recv) + 1
+    res = ops.ragged_all_to_all(operand.to(dev()), torch.full((rows, 2), -1., device=dev()),
+                                *(torch.tensor(v, device=dev()) for v in (in_off, send, out_off, recv)),
+                                dist.group.WORLD.group_name).cpu()
+    want = torch.full((rows, 2), -1.)
+    at = 1
+    for i in range(WORLD):
+        want[at:at + recv[i]] = 100. * i + RANK
+        at += recv[i]
+    assert torch.equal(res, want), f"ragged_all_to_all {res} != {want}"
+
+
 TIMEOUT = float(os.environ.get("DIST_TEST_TIMEOUT", "60"))
 GLOO = None
 BACKEND = sys.argv[1] if len(sys.argv) > 1 else ""

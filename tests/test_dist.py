@@ -146,6 +146,12 @@ def test_torchrun_two_nodes_on_loopback():
     assert "rank 1 local 0 on tpu:0" in results[1][1], results[1][1]
 
 
+def test_google_ops_collectives():
+    """torch.tpu.ops.all_gather_dim, reduce_scatter_dim, send/recv and
+    ragged_all_to_all (Google's names) on two tpu_dist ranks."""
+    check_passed(ranks("tpu_dist", ["google_ops"]), ["google_ops"])
+
+
 @pytest.mark.slow
 def test_transformers_tp_plan(tmp_path):
     pytest.importorskip("transformers")

@@ -22,6 +22,10 @@ import sys  # noqa: E402
 
 import torch  # noqa: E402
 
+from . import _metadata  # noqa: E402
+
+_metadata.install()  # importlib.metadata.version("torch_tpu") finds the torch-tpu-c distribution
+
 from . import distributed  # noqa: E402  (c10d backend "tpu_dist"; the torchrun chip default below)
 
 distributed.local_chips_default()  # before the runtime reads TORCH_TPU_HOST_DEVICES
@@ -75,6 +79,9 @@ from . import _accelerate  # noqa: E402
 _accelerate.install()  # Accelerate's device pick and get_max_memory see "tpu" (see _accelerate.py)
 
 from . import moe  # noqa: E402  (autograd of torch.ops.tpu.ragged_dot)
+from . import _google  # noqa: E402
+
+_google.install(_tpu_module)  # Google's TorchTPU names: torch.tpu.ops, .optimizers, ..., torch_tpu._internal
 from . import quant  # noqa: E402  (torch.ops.tpu.q_linear: GGUF-block linear layers)
 
 

@@ -6,8 +6,10 @@ Each option's default comes from an environment variable where one exists
 torch.compile call. Unknown keys and values are errors that name the key and
 the valid choices. `check_environment()` validates the variables at import.
 """
+import contextlib
 import dataclasses
 import os
+import threading
 
 # option: (environment variable, {its text: option value}, option values, default, meaning)
 _TABLE = {
@@ -57,18 +59,50 @@ def _same(a, b):
     return type(a) is type(b) and a == b  # True is not 1, "1" is not True
 
 
+def _check(key, value, who):
+    if key not in _TABLE:
+        raise ValueError(f"{who}: unknown option {key!r}; valid options: {', '.join(sorted(_TABLE))}")
+    allowed = _TABLE[key][2]
+    if not any(_same(value, a) for a in allowed):
+        raise ValueError(f"{who}: option {key!r} must be one of {', '.join(repr(a) for a in allowed)}, got {value!r}")
+    return value
+
+
+def parse_option(key, value, who="torch.compile(backend='tpu')"):
+    """The option value for `key`: one of the option's values, or (a string)
+    the text its environment variable would hold ("0"/"1", "c", "auto").
+    Unknown keys and values raise ValueError naming `who`, the key and the
+    valid choices."""
+    texts = _TABLE[key][1] if key in _TABLE else None
+    if isinstance(value, str) and texts and value.strip() in texts:
+        return texts[value.strip()]
+    return _check(key, value, who)
+
+
+_SCOPES = threading.local()  # a stack of option dicts (torch.tpu.compiler.custom_compiler_options)
+
+
+@contextlib.contextmanager
+def scoped(options):
+    """Options (already parsed) for the graphs compiled inside the block, over
+    the environment and outer blocks, under torch.compile(options=...)."""
+    stack = _SCOPES.__dict__.setdefault("stack", [])
+    stack.append(dict(options))
+    try:
+        yield
+    finally:
+        stack.pop()
+
+
 def compile_options(options=None) -> CompileOptions:
-    """The options of one torch.compile call: `options` over the environment."""
-    options = dict(options or {})
-    for key, value in options.items():
-        if key not in _TABLE:
-            raise ValueError(f"torch.compile(backend='tpu'): unknown option {key!r}; valid options: "
-                             f"{', '.join(sorted(_TABLE))}")
-        allowed = _TABLE[key][2]
-        if not any(_same(value, a) for a in allowed):
-            raise ValueError(f"torch.compile(backend='tpu'): option {key!r} must be one of "
-                             f"{', '.join(repr(a) for a in allowed)}, got {value!r}")
-    return CompileOptions(**{k: options[k] if k in options else _from_environment(k) for k in _TABLE})
+    """The options of one torch.compile call: `options` over the enclosing
+    custom_compiler_options blocks over the environment."""
+    merged = {}
+    for scope in _SCOPES.__dict__.get("stack", []):
+        merged.update(scope)
+    for key, value in dict(options or {}).items():
+        merged[key] = _check(key, value, "torch.compile(backend='tpu')")
+    return CompileOptions(**{k: merged[k] if k in merged else _from_environment(k) for k in _TABLE})
 
 
 def check_environment() -> None:
