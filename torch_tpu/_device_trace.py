@@ -171,8 +171,15 @@ def _merge(path, rec):
             {"ph": "M", "name": "thread_name", "pid": pid, "tid": _QUEUE_TID, "args": {"name": "queue"}},
             {"ph": "M", "name": "thread_name", "pid": pid, "tid": _STEP_TID, "args": {"name": "graph steps"}},
         ]
-    # each step of a compiled graph belongs to the graph run containing it
-    runs = sorted((e for e in works if e[0] == "tpu::graph"), key=lambda e: e[6])
+    # each step of a compiled graph belongs to the graph run recorded next on
+    # its device (the worker records a run's steps, then the run)
+    run_of, pending = {}, {}
+    for e in sorted(rec.events, key=lambda e: e[3]):
+        if e[1] == _KIND_STEP:
+            pending.setdefault(e[2], []).append(e[3])
+        elif e[0] == "tpu::graph":
+            for step_seq in pending.pop(e[2], ()):
+                run_of[step_seq] = e[3]
     for name, kind, dev, seq, tid, queued, start, end, nbytes in rec.events:
         pid = DEVICE_PID_BASE + dev
         args = {"device": dev, "bytes": nbytes, "seq": seq}
@@ -194,11 +201,8 @@ def _merge(path, rec):
                                "cat": "ac2g", "name": "ac2g"})
                 events.append({"ph": "f", "id": corr, "pid": pid, "tid": _QUEUE_TID, "ts": us(start),
                                "cat": "ac2g", "name": "ac2g", "bp": "e"})
-        else:
-            for r in runs:
-                if r[2] == dev and r[6] <= start and end <= r[7]:
-                    args["graph_run_correlation"] = r[3]
-                    break
+        elif seq in run_of:
+            args["graph_run_correlation"] = run_of[seq]
         events.append(ev)
 
     # counters: the profiled span's CPU fallbacks and torch.compile activity
