@@ -81,6 +81,20 @@ def test_device_times_come_from_the_queue(tmp_path):
     assert last["ts"] + last["dur"] > owner["ts"] + owner["dur"]  # ran after its CPU op returned
 
 
+def test_list_ops(tmp_path):
+    """torch._foreach_* ops (which the queue may run piece-major as a group) are works too."""
+    ts = [torch.randn(1000, device="tpu") for _ in range(3)]
+    torch.tpu.synchronize()
+    with profile(activities=ACTS) as p:
+        torch._foreach_mul_(ts, 2.0)
+        torch._foreach_add_(ts, 1.0)
+        torch.tpu.synchronize()
+    works = {e["name"]: e for e in _device_works(_export(p, tmp_path))}
+    for name in ("aten::_foreach_mul_.Scalar", "aten::_foreach_add_.Scalar"):
+        assert works[name]["args"]["bytes"] >= 3 * 1000 * 4, works[name]
+        assert works[name]["args"]["cpu_op"].startswith("aten::_foreach_")
+
+
 def test_compiled_graph_steps_and_compile_counters(tmp_path):
     torch._dynamo.reset()
 
