@@ -100,7 +100,9 @@ size_t tpu_trace_take(tpu_trace_event_t** out_events, uint64_t* out_dropped) {
 
 uint64_t tpu_trace_thread_id(void) {
 #ifdef SYS_gettid
-  return (uint64_t)syscall(SYS_gettid);
+  static _Thread_local uint64_t tid; /* one system call per thread */
+  if (!tid) tid = (uint64_t)syscall(SYS_gettid);
+  return tid;
 #else
   return 0;
 #endif
