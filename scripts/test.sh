@@ -8,6 +8,11 @@ bash scripts/setup.sh
 # libtpu (Google's PJRT plugin for TPUs, 205 MB): the tests check that loading
 # it on this machine, which has no TPU, is a clear "no TPU found" error.
 "$PY" -m pip install -q --disable-pip-version-check --no-deps libtpu==0.0.51
+# The Hugging Face `kernels` library: tests/test_kernels_hub.py kernelizes models with this
+# project's local kernel repository (torch_tpu/hub_kernels), offline. --no-deps: huggingface_hub,
+# packaging and pyyaml come with transformers; sigstore and tomlkit are imported only by its
+# hub-signature check and command line, which the tests do not use.
+"$PY" -m pip install -q --disable-pip-version-check --no-deps kernels==0.17.2
 
 echo "== C runtime tests (AddressSanitizer + UndefinedBehaviorSanitizer)"
 # The driver conformance suite runs on the pjrt driver too, on XLA's CPU plugin.

@@ -74,6 +74,16 @@ from . import _compile_setup  # noqa: E402
 
 _compile_setup.install()  # torch.compile(model) on tpu: backend "tpu"; dynamo's device interface
 
+from . import _backends  # noqa: E402
+
+_backends.install()  # torch.backends.tpu (how the `kernels` library detects the device)
+
+from . import _device_trace, _memory  # noqa: E402
+
+_device_trace.install()  # torch.profiler with ProfilerActivity.PrivateUse1: the device queues in the trace
+if not hasattr(_tpu_module, "memory"):
+    _tpu_module.memory = _memory  # torch.tpu.memory._snapshot(), as torch.cuda.memory._snapshot()
+
 from . import _accelerate  # noqa: E402
 
 _accelerate.install()  # Accelerate's device pick and get_max_memory see "tpu" (see _accelerate.py)

@@ -28,11 +28,10 @@ original code, so an optimised model still runs on the CPU or any other
 device. Gradients flow through the fused ops (autograd kernels in
 torch_tpu/csrc/aten/fused.cpp), except into rope's cos/sin.
 
-Transformers' own hooks (``use_kernel_forward_from_hub``,
-``use_kernelized_func``) are no-ops unless the ``kernels`` package is
-installed, so they cannot be used without it; with ``kernels`` installed the
-same forwards could be registered for the "tpu" device through
-``register_kernel_mapping`` + ``kernelize`` (not done here).
+With the ``kernels`` package installed, Transformers' own hooks
+(``use_kernel_forward_from_hub``) reach the same forwards through
+``kernelize(model, device="tpu")`` and the local kernel repository in
+torch_tpu/hub_kernels (see its docstring).
 """
 import functools
 import types
@@ -66,9 +65,23 @@ def _code_key(code):
             code.co_kwonlyargcount, code.co_flags & 0xFF)
 
 
+def _plain(fn):
+    """The function behind a `kernels` function layer: with the ``kernels``
+    package installed, Transformers' ``@use_kernel_forward_from_hub`` turns a
+    module-level function (apply_rotary_pos_emb) into an instance of an
+    nn.Module class whose forward calls it (its closure's ``func``)."""
+    cls = fn if isinstance(fn, type) else type(fn)
+    if isinstance(fn, torch.nn.Module) or (isinstance(fn, type) and issubclass(fn, torch.nn.Module)):
+        fwd = getattr(cls, "forward", None)
+        code = getattr(fwd, "__code__", None)
+        if hasattr(cls, "kernel_layer_name") and code is not None and code.co_freevars == ("func",):
+            return fwd.__closure__[0].cell_contents
+    return fn
+
+
 def _same(fn, ref):
-    fn = getattr(fn, "__func__", fn)
-    ref = getattr(ref, "__func__", ref)
+    fn = getattr(_plain(fn), "__func__", _plain(fn))
+    ref = getattr(_plain(ref), "__func__", _plain(ref))
     if not isinstance(fn, types.FunctionType) or not isinstance(ref, types.FunctionType):
         return False
     if hasattr(fn, "__wrapped__"):
@@ -140,26 +153,62 @@ def _rms_forward_unit_offset(self, x):
     return type(self).forward(self, x)
 
 
+def _glu_mlp(self, x, act):
+    """down_proj(act(gate_proj(x)) * up_proj(x)), the product fused on tpu."""
+    gate = self.gate_proj(x)
+    up = self.up_proj(x)
+    if act is not None and _on_tpu(gate, up) and gate.dtype == up.dtype and gate.shape == up.shape:
+        return self.down_proj(_glu_op(gate, up, act))
+    return self.down_proj(self.act_fn(gate) * up)
+
+
 def _mlp_forward(self, x):
     if x.device.type == "tpu":
-        gate = self.gate_proj(x)
-        up = self.up_proj(x)
-        if _on_tpu(gate, up) and gate.dtype == up.dtype and gate.shape == up.shape:
-            return self.down_proj(_glu_op(gate, up, self._tpu_glu_act))
-        return self.down_proj(self.act_fn(gate) * up)
+        return _glu_mlp(self, x, self._tpu_glu_act)
     return type(self).forward(self, x)
+
+
+def _rope_fusable(q, k, cos, sin, unsqueeze_dim, partial):
+    """Whether tpu.rope computes apply_rotary_pos_emb(q, k, cos, sin, unsqueeze_dim)
+    (partial: the formula rotates the first cos.shape[-1] dims and passes the rest)."""
+    return (unsqueeze_dim == 1 and q.dim() == 4 and k.dim() == 4 and cos.dim() == 3 and
+            _on_tpu(q, k, cos, sin) and q.dtype == k.dtype == cos.dtype == sin.dtype and
+            cos.shape == sin.shape and k.shape[0] == q.shape[0] and k.shape[2:] == q.shape[2:] and
+            cos.shape[0] in (1, q.shape[0]) and cos.shape[1] in (1, q.shape[2]) and
+            cos.shape[2] % 2 == 0 and (cos.shape[2] == q.shape[3] or (partial and cos.shape[2] < q.shape[3])) and
+            not (torch.is_grad_enabled() and (cos.requires_grad or sin.requires_grad)))
+
+
+def _rope_style(fn, refs):
+    """'full' / 'partial' when fn is Transformers' Llama / Phi3 apply_rotary_pos_emb
+    (with Llama's rotate_half), else None."""
+    fn = _plain(fn)
+    if _same(fn, refs["rope_full"]):
+        style = "full"
+    elif _same(fn, refs["rope_partial"]):
+        style = "partial"
+    else:
+        return None
+    rh = getattr(fn, "__globals__", {}).get("rotate_half")
+    return style if rh is not None and _same(rh, refs["rotate_half"]) else None
+
+
+def _rms_style(cls, refs):
+    """'llama' / 'gemma' when cls's forward is Transformers' LlamaRMSNorm (weight *
+    x.to(dtype), eps in `variance_epsilon`) / GemmaRMSNorm ((1 + weight), eps in `eps`)."""
+    fwd = getattr(cls, "forward", None)
+    if _same(fwd, refs["rms_llama"]):
+        return "llama"
+    if _same(fwd, refs["rms_gemma"]) and _same(getattr(cls, "_norm", None), refs["rms_gemma_norm"]):
+        return "gemma"
+    return None
 
 
 def _make_rope(orig, partial):
     """apply_rotary_pos_emb with the fused op for tpu tensors."""
 
     def apply_rotary_pos_emb(q, k, cos, sin, unsqueeze_dim=1):
-        if unsqueeze_dim == 1 and q.dim() == 4 and k.dim() == 4 and cos.dim() == 3 and \
-                _on_tpu(q, k, cos, sin) and q.dtype == k.dtype == cos.dtype == sin.dtype and \
-                cos.shape == sin.shape and k.shape[0] == q.shape[0] and k.shape[2:] == q.shape[2:] and \
-                cos.shape[0] in (1, q.shape[0]) and cos.shape[1] in (1, q.shape[2]) and \
-                cos.shape[2] % 2 == 0 and (cos.shape[2] == q.shape[3] or (partial and cos.shape[2] < q.shape[3])) and \
-                not (torch.is_grad_enabled() and (cos.requires_grad or sin.requires_grad)):
+        if _rope_fusable(q, k, cos, sin, unsqueeze_dim, partial):
             return _rope_op(q, k, cos, sin)
         return orig(q, k, cos, sin, unsqueeze_dim)
 
@@ -179,15 +228,10 @@ def _rope_forward(module, refs):
     orig = g.get("apply_rotary_pos_emb")
     if orig is None or getattr(orig, "_tpu_fused", False):
         return None
-    if _same(orig, refs["rope_full"]):
-        partial = False
-    elif _same(orig, refs["rope_partial"]):
-        partial = True
-    else:
+    style = _rope_style(orig, refs)
+    if style is None:
         return None
-    rh = orig.__globals__.get("rotate_half")
-    if rh is None or not _same(rh, refs["rotate_half"]):
-        return None
+    partial = style == "partial"
     new_globals = dict(g)
     new_globals["apply_rotary_pos_emb"] = _make_rope(orig, partial)
     f = types.FunctionType(fwd.__code__, new_globals, fwd.__name__, fwd.__defaults__, fwd.__closure__)
@@ -217,12 +261,12 @@ def optimize(model: torch.nn.Module, *, rms_norm: bool = True, rope: bool = True
         fwd = type(m).forward
         w = getattr(m, "weight", None)
         if rms_norm and isinstance(w, torch.Tensor) and w.dim() == 1:
-            if hasattr(m, "variance_epsilon") and _same(fwd, refs["rms_llama"]):
+            style = _rms_style(type(m), refs)
+            if style == "llama" and hasattr(m, "variance_epsilon"):
                 m.forward = types.MethodType(_rms_forward, m)
                 counts["rms_norm"] += 1
                 continue
-            if hasattr(m, "eps") and _same(fwd, refs["rms_gemma"]) and \
-                    _same(getattr(type(m), "_norm", None), refs["rms_gemma_norm"]):
+            if style == "gemma" and hasattr(m, "eps"):
                 m.forward = types.MethodType(_rms_forward_unit_offset, m)
                 counts["rms_norm"] += 1
                 continue

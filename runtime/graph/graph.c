@@ -3,6 +3,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include "tpu/graph.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -10,6 +11,7 @@
 #include "tpu/base.h"
 #include "tpu/hal.h"
 #include "tpu/runtime.h"
+#include "tpu/trace.h"
 
 #include "codegen.h"
 
@@ -1560,16 +1562,69 @@ static tpu_status_t run_step(tpu_graph_t* g, const step_t* st, tpu_threadpool_t*
   return first_error;
 }
 
+static int64_t node_bytes(const node_t* n, bool memory_only) {
+  int64_t b = 0;
+  for (int32_t k = 0; k < n->ntens; ++k) {
+    const tpu_tensor_t* t = &n->tens[k];
+    if (n->tens_vid[k] < 0 || t->dtype == TPU_DTYPE_INVALID) continue;
+    if (memory_only && n->slot_mode && n->slot_mode[k] == SLOT_SCRATCH) continue;
+    b += tpu_tensor_numel(t) * (int64_t)tpu_dtype_size((tpu_dtype_t)t->dtype);
+  }
+  return b;
+}
+
+/* Appends `op` without its namespace to label (for fused-group names). */
+static void label_add(char* label, size_t cap, const char* op, bool first) {
+  const char* s = strstr(op, "::");
+  s = s ? s + 2 : op;
+  size_t len = strlen(label);
+  if (len + 2 >= cap) return;
+  snprintf(label + len, cap - len, "%s%s", first ? "" : "+", s);
+}
+
+/* One trace event (tpu/trace.h) for step `st`, which ran from t0 to now:
+ * a kernel (its op), one-row products batched together, or a fused group
+ * labelled by its members' ops. Bytes: the tensors the step's kernels read
+ * and write in memory (tile scratch excluded). */
+static void trace_step(const tpu_graph_t* g, const step_t* st, int64_t t0) {
+  tpu_trace_event_t e = {.kind = TPU_TRACE_STEP, .device = g->device_index, .start_ns = t0,
+                         .end_ns = (int64_t)tpu_now_ns()};
+  if (st->node >= 0) {
+    int32_t count = st->count > 1 ? st->count : 1;
+    if (count > 1) {
+      snprintf(e.name, sizeof(e.name), "batched %d x %s", count, g->nodes[st->node].entry->name);
+    } else {
+      snprintf(e.name, sizeof(e.name), "%s", g->nodes[st->node].entry->name);
+    }
+    for (int32_t i = 0; i < count; ++i) e.bytes += node_bytes(&g->nodes[st->node + i], false);
+  } else {
+    const group_t* gr = &g->groups[st->group];
+    snprintf(e.name, sizeof(e.name), "fused(");
+    for (int32_t i = 0; i < gr->count; ++i) {
+      label_add(e.name, sizeof(e.name) - 1, g->nodes[gr->first + i].entry->name, i == 0);
+      e.bytes += node_bytes(&g->nodes[gr->first + i], true);
+    }
+    size_t len = strlen(e.name);
+    if (len < sizeof(e.name) - 1) {
+      e.name[len] = ')';
+      e.name[len + 1] = '\0';
+    }
+  }
+  tpu_trace_record(&e);
+}
+
 static tpu_status_t execute(void* ctx) {
   run_t* r = ctx;
   tpu_graph_t* g = r->g;
   tpu_threadpool_t* pool = tpu_runtime_threadpool();
   bool profiling = __atomic_load_n(&g->profiling, __ATOMIC_RELAXED) != 0;
+  bool tracing = tpu_trace_enabled();
   bind(g, r);
   for (int32_t s = 0; s < g->nsteps; ++s) {
     const step_t* st = &g->steps[s];
-    int64_t t0 = profiling ? (int64_t)tpu_now_ns() : 0;
+    int64_t t0 = profiling || tracing ? (int64_t)tpu_now_ns() : 0;
     TPU_RETURN_IF_ERROR(run_step(g, st, pool));
+    if (tracing) trace_step(g, st, t0);
     if (profiling) {
       node_t* first = &g->nodes[st->node >= 0 ? st->node : g->groups[st->group].first];
       first->ns += (int64_t)tpu_now_ns() - t0;

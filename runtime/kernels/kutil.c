@@ -57,6 +57,26 @@ int64_t tpu_tensor_numel(const tpu_tensor_t* t) {
   return n;
 }
 
+static int64_t tensor_bytes(const tpu_tensor_t* t) {
+  if (!t || t->dtype == TPU_DTYPE_INVALID) return 0;
+  return tpu_tensor_numel(t) * (int64_t)tpu_dtype_size((tpu_dtype_t)t->dtype);
+}
+
+int64_t tpu_k_call_bytes(const tpu_k_call_t* call) {
+  if (!call) return 0;
+  int64_t n = 0;
+  for (int32_t i = 0; i < call->num_args; ++i) {
+    const tpu_k_value_t* v = &call->args[i];
+    if (v->kind == TPU_K_TENSOR) {
+      n += tensor_bytes(v->v.tensor);
+    } else if (v->kind == TPU_K_TENSORS) {
+      for (int64_t j = 0; j < v->v.tensors.len; ++j) n += tensor_bytes(&v->v.tensors.data[j]);
+    }
+  }
+  for (int32_t i = 0; call->outputs && i < call->num_outputs; ++i) n += tensor_bytes(&call->outputs[i]);
+  return n;
+}
+
 int64_t tpu_tensor_span(const tpu_tensor_t* t) {
   if (!t) return 0;
   int64_t last = 0;

@@ -11,6 +11,7 @@
 #include "tpu/graph.h"
 #include "tpu/hal.h"
 #include "tpu/runtime.h"
+#include "tpu/trace.h"
 
 /* Code generation mode of the graphs the fusion tests build (codegen.h:
  * 0 tile interpreter, 2 generated C). */
@@ -130,8 +131,35 @@ static void test_fused_chain(int64_t R, int64_t C) {
   void* ins[3] = {a, b, w};
   for (int rep = 0; rep < 2; ++rep) { /* the arena is reused by the second run */
     memset(outs[idx_s], 0, (size_t)R * sizeof(float));
+    bool traced = rep == 0 && R == 3; /* the device-queue trace of one run (tpu/trace.h) */
+    if (traced) CHECK_OK(tpu_trace_start(0));
     CHECK_OK(tpu_graph_run(g, ins, (void* const*)outs));
     sync0();
+    if (traced) {
+      tpu_trace_stop();
+      tpu_trace_event_t* ev = NULL;
+      uint64_t dropped = 1;
+      size_t n = tpu_trace_take(&ev, &dropped);
+      CHECKF(n == 5 && dropped == 0, "%zu events", n); /* 4 steps, then the run */
+      if (n == 5) {
+        CHECK_STREQ(ev[4].name, "tpu::graph");
+        CHECK(ev[4].kind == TPU_TRACE_WORK && ev[4].cpu_tid != 0 && ev[4].queued_ns <= ev[4].start_ns);
+        int fused_chain = 0, fused_relu = 0, mm = 0, sum = 0;
+        for (int i = 0; i < 4; ++i) {
+          CHECK(ev[i].kind == TPU_TRACE_STEP && ev[i].bytes > 0);
+          CHECK(ev[i].start_ns >= ev[4].start_ns && ev[i].end_ns <= ev[4].end_ns);
+          fused_chain += strcmp(ev[i].name, "fused(add.Tensor+mul.Tensor+exp+mul.Scalar)") == 0;
+          fused_relu += strcmp(ev[i].name, "fused(relu+add.Scalar)") == 0;
+          mm += strcmp(ev[i].name, "aten::mm") == 0;
+          sum += strcmp(ev[i].name, "aten::sum.dim_IntList") == 0;
+          if (strcmp(ev[i].name, "aten::mm") == 0) /* a [R,C], w [C,K] -> [R,K] */
+            CHECK(ev[i].bytes == (R * C + C * K + R * K) * (int64_t)sizeof(float));
+        }
+        CHECKF(fused_chain == 1 && fused_relu == 1 && mm == 1 && sum == 1, "%s | %s | %s | %s", ev[0].name,
+               ev[1].name, ev[2].name, ev[3].name);
+      }
+      free(ev);
+    }
     double max_err = 0;
     for (int64_t i = 0; i < R; ++i) {
       double rs = 0;

@@ -306,6 +306,18 @@ void tpu_host_allocator_reset_accumulated(tpu_host_allocator_t* a) {
   pthread_mutex_unlock(&a->mu);
 }
 
+size_t tpu_host_allocator_blocks(tpu_host_allocator_t* a, tpu_hal_memory_block_t* out, size_t cap) {
+  pthread_mutex_lock(&a->mu);
+  size_t n = a->num_blocks;
+  for (size_t i = 0; i < n && i < cap && out; i++) {
+    const tpu_host_block_t* b = a->by_addr[i];
+    out[i] = (tpu_hal_memory_block_t){.address = (uint64_t)(uintptr_t)b->ptr, .size = b->size,
+                                      .requested = b->live ? b->requested : 0, .allocated = b->live};
+  }
+  pthread_mutex_unlock(&a->mu);
+  return n;
+}
+
 void tpu_host_allocator_info(tpu_host_allocator_t* a, uint64_t* out_free, uint64_t* out_total) {
   pthread_mutex_lock(&a->mu);
   uint64_t budget = a->stats.budget_bytes;

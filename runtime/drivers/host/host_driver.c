@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "host_internal.h"
+#include "tpu/trace.h"
 
 #define TPU_HOST_MAX_DEVICES 1024
 
@@ -97,6 +98,10 @@ static void device_queue_stats(tpu_hal_device_t* device, tpu_hal_queue_stats_t* 
   tpu_host_queue_stats(&dev(device)->queue, out);
 }
 
+static size_t device_memory_blocks(tpu_hal_device_t* device, tpu_hal_memory_block_t* out, size_t cap) {
+  return tpu_host_allocator_blocks(&dev(device)->allocator, out, cap);
+}
+
 /* ---- device: copies ---- */
 typedef struct {
   void* dst;
@@ -135,7 +140,8 @@ static tpu_status_t enqueue_copy(tpu_host_device_t* d, const char* name, void* d
                      d->index, name);
   }
   *c = (tpu_host_copy_t){.dst = dst, .src = src, .size = size, .owned = owned};
-  tpu_hal_work_t work = {.name = name, .run = copy_run, .cleanup = copy_cleanup, .ctx = c};
+  tpu_hal_work_t work = {.name = name, .run = copy_run, .cleanup = copy_cleanup, .ctx = c,
+                         .bytes = (int64_t)size};
   return tpu_host_queue_submit(&d->queue, &work, ticket);
 }
 
@@ -172,7 +178,18 @@ static tpu_status_t device_copy_d2h(tpu_hal_device_t* device, void* dst, const v
     TPU_RETURN_IF_ERROR(check_range(d, "copy_d2h", "source", src, size));
   }
   tpu_host_queue_wait_idle(&d->queue);
-  if (size > 0) memcpy(dst, src, size);
+  if (size > 0) {
+    /* Runs on the caller once the queue is drained: traced as device work. */
+    bool traced = tpu_trace_enabled();
+    int64_t t0 = traced ? (int64_t)tpu_now_ns() : 0;
+    memcpy(dst, src, size);
+    if (traced) {
+      tpu_trace_event_t e = {.name = "copy_d2h", .kind = TPU_TRACE_WORK, .device = d->index,
+                             .cpu_tid = tpu_trace_thread_id(), .queued_ns = t0, .start_ns = t0,
+                             .end_ns = (int64_t)tpu_now_ns(), .bytes = (int64_t)size};
+      tpu_trace_record(&e);
+    }
+  }
   return tpu_host_queue_take_error(&d->queue);
 }
 
@@ -215,6 +232,7 @@ static const tpu_hal_device_vtable_t tpu_host_device_vtable = {
     .reset_peak_stats = device_reset_peak,
     .reset_accumulated_stats = device_reset_accumulated,
     .memory_info = device_memory_info,
+    .memory_blocks = device_memory_blocks,
     .owns_pointer = device_owns_pointer,
     .submit = device_submit,
     .synchronize = device_synchronize,

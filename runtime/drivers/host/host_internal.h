@@ -35,6 +35,10 @@ typedef struct tpu_host_work_node_t {
   tpu_status_t (*run_part)(void* ctx, int64_t part);
   void (*footprint)(void* ctx, int64_t part, tpu_hal_range_fn_t visit, void* vctx);
   char name[TPU_HOST_WORK_NAME_MAX];
+  /* Device-queue trace (tpu/trace.h): set at submit while it records. */
+  bool traced;
+  uint64_t cpu_tid;
+  int64_t queued_ns, bytes;
 } tpu_host_work_node_t;
 
 /* At most this many consecutive list works run as one group. */
@@ -123,6 +127,7 @@ void tpu_host_allocator_reset_peak(tpu_host_allocator_t* a);
 void tpu_host_allocator_reset_accumulated(tpu_host_allocator_t* a);
 void tpu_host_allocator_info(tpu_host_allocator_t* a, uint64_t* out_free, uint64_t* out_total);
 /* True if [ptr, ptr+size) lies inside one live block (size 0: ptr inside). */
+size_t tpu_host_allocator_blocks(tpu_host_allocator_t* a, tpu_hal_memory_block_t* out, size_t cap);
 bool tpu_host_allocator_contains(tpu_host_allocator_t* a, const void* ptr, size_t size);
 
 /* ---- Events ------------------------------------------------------------------ */

@@ -7,6 +7,7 @@
 #include <time.h>
 
 #include "host_internal.h"
+#include "tpu/trace.h"
 
 static void record_error(tpu_host_queue_t* q, tpu_status_t st, const char* name) {
   if (q->error) {
@@ -135,6 +136,18 @@ static void group_body(void* ctx, int64_t begin, int64_t end) {
   }
 }
 
+/* One trace event for a work that ran from start_ns to now (tpu/trace.h). */
+static void trace_node(const tpu_host_queue_t* q, const tpu_host_work_node_t* node, int64_t start_ns) {
+  if (!node->traced) return;
+  tpu_trace_event_t e = {.kind = TPU_TRACE_WORK, .device = q->device_index, .cpu_tid = node->cpu_tid,
+                         .queued_ns = node->queued_ns, .start_ns = start_ns,
+                         .end_ns = (int64_t)tpu_now_ns(), .bytes = node->bytes};
+  size_t n = strnlen(node->name, sizeof(e.name) - 1);
+  memcpy(e.name, node->name, n);
+  e.name[n] = '\0';
+  tpu_trace_record(&e);
+}
+
 static void finish_node(tpu_host_queue_t* q, tpu_host_work_node_t* node, tpu_status_t st) {
   if (node->cleanup) node->cleanup(node->ctx);
   if (st == TPU_OK) return;
@@ -165,7 +178,10 @@ static void run_list_works(tpu_host_queue_t* q, tpu_host_work_node_t** nodes, in
       good = lo;
     }
     if (good == 0) {
-      finish_node(q, nodes[0], nodes[0]->run(nodes[0]->ctx));
+      int64_t t0 = nodes[0]->traced ? (int64_t)tpu_now_ns() : 0;
+      tpu_status_t st = nodes[0]->run(nodes[0]->ctx);
+      trace_node(q, nodes[0], t0);
+      finish_node(q, nodes[0], st);
       pthread_mutex_lock(&q->mu);
       q->stats.list_conflicts++;
       pthread_mutex_unlock(&q->mu);
@@ -174,7 +190,10 @@ static void run_list_works(tpu_host_queue_t* q, tpu_host_work_node_t** nodes, in
       continue;
     }
     group_t g = {.nodes = nodes, .n = good};
+    int64_t t0 = (int64_t)tpu_now_ns();
     tpu_parallel_for(q->pool, nodes[0]->parts, 1, group_body, &g);
+    /* Run piece-major, the works of a group share one span on the device. */
+    for (int i = 0; i < good; i++) trace_node(q, nodes[i], t0);
     for (int i = 0; i < good; i++) finish_node(q, nodes[i], g.status[i]);
     pthread_mutex_lock(&q->mu);
     q->stats.list_groups++;
@@ -238,7 +257,10 @@ static void* worker_main(void* arg) {
     if (q->group_lists && batch[0]->parts > 0) {
       run_list_works(q, batch, n);
     } else {
-      finish_node(q, batch[0], batch[0]->run(batch[0]->ctx));
+      int64_t t0 = batch[0]->traced ? (int64_t)tpu_now_ns() : 0;
+      tpu_status_t st = batch[0]->run(batch[0]->ctx);
+      trace_node(q, batch[0], t0);
+      finish_node(q, batch[0], st);
     }
 
     pthread_mutex_lock(&q->mu);
@@ -310,6 +332,10 @@ tpu_host_work_node_t* tpu_host_work_node_new(const tpu_hal_work_t* work) {
   size_t n = strnlen(name, TPU_HOST_WORK_NAME_MAX - 1);
   memcpy(node->name, name, n);
   node->name[n] = '\0';
+  node->traced = tpu_trace_enabled();
+  node->cpu_tid = node->traced ? tpu_trace_thread_id() : 0;
+  node->queued_ns = node->traced ? (int64_t)tpu_now_ns() : 0;
+  node->bytes = node->traced ? work->bytes : 0;
   return node;
 }
 

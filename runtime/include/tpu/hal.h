@@ -64,6 +64,9 @@ typedef struct tpu_hal_work_t {
   int64_t parts;
   tpu_status_t (*run_part)(void* ctx, int64_t part);
   void (*footprint)(void* ctx, int64_t part, tpu_hal_range_fn_t visit, void* vctx);
+  /* Optional, for the device-queue trace (tpu/trace.h): bytes the work reads
+   * and writes (0: unknown). Callers fill it only while tpu_trace_enabled(). */
+  int64_t bytes;
 } tpu_hal_work_t;
 
 /* Counters of a device queue (since creation). */
@@ -125,6 +128,14 @@ typedef struct tpu_hal_memory_stats_t {
   uint64_t budget_bytes;          /* the chip's memory size */
 } tpu_hal_memory_stats_t;
 
+/* One block of a device's caching allocator (memory_blocks). */
+typedef struct tpu_hal_memory_block_t {
+  uint64_t address;   /* device pointer as an integer */
+  uint64_t size;      /* bytes reserved for it (rounded) */
+  uint64_t requested; /* bytes the user asked for (0 when cached) */
+  bool allocated;     /* handed to a user now; false: in the cache */
+} tpu_hal_memory_block_t;
+
 typedef struct tpu_hal_device_properties_t {
   char name[64];           /* e.g. "TPU host virtual chip" */
   char driver[16];         /* "host" or "pjrt" */
@@ -177,6 +188,11 @@ typedef struct tpu_hal_device_vtable_t {
   /* Free = budget - reserved + cached-unused; total = budget. */
   void (*memory_info)(tpu_hal_device_t* device, uint64_t* out_free,
                       uint64_t* out_total);
+  /* Optional (NULL: the driver cannot list its memory). Writes up to `cap`
+   * blocks of the caching allocator in address order into out_blocks (may
+   * be NULL when cap is 0) and returns how many there are in all; a snapshot
+   * taken under the allocator's lock. */
+  size_t (*memory_blocks)(tpu_hal_device_t* device, tpu_hal_memory_block_t* out_blocks, size_t cap);
   /* True if `ptr` lies inside a live allocation of this device. */
   bool (*owns_pointer)(tpu_hal_device_t* device, const void* ptr);
 

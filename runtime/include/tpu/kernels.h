@@ -133,6 +133,10 @@ typedef struct tpu_k_call_t {
 } tpu_k_call_t;
 
 typedef tpu_status_t (*tpu_k_fn_t)(const tpu_k_call_t* call);
+/* Bytes of every defined tensor of `call` (tensor arguments, members of
+ * tensor lists, outputs), numel * element size each: what a profiler shows
+ * as the bytes an op reads and writes (views count their own elements). */
+int64_t tpu_k_call_bytes(const tpu_k_call_t* call);
 
 /* Output shapes of data-dependent ops (nonzero, unique, masked_select, ...),
  * which PyTorch's meta functions cannot compute. Called synchronously on the

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "bridge.h"
+#include "tpu/trace.h"
 
 namespace torch_tpu {
 
@@ -140,6 +141,7 @@ void submit(std::unique_ptr<Work> w, const char* op, c10::DeviceIndex index) {
       hw.footprint = &list_part_footprint;
     }
   }
+  if (tpu_trace_enabled()) hw.bytes = tpu_k_call_bytes(&w->call);  // for the device-queue trace
   hw.ctx = w.release();
   check(tpu_hal_device_vt(d)->submit(d, &hw));
   tpu_stats_record_native();

@@ -4,11 +4,13 @@
  * class torch.OutOfMemoryError, looked up at import. */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "tpu/drivers.h"
 #include "tpu/kernels.h"
 #include "tpu/runtime.h"
+#include "tpu/trace.h"
 
 static PyObject* g_oom_error = NULL; /* torch.OutOfMemoryError */
 
@@ -269,6 +271,100 @@ static PyObject* py_graph_ops(PyObject* self, PyObject* arg) {
   return out;
 }
 
+/* ---- device-queue trace (tpu/trace.h) ---- */
+static PyObject* py_trace_start(PyObject* self, PyObject* arg) {
+  long long cap = PyLong_AsLongLong(arg);
+  if (cap == -1 && PyErr_Occurred()) return NULL;
+  if (cap < 0) {
+    PyErr_Format(PyExc_ValueError, "trace capacity must be >= 0, got %lld", cap);
+    return NULL;
+  }
+  tpu_status_t st = tpu_trace_start((size_t)cap);
+  if (st != TPU_OK) return raise_status(st);
+  Py_RETURN_NONE;
+}
+
+static PyObject* py_trace_stop(PyObject* self, PyObject* unused) {
+  tpu_trace_stop();
+  Py_RETURN_NONE;
+}
+
+/* ([(name, kind, device, seq, cpu_tid, queued_ns, start_ns, end_ns, bytes)], dropped) */
+static PyObject* py_trace_take(PyObject* self, PyObject* unused) {
+  tpu_trace_event_t* ev = NULL;
+  uint64_t dropped = 0;
+  size_t n = tpu_trace_take(&ev, &dropped);
+  PyObject* list = PyList_New((Py_ssize_t)n);
+  if (!list) {
+    free(ev);
+    return NULL;
+  }
+  for (size_t i = 0; i < n; i++) {
+    const tpu_trace_event_t* e = &ev[i];
+    PyObject* t = Py_BuildValue("(siiKKLLLL)", e->name, (int)e->kind, (int)e->device,
+                                (unsigned long long)e->seq, (unsigned long long)e->cpu_tid,
+                                (long long)e->queued_ns, (long long)e->start_ns, (long long)e->end_ns,
+                                (long long)e->bytes);
+    if (!t) {
+      free(ev);
+      Py_DECREF(list);
+      return NULL;
+    }
+    PyList_SET_ITEM(list, (Py_ssize_t)i, t);
+  }
+  free(ev);
+  return Py_BuildValue("(NK)", list, (unsigned long long)dropped);
+}
+
+static PyObject* py_now_ns(PyObject* self, PyObject* unused) {
+  return PyLong_FromUnsignedLongLong((unsigned long long)tpu_now_ns());
+}
+
+/* [(address, size, requested, allocated)] of a device's caching allocator. */
+static PyObject* py_memory_blocks(PyObject* self, PyObject* arg) {
+  tpu_hal_device_t* d = device_arg(arg);
+  if (!d) return NULL;
+  const tpu_hal_device_vtable_t* vt = tpu_hal_device_vt(d);
+  if (!vt->memory_blocks) {
+    tpu_hal_device_properties_t p;
+    vt->query_properties(d, &p);
+    PyErr_Format(PyExc_NotImplementedError,
+                 "tpu: the %s driver cannot list its allocator's blocks (memory snapshots need the host driver)",
+                 p.driver);
+    return NULL;
+  }
+  tpu_hal_memory_block_t* blocks = NULL;
+  size_t n = vt->memory_blocks(d, NULL, 0);
+  for (;;) { /* blocks may appear between the count and the copy: retry until they fit */
+    size_t cap = n + 16;
+    tpu_hal_memory_block_t* b = realloc(blocks, cap * sizeof(*b));
+    if (!b) {
+      free(blocks);
+      return PyErr_NoMemory();
+    }
+    blocks = b;
+    n = vt->memory_blocks(d, blocks, cap);
+    if (n <= cap) break;
+  }
+  PyObject* list = PyList_New((Py_ssize_t)n);
+  if (!list) {
+    free(blocks);
+    return NULL;
+  }
+  for (size_t i = 0; i < n; i++) {
+    PyObject* t = Py_BuildValue("(KKKO)", (unsigned long long)blocks[i].address, (unsigned long long)blocks[i].size,
+                                (unsigned long long)blocks[i].requested, blocks[i].allocated ? Py_True : Py_False);
+    if (!t) {
+      free(blocks);
+      Py_DECREF(list);
+      return NULL;
+    }
+    PyList_SET_ITEM(list, (Py_ssize_t)i, t);
+  }
+  free(blocks);
+  return list;
+}
+
 static PyMethodDef kMethods[] = {
     {"init", py_init, METH_NOARGS, "Initialise the runtime (idempotent)."},
     {"device_count", py_device_count, METH_NOARGS, "Number of tpu devices."},
@@ -289,6 +385,11 @@ static PyMethodDef kMethods[] = {
     {"selected_driver", py_selected_driver, METH_NOARGS, "The driver TORCH_TPU_DRIVER selects."},
     {"tpu_present", py_tpu_present, METH_NOARGS, "Whether a TPU is on this machine's PCI bus."},
     {"graph_ops", py_graph_ops, METH_O, "Kernel ops a compiled graph on a device may contain."},
+    {"trace_start", py_trace_start, METH_O, "Start the device-queue trace (capacity in events, 0: default)."},
+    {"trace_stop", py_trace_stop, METH_NOARGS, "Stop the device-queue trace."},
+    {"trace_take", py_trace_take, METH_NOARGS, "Recorded device-queue events and the dropped count."},
+    {"now_ns", py_now_ns, METH_NOARGS, "The runtime's clock (CLOCK_MONOTONIC) in ns."},
+    {"memory_blocks", py_memory_blocks, METH_O, "Blocks of a device's caching allocator."},
     {NULL, NULL, 0, NULL},
 };
 
