@@ -25,6 +25,9 @@ ctest --test-dir build/c-san --output-on-failure
 echo "== Python tests"
 "$PY" -m pytest -q tests
 
+echo "== Python tests on the pjrt driver (XLA's CPU plugin): device, OpInfo, tiny models"
+TORCH_TPU_DRIVER=pjrt "$PY" -m pytest -q tests/test_device.py tests/test_opinfo.py tests/test_arch_sweep.py
+
 if [ "${TORCH_TPU_SLOW_TESTS:-1}" = "1" ]; then
   echo "== Slow tests"
   rc=0

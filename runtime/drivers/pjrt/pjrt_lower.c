@@ -81,7 +81,7 @@ static const lspec_t kSpecs[] = {
     {"atan2", L_ATAN2, F_ARITH, "||.out|_"},
     {"floor_divide", L_FLOORDIV, F_ARITH, "||.Scalar|.out|.Scalar_out|_.Tensor|_.Scalar"},
     {"pow", L_POWT, F_ARITH, "|.Tensor_Tensor|.Tensor_Tensor_out|_.Tensor"},
-    {"div", L_DIVMODE, F_ARITH, ".Tensor_mode|.Scalar_mode|.out_mode|.Scalar_mode_out|_.Tensor_mode|_.Scalar_mode"},
+    {"div", L_DIVMODE, F_ARITH, "|.Tensor_mode|.Scalar_mode|.out_mode|.Scalar_mode_out|_.Tensor_mode|_.Scalar_mode"},
     {"bitwise_left_shift", L_SHL, F_ARITH, SHIFT_O}, {"bitwise_right_shift", L_SHR, F_ARITH, SHIFT_O},
     {"__lshift__", L_SHL, F_ARITH, "|.Tensor|.Scalar|.Tensor_out|.Scalar_out"},
     {"__rshift__", L_SHR, F_ARITH, "|.Tensor|.Scalar|.Tensor_out|.Scalar_out"},
@@ -2081,7 +2081,10 @@ static tpu_status_t lower_node(sb_t* b, const tpu_k_call_t* call, const tpu_pjrt
         const char* mode = string_at(call, 2, NULL);
         aop = !mode ? L_DIV : !strcmp(mode, "floor") ? L_FLOORDIV : L_DIVTRUNC;
       }
-      r = arith(b, aop, x, y);
+      if (aop == L_DIVTRUNC && is_half(ot.ty)) /* as PyTorch's CPU: the quotient rounded to the half type, then truncated */
+        r = unary_more(b, NULL, L_TRUNC, cast(b, cast(b, binary(b, "divide", x, y), ot.ty), ct));
+      else
+        r = arith(b, aop, x, y);
       break;
     }
     case F_WHERE: {
