@@ -321,6 +321,97 @@ def test_lowered_ops_run_on_the_device():
     """)
 
 
+def test_out_of_range_indices_raise_index_error_at_synchronize():
+    """StableHLO's gather clamps and its scatter drops out-of-range indices; the lowerings check
+    them on the device and the driver raises IndexError, naming the op and the index, at the next
+    synchronize or copy to the host (as CUDA's device-side asserts do). Ranges are PyTorch's:
+    [0, size) for index_select, gather and scatter, [-size, size) for index_put. The process
+    stays usable."""
+    check_ok("""
+        import re, torch, torch_tpu
+        torch_tpu.reset_fallback_report()
+        x = torch.arange(20.).reshape(4, 5)
+        X = x.to("tpu")
+        I = lambda v: torch.tensor(v, device="tpu")
+        def raises(fn, pattern):
+            try:
+                fn()
+                torch.tpu.synchronize()
+            except IndexError as e:
+                assert re.search(pattern, str(e)), (pattern, str(e))
+            else:
+                raise AssertionError("no IndexError: " + pattern)
+        raises(lambda: torch.index_select(X, 1, I([0, 5])),
+               r"index_select.*index 5 is out of bounds for dimension 1 with size 5")
+        raises(lambda: torch.index_select(X, 0, I([-1])), r"index_select.*index -1 is out of bounds")
+        raises(lambda: torch.gather(X, 1, I([[0, 1], [-1, 0], [0, 9], [0, 0]])),
+               r"gather.*index -1 is out of bounds for dimension 1 with size 5")   # the first one
+        raises(lambda: X.clone().scatter_(0, I([[0, 4]]), 1.0), r"scatter.*index 4 is out of bounds for dimension 0 with size 4")
+        raises(lambda: X.clone().scatter_add_(1, I([[0, 9]]), torch.ones(1, 2, device="tpu")),
+               r"scatter_add.*index 9 is out of bounds for dimension 1 with size 5")
+        raises(lambda: X.clone().index_put_((I([1, 4]),), torch.tensor(0., device="tpu")),
+               r"index_put.*index 4 is out of bounds for dimension 0 with size 4")
+        raises(lambda: X.clone().index_put_((I([0]), I([-7])), torch.tensor(1., device="tpu"), accumulate=True),
+               r"index_put.*index -7 is out of bounds for dimension 1 with size 5")
+        raises(lambda: X[I([0, -5])], r"index.*index -5 is out of bounds for dimension 0 with size 4")
+        raises(lambda: X[:, I([[1], [5]])], r"index.*index 5 is out of bounds for dimension 1 with size 5")
+        raises(lambda: X.scatter_reduce(1, I([[0, 5]]), torch.ones(1, 2, device="tpu"), "amax"),
+               r"scatter_reduce.*index 5 is out of bounds for dimension 1 with size 5")
+        # the first error of several is raised, once
+        torch.index_select(X, 0, I([9])); torch.index_select(X, 0, I([8]))
+        raises(lambda: None, r"index 9 is")
+        torch.tpu.synchronize()
+        # a copy to the host raises it too
+        try:
+            torch.index_select(X, 0, I([7])).cpu()
+        except IndexError as e:
+            assert "index_select" in str(e) and "index 7" in str(e), str(e)
+        else:
+            raise AssertionError("no IndexError at .cpu()")
+        # indices in range (negative ones for index_put), and the device after the errors
+        i, j = torch.tensor([4, 0, 2]), torch.tensor([[4, 0], [1, 3], [0, 0], [2, 4]])
+        torch.testing.assert_close(torch.index_select(X, 1, i.to("tpu")).cpu(), torch.index_select(x, 1, i))
+        torch.testing.assert_close(torch.gather(X, 1, j.to("tpu")).cpu(), torch.gather(x, 1, j))
+        torch.testing.assert_close(X.clone().scatter_(1, j.to("tpu"), -1.0).cpu(), x.clone().scatter_(1, j, -1.0))
+        k = torch.tensor([-1, 0, -4])
+        torch.testing.assert_close(X.clone().index_put_((k.to("tpu"),), torch.tensor(7., device="tpu")).cpu(),
+                                   x.clone().index_put_((k,), torch.tensor(7.)))
+        torch.testing.assert_close(X[k.to("tpu"), -5].cpu(), x[k, -5])
+        torch.tpu.synchronize()
+        rep = torch_tpu.fallback_report()
+        for op in ("aten::index_select", "aten::gather", "aten::scatter_.value", "aten::scatter_add_", "aten::index_put_",
+                   "aten::index.Tensor", "aten::scatter_reduce.two"):
+            assert op not in rep, (op, rep)
+    """)
+
+
+def test_compiled_graph_checks_indices():
+    """A compiled graph's program returns its nodes' checks too: the first failing one is raised."""
+    check_ok("""
+        import re, torch, torch_tpu
+        from torch_tpu._dynamo_backend import compile_stats
+        def f(x, i, j):
+            return torch.gather(x * 2, 1, j) + torch.index_select(x, 0, i)
+        x = torch.randn(5, 3)
+        X = x.to("tpu")
+        i, j = torch.tensor([4, 3, 0, 1, 2]), torch.randint(0, 3, (5, 3))
+        cf = torch.compile(f, backend="tpu")
+        torch.testing.assert_close(cf(X, i.to("tpu"), j.to("tpu")).cpu(), f(x, i, j))
+        st = compile_stats()
+        assert st["driver_segments"] >= 1 and st["eager_nodes"] == 0, st
+        for bad_i, bad_j, want in (([0, 1, 5, 0, 0], j, "index_select"), (i, [[0, 0, 0]] * 4 + [[0, 3, 0]], "gather"),
+                                       (i, [[0, -1, 0]] * 5, "gather")):
+            try:
+                cf(X, torch.tensor(bad_i, device="tpu"), torch.tensor(bad_j, device="tpu"))
+                torch.tpu.synchronize()
+            except IndexError as e:
+                assert re.search(want + r".*index (5|3|-1) is out of bounds", str(e)), str(e)
+            else:
+                raise AssertionError("no IndexError from the compiled " + want)
+        torch.testing.assert_close(cf(X, i.to("tpu"), j.to("tpu")).cpu(), f(x, i, j))
+    """)
+
+
 @pytest.mark.slow
 def test_tiny_llama_forward_backward_generate_equal_cpu():
     check_ok("""

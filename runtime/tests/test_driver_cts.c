@@ -499,6 +499,54 @@ static void test_ops_two_outputs(void) {
   vt->deallocate(d, di);
 }
 
+/* An index out of range in an op the driver runs is the device's
+ * asynchronous error (at synchronize or at the next copy to the host),
+ * naming the op, the index, the dimension and its size (index_select takes
+ * [0, size), as PyTorch); the device works after the error. */
+static tpu_status_t index_select(tpu_hal_device_t* d, void* x, void* idx, void* out) {
+  tpu_tensor_t tx = {.data = x, .dtype = TPU_DTYPE_F32, .ndim = 1, .sizes = {5}, .strides = {1}};
+  tpu_tensor_t ti = {.data = idx, .dtype = TPU_DTYPE_I64, .ndim = 1, .sizes = {2}, .strides = {1}};
+  tpu_tensor_t to = {.data = out, .dtype = TPU_DTYPE_F32, .ndim = 1, .sizes = {2}, .strides = {1}};
+  tpu_k_value_t args[3] = {{.kind = TPU_K_TENSOR, .v.tensor = &tx},
+                           {.kind = TPU_K_INT, .v.i = 0},
+                           {.kind = TPU_K_TENSOR, .v.tensor = &ti}};
+  tpu_k_call_t call = {.op = "aten::index_select", .num_args = 3, .args = args, .num_outputs = 1, .outputs = &to};
+  return DVT(d)->execute_op(d, &call);
+}
+
+static void test_index_checks(void) {
+  tpu_hal_device_t* d = device(0);
+  const tpu_hal_device_vtable_t* vt = DVT(d);
+  if (!vt->supports_op || !vt->supports_op(d, "aten::index_select")) {
+    fprintf(stderr, "  (this driver runs no ops itself)\n");
+    return;
+  }
+  const float xs[5] = {0, 1, 2, 3, 4};
+  void *x = NULL, *idx = NULL, *out = NULL;
+  CHECK_OK(vt->allocate(d, sizeof(xs), &x));
+  CHECK_OK(vt->allocate(d, 16, &idx));
+  CHECK_OK(vt->allocate(d, 8, &out));
+  CHECK_OK(vt->copy_h2d(d, x, xs, sizeof(xs)));
+  int64_t bad[2] = {0, 7}, good[2] = {4, 0}, neg[2] = {2, -1};
+  CHECK_OK(vt->copy_h2d(d, idx, bad, sizeof(bad)));
+  CHECK_OK(index_select(d, x, idx, out));
+  CHECK_STATUS(vt->synchronize(d), TPU_STATUS_OUT_OF_RANGE,
+               "aten::index_select: index 7 is out of bounds for dimension 0 with size 5");
+  CHECK_OK(vt->synchronize(d)); /* taken */
+  float back[2] = {-1, -1};
+  CHECK_OK(vt->copy_h2d(d, idx, good, sizeof(good)));
+  CHECK_OK(index_select(d, x, idx, out));
+  CHECK_OK(vt->copy_d2h(d, back, out, sizeof(back)));
+  CHECK(back[0] == 4 && back[1] == 0);
+  CHECK_OK(vt->copy_h2d(d, idx, neg, sizeof(neg)));
+  CHECK_OK(index_select(d, x, idx, out));
+  CHECK_STATUS(vt->copy_d2h(d, back, out, sizeof(back)), TPU_STATUS_OUT_OF_RANGE, "index -1 is out of bounds");
+  CHECK_OK(vt->synchronize(d));
+  vt->deallocate(d, x);
+  vt->deallocate(d, idx);
+  vt->deallocate(d, out);
+}
+
 /* A whole graph run by the driver (run_graph): an intermediate buffer, a
  * strided read, an in-place update of an input view seen by the nodes after
  * it and by the next run, two outputs; one device program per run. */
@@ -595,6 +643,7 @@ static void run_suite(const char* name) {
   RUN_TEST(test_events);
   RUN_TEST(test_ops);
   RUN_TEST(test_ops_two_outputs);
+  RUN_TEST(test_index_checks);
   RUN_TEST(test_graphs);
   tpu_object_release(&g_drv->base);
   g_drv = NULL;

@@ -55,6 +55,16 @@ typedef struct tpu_pjrt_pending_t {
   char what[48];
 } tpu_pjrt_pending_t;
 
+/* The check output of an issued program (pjrt_lower.h: the index checks of
+ * its nodes), read back when the device synchronizes or bytes come back to
+ * the host: an index out of range becomes the device's asynchronous error. */
+typedef struct tpu_pjrt_guard_t {
+  PJRT_Buffer* buffer;      /* s64[num_checks, 2] */
+  tpu_pjrt_check_t* checks; /* owned */
+  int32_t num_checks;
+  uint64_t seq; /* the work computing it */
+} tpu_pjrt_guard_t;
+
 typedef struct tpu_pjrt_device_t {
   tpu_hal_device_t base;
   tpu_pjrt_driver_t* driver;
@@ -66,6 +76,8 @@ typedef struct tpu_pjrt_device_t {
   size_t num_allocs, cap_allocs;
   tpu_pjrt_pending_t* pending; /* issue order */
   size_t num_pending, cap_pending;
+  tpu_pjrt_guard_t* guards; /* issue order */
+  size_t num_guards, cap_guards;
   uint64_t seq; /* work items issued */
   tpu_status_t error; /* first asynchronous error since the last take */
   tpu_hal_memory_stats_t stats;
@@ -190,6 +202,13 @@ static tpu_status_t buf_wrap(const PJRT_Api* api, PJRT_Buffer* buffer, tpu_pjrt_
   return TPU_OK;
 }
 
+static void buffer_destroy(const PJRT_Api* api, PJRT_Buffer* b) {
+  if (!b) return;
+  PJRT_Buffer_Destroy_Args a = {.struct_size = TPU_PJRT_SIZE(PJRT_Buffer_Destroy_Args, buffer),
+                                .buffer = b};
+  tpu_status_free(take(api, api->PJRT_Buffer_Destroy(&a), "buffer"));
+}
+
 /* ---- pending device work (under d->mu) ---- */
 static tpu_status_t keep_error(tpu_pjrt_device_t* d, tpu_status_t st) {
   if (st) {
@@ -246,6 +265,75 @@ static tpu_status_t pending_add(tpu_pjrt_device_t* d, PJRT_Event* ev, void* stag
   snprintf(p->what, sizeof(p->what), "%s", what);
   if (d->num_pending > 256) pending_reap(d, false);
   return TPU_OK;
+}
+
+/* ---- index checks (under d->mu) ---- */
+static void guard_free(const PJRT_Api* api, tpu_pjrt_guard_t* g) {
+  buffer_destroy(api, g->buffer);
+  free(g->checks);
+  *g = (tpu_pjrt_guard_t){0};
+}
+
+/* Reads a guard back (waiting for its work) and keeps its first hit, or
+ * the failure to read it, as the device's error; frees it. */
+static void guard_read(tpu_pjrt_device_t* d, tpu_pjrt_guard_t* g) {
+  const PJRT_Api* api = d->driver->api;
+  size_t bytes = sizeof(int64_t) * 2 * (size_t)g->num_checks;
+  int64_t* rows = malloc(bytes);
+  tpu_status_t st = rows ? TPU_OK : TPU_ERROR(TPU_STATUS_OUT_OF_MEMORY, "cannot stage %zu bytes", bytes);
+  if (!st) {
+    PJRT_Buffer_ToHostBuffer_Args t = {.struct_size = TPU_PJRT_SIZE(PJRT_Buffer_ToHostBuffer_Args, event),
+                                       .src = g->buffer,
+                                       .dst = rows,
+                                       .dst_size = bytes};
+    st = take(api, api->PJRT_Buffer_ToHostBuffer(&t), "index check");
+    if (!st) st = event_finish(api, t.event, "index check");
+  }
+  for (int32_t i = 0; i < g->num_checks && !st; i++) st = tpu_pjrt_check_status(&g->checks[i], rows + 2 * i);
+  keep_error(d, st);
+  free(rows);
+  guard_free(api, g);
+}
+
+/* Reads the guards of work issued up to `seq`, in issue order. */
+static void guards_read(tpu_pjrt_device_t* d, uint64_t seq) {
+  size_t k = 0;
+  while (k < d->num_guards && d->guards[k].seq <= seq) guard_read(d, &d->guards[k++]);
+  if (k) {
+    memmove(d->guards, d->guards + k, (d->num_guards - k) * sizeof(*d->guards));
+    d->num_guards -= k;
+  }
+}
+
+/* Keeps the check output `buffer` of the work just issued with `prog`'s
+ * checks (taken from it). Past 256 guards those of completed work are read
+ * (no wait); past 4096 all are. */
+static void guard_add(tpu_pjrt_device_t* d, PJRT_Buffer* buffer, tpu_pjrt_program_t* prog) {
+  tpu_pjrt_guard_t g = {.buffer = buffer, .checks = prog->checks, .num_checks = prog->num_checks, .seq = d->seq};
+  prog->checks = NULL;
+  prog->num_checks = 0;
+  if (d->num_guards == d->cap_guards) {
+    size_t cap = d->cap_guards ? d->cap_guards * 2 : 16;
+    void* p = realloc(d->guards, cap * sizeof(*d->guards));
+    if (!p) {
+      guard_read(d, &g);
+      return;
+    }
+    d->guards = p;
+    d->cap_guards = cap;
+  }
+  d->guards[d->num_guards++] = g;
+  if (d->num_guards > 256) {
+    pending_reap(d, false);
+    guards_read(d, d->num_pending ? d->pending[0].seq - 1 : UINT64_MAX);
+  }
+  if (d->num_guards > 4096) guards_read(d, UINT64_MAX);
+}
+
+/* Completes every issued work and reads every guard. */
+static void drain(tpu_pjrt_device_t* d) {
+  pending_reap(d, true);
+  guards_read(d, UINT64_MAX);
 }
 
 static tpu_status_t take_error(tpu_pjrt_device_t* d) {
@@ -505,13 +593,6 @@ static tpu_status_t upload(tpu_pjrt_device_t* d, const void* src, size_t size, b
   return TPU_OK;
 }
 
-static void buffer_destroy(const PJRT_Api* api, PJRT_Buffer* b) {
-  if (!b) return;
-  PJRT_Buffer_Destroy_Args a = {.struct_size = TPU_PJRT_SIZE(PJRT_Buffer_Destroy_Args, buffer),
-                                .buffer = b};
-  tpu_status_free(take(api, api->PJRT_Buffer_Destroy(&a), "buffer"));
-}
-
 /* The allocation's buffer, made (zero-filled) when it was never written. */
 static tpu_status_t alloc_buffer(tpu_pjrt_device_t* d, tpu_pjrt_alloc_t* a, tpu_pjrt_buf_t** out) {
   if (!a->buf) {
@@ -570,6 +651,8 @@ static void device_destroy(tpu_object_t* object) {
   tpu_pjrt_device_t* d = (tpu_pjrt_device_t*)object;
   const PJRT_Api* api = d->driver->api;
   pending_reap(d, true);
+  for (size_t i = 0; i < d->num_guards; i++) guard_free(api, &d->guards[i]); /* nobody is left to see them */
+  free(d->guards);
   for (size_t i = 0; i < d->num_allocs; i++) {
     buf_release(api, d->allocs[i].buf);
     munmap((void*)d->allocs[i].base, d->allocs[i].reserved);
@@ -724,7 +807,7 @@ static tpu_status_t device_submit(tpu_hal_device_t* device, const tpu_hal_work_t
                      d->index);
   }
   pthread_mutex_lock(&d->mu);
-  pending_reap(d, true);
+  drain(d);
   d->seq++;
   d->works++;
   pthread_mutex_unlock(&d->mu);
@@ -742,7 +825,7 @@ static tpu_status_t device_submit(tpu_hal_device_t* device, const tpu_hal_work_t
 static tpu_status_t device_synchronize(tpu_hal_device_t* device) {
   tpu_pjrt_device_t* d = dev(device);
   pthread_mutex_lock(&d->mu);
-  pending_reap(d, true);
+  drain(d);
   tpu_status_t st = take_error(d);
   pthread_mutex_unlock(&d->mu);
   return st;
@@ -829,7 +912,7 @@ static tpu_status_t device_copy_d2h(tpu_hal_device_t* device, void* dst, const v
     if (!st) st = range_of(d, "copy_d2h", "source", src, size, &a);
   }
   if (!st) {
-    pending_reap(d, true);
+    drain(d);
     st = take_error(d);
   }
   if (!st && size > 0) st = read_range(d, a, (uintptr_t)src - a->base, dst, size);
@@ -971,19 +1054,24 @@ static tpu_status_t device_execute_op(tpu_hal_device_t* device, const tpu_k_call
     locs[k] = (tpu_pjrt_loc_t){.storage = arg, .offset = (uintptr_t)tens[k]->data - a->base};
   }
   tpu_pjrt_node_t node = {call, locs};
-  char* text = NULL;
-  if (!st) st = tpu_pjrt_lower(storages, nargs, &node, 1, &text);
+  tpu_pjrt_program_t prog = {0};
+  if (!st) st = tpu_pjrt_lower(storages, nargs, &node, 1, &prog);
   PJRT_LoadedExecutable* exe = NULL;
-  if (!st) st = executable(d->driver, text, &exe);
-  free(text);
+  if (!st) st = executable(d->driver, prog.text, &exe);
   PJRT_Buffer* args[TPU_PJRT_MAX_OP_TENSORS];
   for (int32_t a = 0; a < nargs && !st; a++) {
     tpu_pjrt_buf_t* b = NULL;
     st = alloc_buffer(d, allocs[a], &b);
     if (!st) args[a] = b->buffer;
   }
-  PJRT_Buffer* outs[TPU_PJRT_MAX_OP_TENSORS] = {NULL};
-  if (!st) st = execute_n(d, exe, args, (size_t)nargs, call->op, outs, (size_t)nres);
+  PJRT_Buffer* outs[TPU_PJRT_MAX_OP_TENSORS + 1] = {NULL}; /* the results, then the check output */
+  int32_t nouts = nres + (prog.num_checks > 0);
+  if (!st) st = execute_n(d, exe, args, (size_t)nargs, call->op, outs, (size_t)nouts);
+  if (!st && nouts > nres) {
+    guard_add(d, outs[nres], &prog);
+    outs[nres] = NULL;
+  }
+  tpu_pjrt_program_free(&prog);
   for (int32_t a = 0, r = 0; a < nargs && !st; a++) {
     if (!storages[a].result) continue;
     tpu_pjrt_buf_t* nb = NULL;
@@ -991,7 +1079,7 @@ static tpu_status_t device_execute_op(tpu_hal_device_t* device, const tpu_k_call
     outs[r++] = NULL;
     if (!st) alloc_set(d, allocs[a], nb);
   }
-  for (int32_t r = 0; r < nres; r++) buffer_destroy(d->driver->api, outs[r]);
+  for (int32_t r = 0; r < nouts; r++) buffer_destroy(d->driver->api, outs[r]);
   pthread_mutex_unlock(&d->mu);
   return st ? tpu_status_annotate(st, "tpu:%d: %s", d->index, call->op) : TPU_OK;
 }
@@ -1044,9 +1132,9 @@ static tpu_status_t device_check_graph_node(tpu_hal_device_t* device, const tpu_
   if (nargs == 0 || locs[nt - 1].storage < 0) return TPU_OK; /* writes nothing */
   storages[locs[nt - 1].storage].result = true;
   tpu_pjrt_node_t node = {call, locs};
-  char* text = NULL;
-  tpu_status_t st = tpu_pjrt_lower(storages, nargs, &node, 1, &text);
-  free(text);
+  tpu_pjrt_program_t prog = {0};
+  tpu_status_t st = tpu_pjrt_lower(storages, nargs, &node, 1, &prog);
+  tpu_pjrt_program_free(&prog);
   return st;
 }
 
@@ -1064,7 +1152,7 @@ static tpu_status_t run_graph_locked(tpu_pjrt_device_t* d, const tpu_hal_graph_t
   tpu_pjrt_alloc_t** salloc = calloc((size_t)(nb ? nb : 1), sizeof(*salloc));
   tpu_pjrt_node_t* nodes = calloc((size_t)(g->num_nodes ? g->num_nodes : 1), sizeof(*nodes));
   tpu_pjrt_loc_t* locs = NULL;
-  char* text = NULL;
+  tpu_pjrt_program_t prog = {0};
   PJRT_Buffer** args = NULL;
   PJRT_Buffer** outs = NULL;
   tpu_status_t st = TPU_OK;
@@ -1157,11 +1245,12 @@ static tpu_status_t run_graph_locked(tpu_pjrt_device_t* d, const tpu_hal_graph_t
   int32_t nres = 0;
   for (int32_t s = 0; s < ns; s++) nres += stg[s].result;
   if (!st && nres == 0) goto done; /* nothing to write */
-  if (!st) st = tpu_pjrt_lower(stg, ns, nodes, nn, &text);
+  if (!st) st = tpu_pjrt_lower(stg, ns, nodes, nn, &prog);
   PJRT_LoadedExecutable* exe = NULL;
-  if (!st) st = executable(d->driver, text, &exe);
+  if (!st) st = executable(d->driver, prog.text, &exe);
+  int32_t nouts = nres + (prog.num_checks > 0); /* the results, then the check output */
   args = calloc((size_t)(nargs ? nargs : 1), sizeof(*args));
-  outs = calloc((size_t)nres, sizeof(*outs));
+  outs = calloc((size_t)nouts, sizeof(*outs));
   if (!st && (!args || !outs)) st = TPU_ERROR(TPU_STATUS_OUT_OF_MEMORY, "tpu:%d: graph: out of host memory", d->index);
   for (int32_t s = 0; s < ns && !st; s++) {
     if (stg[s].arg < 0) continue;
@@ -1169,7 +1258,11 @@ static tpu_status_t run_graph_locked(tpu_pjrt_device_t* d, const tpu_hal_graph_t
     st = alloc_buffer(d, salloc[s], &b);
     if (!st) args[stg[s].arg] = b->buffer;
   }
-  if (!st) st = execute_n(d, exe, args, (size_t)nargs, "graph", outs, (size_t)nres);
+  if (!st) st = execute_n(d, exe, args, (size_t)nargs, "graph", outs, (size_t)nouts);
+  if (!st && nouts > nres) {
+    guard_add(d, outs[nres], &prog);
+    outs[nres] = NULL;
+  }
   for (int32_t s = 0, r = 0; s < ns && !st; s++) {
     if (!stg[s].result) continue;
     tpu_pjrt_buf_t* nbuf = NULL;
@@ -1177,9 +1270,9 @@ static tpu_status_t run_graph_locked(tpu_pjrt_device_t* d, const tpu_hal_graph_t
     outs[r++] = NULL;
     if (!st) alloc_set(d, salloc[s], nbuf);
   }
-  for (int32_t r = 0; r < nres && outs; r++) buffer_destroy(d->driver->api, outs[r]);
+  for (int32_t r = 0; r < nouts && outs; r++) buffer_destroy(d->driver->api, outs[r]);
 done:
-  free(text);
+  tpu_pjrt_program_free(&prog);
   free(args);
   free(outs);
   free(locs);
@@ -1233,6 +1326,7 @@ static bool event_check(tpu_pjrt_event_t* ev, bool wait) {
     memmove(d->pending, d->pending + 1, (d->num_pending - 1) * sizeof(*d->pending));
     d->num_pending--;
   }
+  if (wait) guards_read(d, ev->seq);
   return d->num_pending == 0 || d->pending[0].seq > ev->seq;
 }
 

@@ -198,6 +198,9 @@ typedef struct {
   int next; /* SSA counter */
   const tpu_pjrt_storage_t* st;
   int* cur; /* per storage: the SSA id of its current value */
+  tpu_pjrt_check_t* checks; /* the program's index checks (check_index) */
+  int* check_rows;          /* per check: the SSA id of its tensor<1x2xi64> row */
+  int32_t num_checks, cap_checks;
 } sb_t;
 
 static void emit(sb_t* b, const char* fmt, ...) {
@@ -823,6 +826,59 @@ static val_t index_tuples(sb_t* b, val_t index, int32_t dim) {
   return concat(b, parts, nd, nd);
 }
 
+/* The asynchronous bounds check of index values (see tpu_pjrt_check_t):
+ * `idx` (integer, any shape, as the user gave it) must lie in [0, size), or
+ * in [-size, size) when `negative` (indices counting from the end, as
+ * index_put and index.Tensor take them; index_select, gather and scatter do
+ * not), for dimension `dim` of `call`'s indexed tensor. Adds a row [position
+ * of the first index outside, its value] to the program's check output;
+ * nothing for an empty `idx`. Every lowering that reads indices calls it once
+ * per index tensor, before wrapping them. */
+static void check_index(sb_t* b, const tpu_k_call_t* call, val_t idx, int32_t dim, int64_t size, bool negative) {
+  int64_t n = 1;
+  for (int32_t d = 0; d < idx.ndim; d++) n *= idx.sizes[d];
+  if (n == 0 || b->oom) return;
+  if (b->num_checks == b->cap_checks) {
+    int32_t cap = b->cap_checks ? b->cap_checks * 2 : 8;
+    tpu_pjrt_check_t* c = realloc(b->checks, sizeof(*c) * (size_t)cap);
+    if (c) b->checks = c;
+    int* r = c ? realloc(b->check_rows, sizeof(*r) * (size_t)cap) : NULL;
+    if (!r) {
+      b->oom = true;
+      return;
+    }
+    b->check_rows = r;
+    b->cap_checks = cap;
+  }
+  val_t f = reshaped(b, converted(b, idx, "i64"), 1, &n);
+  val_t lo = binary_to(b, "compare LT,", f, splat(b, &f, "i64", negative ? (double)-size : 0.0), "i1");
+  val_t hi = binary_to(b, "compare GE,", f, splat(b, &f, "i64", (double)size), "i1");
+  char none[32];
+  snprintf(none, sizeof(none), "%lld", (long long)TPU_PJRT_CHECK_NONE);
+  int nk = scalar_const(b, "i64", none), z = scalar_const(b, "i64", "0");
+  val_t bad = binary(b, "or", lo, hi);
+  val_t nonev = {.id = nk, .ndim = 0, .ty = "i64"};
+  val_t keys = select3(b, bad, iota(b, 1, &n, 0, "i64"), broadcast(b, nonev, 1, &n));
+  int red = fresh(b), u = red, k1 = fresh(b), v1 = fresh(b), row = fresh(b);
+  emit(b, "  %%v%d:2 = \"stablehlo.reduce\"(%%v%d, %%v%d, %%v%d, %%v%d) ({\n", red, keys.id, f.id, nk, z);
+  emit(b, "  ^bb0(%%ka%d: tensor<i64>, %%va%d: tensor<i64>, %%kb%d: tensor<i64>, %%vb%d: tensor<i64>):\n", u, u, u, u);
+  emit(b, "    %%le%d = stablehlo.compare LE, %%ka%d, %%kb%d : (tensor<i64>, tensor<i64>) -> tensor<i1>\n", u, u, u);
+  emit(b, "    %%rk%d = stablehlo.select %%le%d, %%ka%d, %%kb%d : tensor<i1>, tensor<i64>\n", u, u, u, u);
+  emit(b, "    %%rv%d = stablehlo.select %%le%d, %%va%d, %%vb%d : tensor<i1>, tensor<i64>\n", u, u, u, u);
+  emit(b, "    stablehlo.return %%rk%d, %%rv%d : tensor<i64>, tensor<i64>\n", u, u);
+  emit(b, "  }) {dimensions = array<i64: 0>} : (tensor<%" PRId64 "xi64>, tensor<%" PRId64 "xi64>, tensor<i64>, "
+          "tensor<i64>) -> (tensor<i64>, tensor<i64>)\n", n, n);
+  emit(b, "  %%v%d = stablehlo.reshape %%v%d#0 : (tensor<i64>) -> tensor<1x1xi64>\n", k1, red);
+  emit(b, "  %%v%d = stablehlo.reshape %%v%d#1 : (tensor<i64>) -> tensor<1x1xi64>\n", v1, red);
+  emit(b, "  %%v%d = stablehlo.concatenate %%v%d, %%v%d, dim = 1 : (tensor<1x1xi64>, tensor<1x1xi64>) -> "
+          "tensor<1x2xi64>\n", row, k1, v1);
+  tpu_pjrt_check_t* c = &b->checks[b->num_checks];
+  snprintf(c->op, sizeof(c->op), "%s", call->op);
+  c->dim = dim;
+  c->size = size;
+  b->check_rows[b->num_checks++] = row;
+}
+
 /* Tensors of a call in schema order (list entries included, absent ones
  * skipped), each with its loc, then the outputs' locs. */
 typedef struct {
@@ -1077,12 +1133,12 @@ static void dims_list(char* buf, size_t cap, int32_t from, int32_t to, int32_t s
     if (d != skip) n += (size_t)snprintf(buf + n, cap - n, "%s%d", n ? ", " : "", d);
 }
 
-/* Integer index tensors idx[0..k) (i64 after conversion) broadcast together
- * (PyTorch's trailing alignment), negative entries wrapped by the size of
- * the dim pos[j] of `x` each indexes, as tuples [B..., k]; B (rank *out_ni)
- * goes to out_is. */
-static val_t index_tuple_list(sb_t* b, val_t* idx, int k, const int32_t* pos, const val_t* x, int32_t* out_ni,
-                              int64_t* out_is) {
+/* Integer index tensors idx[0..k) of `call` (i64 after conversion) broadcast
+ * together (PyTorch's trailing alignment), checked against and negative
+ * entries wrapped by the size of the dim pos[j] of `x` each indexes, as
+ * tuples [B..., k]; B (rank *out_ni) goes to out_is. */
+static val_t index_tuple_list(sb_t* b, const tpu_k_call_t* call, val_t* idx, int k, const int32_t* pos, const val_t* x,
+                              int32_t* out_ni, int64_t* out_is) {
   int32_t ni = 0;
   int64_t* is = out_is;
   for (int j = 0; j < k; j++) {
@@ -1104,6 +1160,7 @@ static val_t index_tuple_list(sb_t* b, val_t* idx, int k, const int32_t* pos, co
   val_t parts[TPU_MAX_DIMS];
   for (int j = 0; j < k; j++) {
     val_t t = broadcast(b, idx[j], ni, is);
+    check_index(b, call, t, pos[j], x->sizes[pos[j]], true);
     val_t neg = binary_to(b, "compare LT,", t, splat(b, &t, "i64", 0), "i1");
     t = select3(b, neg, binary(b, "add", t, splat(b, &t, "i64", (double)x->sizes[pos[j]])), t);
     parts[j] = reshaped(b, t, ni + 1, s1);
@@ -1191,7 +1248,7 @@ static tpu_status_t lower_index_put(sb_t* b, const tpu_k_call_t* call, const tar
     TPU_RETURN_IF_ERROR(in_val(b, call, ta->t[1 + j], ta->loc[1 + j], &idx[j]));
     pos[j] = j;
   }
-  val_t tup = index_tuple_list(b, idx, k, pos, &x, &ni, is);
+  val_t tup = index_tuple_list(b, call, idx, k, pos, &x, &ni, is);
   int64_t us[TPU_MAX_DIMS * 2];
   memcpy(us, is, sizeof(int64_t) * (size_t)ni);
   for (int32_t d = k; d < r; d++) us[ni + d - k] = x.sizes[d];
@@ -1239,7 +1296,7 @@ static tpu_status_t lower_index_tensor(sb_t* b, const tpu_k_call_t* call, const 
   if (k == 0) return out_val(b, call, 0, ta, x);
   int32_t ni = 0;
   int64_t is[TPU_MAX_DIMS];
-  val_t tup = index_tuple_list(b, idx, k, pos, &x, &ni, is);
+  val_t tup = index_tuple_list(b, call, idx, k, pos, &x, &ni, is);
   bool adjacent = true;
   for (int j = 1; j < k; j++) adjacent &= pos[j] == pos[0] + j;
   int32_t at = adjacent ? pos[0] : 0; /* where the index dims go */
@@ -1300,15 +1357,13 @@ static tpu_status_t lower_index(sb_t* b, const tpu_k_call_t* call, const lspec_t
   idx = converted(b, idx, "i64");
   int32_t r = x.ndim;
   int32_t dim = wrap_dim(int_at(call, 1, 0), r);
+  check_index(b, call, idx, dim, r ? x.sizes[dim] : 1, false);
   if (spec->op == L_INDEX_SELECT) {
     if (r == 0) return out_val(b, call, 0, ta, x);
     int64_t n = 1;
     for (int32_t d = 0; d < idx.ndim; d++) n *= idx.sizes[d];
     int64_t s2[2] = {n, 1};
-    idx = reshaped(b, idx, 2, s2);
-    /* negative indices count from the end */
-    val_t neg = binary_to(b, "compare LT,", idx, splat(b, &idx, "i64", 0), "i1");
-    idx = select3(b, neg, binary(b, "add", idx, splat(b, &idx, "i64", (double)x.sizes[dim])), idx);
+    idx = reshaped(b, idx, 2, s2); /* a negative index is out of range (check_index), as in PyTorch */
     val_t res = shaped(b, r, x.sizes, x.ty);
     res.sizes[dim] = n;
     char offs[128], ss[256], tx[256], ti[256], tr[256];
@@ -1340,8 +1395,6 @@ static tpu_status_t lower_index(sb_t* b, const tpu_k_call_t* call, const lspec_t
     x = cast(b, x, ct);
     if (nidx == 0) return out_val(b, call, 0, ta, x); /* an empty index writes nothing */
   }
-  val_t neg = binary_to(b, "compare LT,", idx, splat(b, &idx, "i64", 0), "i1");
-  idx = select3(b, neg, binary(b, "add", idx, splat(b, &idx, "i64", (double)(r ? x.sizes[dim] : 1))), idx);
   if (r == 0) {
     x = reshaped(b, x, 1, (int64_t[]){1});
     r = 1;
@@ -2127,9 +2180,43 @@ static tpu_status_t lower_node(sb_t* b, const tpu_k_call_t* call, const tpu_pjrt
   return TPU_OK;
 }
 
+void tpu_pjrt_program_free(tpu_pjrt_program_t* p) {
+  if (!p) return;
+  free(p->text);
+  free(p->checks);
+  *p = (tpu_pjrt_program_t){0};
+}
+
+tpu_status_t tpu_pjrt_check_status(const tpu_pjrt_check_t* c, const int64_t row[2]) {
+  if (row[0] == TPU_PJRT_CHECK_NONE) return TPU_OK;
+  return TPU_ERROR(TPU_STATUS_OUT_OF_RANGE, "%s: index %lld is out of bounds for dimension %d with size %lld", c->op,
+                   (long long)row[1], (int)c->dim, (long long)c->size);
+}
+
+/* The check output: the rows of every check, tensor<Gx2xi64>. */
+static int check_output(sb_t* b) {
+  if (b->num_checks == 1) return b->check_rows[0];
+  int r = fresh(b);
+  emit(b, "  %%v%d = stablehlo.concatenate", r);
+  for (int32_t i = 0; i < b->num_checks; i++) emit(b, "%s %%v%d", i ? "," : "", b->check_rows[i]);
+  emit(b, ", dim = 0 : (");
+  for (int32_t i = 0; i < b->num_checks; i++) emit(b, "%stensor<1x2xi64>", i ? ", " : "");
+  emit(b, ") -> tensor<%dx2xi64>\n", (int)b->num_checks);
+  return r;
+}
+
+/* The program's result types: the result storages, then the check output. */
+static void result_types(sb_t* b, const tpu_pjrt_storage_t* storages, int32_t num_storages, int32_t num_checks) {
+  int nres = 0;
+  for (int32_t s = 0; s < num_storages; s++) {
+    if (storages[s].result) emit(b, "%stensor<%zuxui8>", nres++ ? ", " : "", storages[s].bytes);
+  }
+  if (num_checks > 0) emit(b, "%stensor<%dx2xi64>", nres ? ", " : "", (int)num_checks);
+}
+
 tpu_status_t tpu_pjrt_lower(const tpu_pjrt_storage_t* storages, int32_t num_storages,
-                            const tpu_pjrt_node_t* nodes, int32_t num_nodes, char** out_text) {
-  *out_text = NULL;
+                            const tpu_pjrt_node_t* nodes, int32_t num_nodes, tpu_pjrt_program_t* out) {
+  *out = (tpu_pjrt_program_t){0};
   int* cur = calloc((size_t)(num_storages > 0 ? num_storages : 1), sizeof(int));
   if (!cur) return TPU_ERROR(TPU_STATUS_OUT_OF_MEMORY, "pjrt: cannot lower a program of %d storages", num_storages);
   sb_t b = {.st = storages, .cur = cur};
@@ -2141,18 +2228,7 @@ tpu_status_t tpu_pjrt_lower(const tpu_pjrt_storage_t* storages, int32_t num_stor
     }
   }
   b.next = nargs;
-  emit(&b, "func.func public @main(");
-  for (int32_t a = 0; a < nargs; a++) {
-    for (int32_t s = 0; s < num_storages; s++) {
-      if (storages[s].arg == a) emit(&b, "%s%%v%d: tensor<%zuxui8>", a ? ", " : "", a, storages[s].bytes);
-    }
-  }
-  emit(&b, ") -> (");
-  int nres = 0;
-  for (int32_t s = 0; s < num_storages; s++) {
-    if (storages[s].result) emit(&b, "%stensor<%zuxui8>", nres++ ? ", " : "", storages[s].bytes);
-  }
-  emit(&b, ") {\n");
+  /* The body first: the header's result types depend on the checks found. */
   for (int32_t s = 0; s < num_storages; s++) {
     if (storages[s].arg < 0) {
       cur[s] = fresh(&b);
@@ -2161,27 +2237,34 @@ tpu_status_t tpu_pjrt_lower(const tpu_pjrt_storage_t* storages, int32_t num_stor
   }
   tpu_status_t st = TPU_OK;
   for (int32_t i = 0; i < num_nodes && !st; i++) st = lower_node(&b, nodes[i].call, nodes[i].locs);
-  if (st) {
-    free(cur);
-    free(b.s);
-    return st;
-  }
+  int checks = st || b.num_checks == 0 ? -1 : check_output(&b);
   emit(&b, "  return");
-  nres = 0;
+  int nres = 0;
   for (int32_t s = 0; s < num_storages; s++) {
     if (storages[s].result) emit(&b, "%s %%v%d", nres++ ? "," : "", cur[s]);
   }
-  emit(&b, " :");
-  nres = 0;
-  for (int32_t s = 0; s < num_storages; s++) {
-    if (storages[s].result) emit(&b, "%s tensor<%zuxui8>", nres++ ? "," : "", storages[s].bytes);
-  }
+  if (checks >= 0) emit(&b, "%s %%v%d", nres ? "," : "", checks);
+  emit(&b, " : ");
+  result_types(&b, storages, num_storages, b.num_checks);
   emit(&b, "\n}\n");
-  free(cur);
-  if (b.oom) {
-    free(b.s);
-    return TPU_ERROR(TPU_STATUS_OUT_OF_MEMORY, "pjrt: cannot build the StableHLO program");
+  sb_t h = {0};
+  emit(&h, "func.func public @main(");
+  for (int32_t a = 0; a < nargs; a++) {
+    for (int32_t s = 0; s < num_storages; s++) {
+      if (storages[s].arg == a) emit(&h, "%s%%v%d: tensor<%zuxui8>", a ? ", " : "", a, storages[s].bytes);
+    }
   }
-  *out_text = b.s;
-  return TPU_OK;
+  emit(&h, ") -> (");
+  result_types(&h, storages, num_storages, b.num_checks);
+  emit(&h, ") {\n");
+  if (b.s) emit(&h, "%s", b.s);
+  free(cur);
+  free(b.s);
+  free(b.check_rows);
+  out->checks = b.checks;
+  out->num_checks = b.num_checks;
+  out->text = h.s;
+  if (!st && (b.oom || h.oom)) st = TPU_ERROR(TPU_STATUS_OUT_OF_MEMORY, "pjrt: cannot build the StableHLO program");
+  if (st) tpu_pjrt_program_free(out);
+  return st;
 }

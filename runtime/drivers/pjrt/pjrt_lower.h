@@ -52,14 +52,48 @@ typedef struct tpu_pjrt_node_t {
   const tpu_pjrt_loc_t* locs;
 } tpu_pjrt_node_t;
 
+/* A device-side index check (the asynchronous bounds check of an index-taking
+ * op: index_select, gather, scatter, index_put, ...). Out-of-range indices
+ * never fault in StableHLO (gather clamps, scatter drops), so the program
+ * computes, for every check, one row [pos, value] of its check output: `pos`
+ * is the row-major position of the first index outside its range ([0, size),
+ * or [-size, size) for ops taking negative indices) and
+ * `value` that index, or pos = INT64_MAX (TPU_PJRT_CHECK_NONE) when all are in
+ * range. What the message needs besides the value stays on the host here. */
+#define TPU_PJRT_CHECK_NONE INT64_MAX
+
+typedef struct tpu_pjrt_check_t {
+  char op[64];  /* the call's schema name */
+  int32_t dim;  /* the indexed dimension */
+  int64_t size; /* its size */
+} tpu_pjrt_check_t;
+
+/* A lowered program: its text and its checks. With num_checks > 0 the
+ * program returns one more result after the storages: tensor<num_checks x
+ * 2 x i64>, row i for checks[i]. Both arrays are malloc'ed and owned by the
+ * caller (tpu_pjrt_program_free). */
+typedef struct tpu_pjrt_program_t {
+  char* text;
+  tpu_pjrt_check_t* checks;
+  int32_t num_checks;
+} tpu_pjrt_program_t;
+
+void tpu_pjrt_program_free(tpu_pjrt_program_t* p);
+
+/* The error of a check row (TPU_OK when it has no hit): OUT_OF_RANGE with
+ * the host kernels' message "<op>: index <value> is out of bounds for
+ * dimension <dim> with size <size>". */
+tpu_status_t tpu_pjrt_check_status(const tpu_pjrt_check_t* c, const int64_t row[2]);
+
 /* True if `op` (a full schema name) has a lowering. */
 bool tpu_pjrt_lowerable(const char* op);
 
-/* Writes the program into a malloc'ed string (*out_text, freed by the
- * caller). Arguments are the storages with arg >= 0 (numbered 0..n-1
- * without gaps), results those marked `result`, in storage order.
+/* Writes the program into *out (zeroed first; the caller frees it with
+ * tpu_pjrt_program_free, also after an error). Arguments are the storages
+ * with arg >= 0 (numbered 0..n-1 without gaps), results those marked
+ * `result`, in storage order, then the check output when there are checks.
  * UNIMPLEMENTED, naming the op, for a call outside the lowering. */
 tpu_status_t tpu_pjrt_lower(const tpu_pjrt_storage_t* storages, int32_t num_storages,
-                            const tpu_pjrt_node_t* nodes, int32_t num_nodes, char** out_text);
+                            const tpu_pjrt_node_t* nodes, int32_t num_nodes, tpu_pjrt_program_t* out);
 
 #endif /* TPU_DRIVERS_PJRT_LOWER_H_ */
