@@ -6,6 +6,7 @@ import subprocess
 import sys
 
 import pytest
+from conftest import DRIVER
 import torch
 import torch_tpu
 
@@ -119,7 +120,8 @@ def test_torch_tpu_module_basics():
     assert torch.tpu.current_device() == 0
     assert "tpu" in torch.tpu.get_device_name().lower()
     props = torch.tpu.get_device_properties(0)
-    assert props.total_memory == 2 * 1024**3
+    if DRIVER == "host":  # conftest's TORCH_TPU_HOST_MEMORY; pjrt reports the plugin's memory
+        assert props.total_memory == 2 * 1024**3
     free, total = torch.tpu.mem_get_info()
     assert total == props.total_memory and 0 < free <= total
     with torch.tpu.device(1):
@@ -325,5 +327,6 @@ def test_default_is_one_chip_and_bad_env_is_reported():
                        capture_output=True, text=True, env=env, timeout=300)
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip().endswith("1")
-    r = run_py("import torch_tpu", TORCH_TPU_HOST_MEMORY="lots")
-    assert r.returncode != 0 and "TORCH_TPU_HOST_MEMORY" in r.stderr
+    if DRIVER == "host":  # a variable of the host driver: the pjrt driver does not read it
+        r = run_py("import torch_tpu", TORCH_TPU_HOST_MEMORY="lots")
+        assert r.returncode != 0 and "TORCH_TPU_HOST_MEMORY" in r.stderr
