@@ -149,7 +149,8 @@ def test_memory_statistics():
         assert key in stats
     del x
     assert torch.tpu.memory_allocated() == base
-    assert torch.tpu.memory_reserved() > 0  # cached
+    if DRIVER == "host":  # the host driver caches freed blocks; pjrt destroys the PJRT buffer
+        assert torch.tpu.memory_reserved() > 0  # cached
     torch.tpu.empty_cache()
     assert torch.tpu.memory_reserved() <= base + (4 << 20)
     assert torch.accelerator.memory_allocated() == torch.tpu.memory_allocated()
