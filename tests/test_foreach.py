@@ -162,6 +162,7 @@ def _busy(n=1024):
     return a @ a
 
 
+@pytest.mark.host_driver  # list grouping is the host queue's
 def test_adamw_step_runs_as_one_group():
     torch.manual_seed(0)
     params = [torch.nn.Parameter(torch.randn(s)) for s in [(256, 300), (300,), (100000,), (7, 7)]]
@@ -240,6 +241,7 @@ def test_foreach_errors_name_the_op():
     torch.tpu.synchronize()
 
 
+@pytest.mark.host_driver  # list grouping is the host queue's
 def test_list_fusion_off_gives_same_results():
     code = (
         "import torch, torch_tpu\n"

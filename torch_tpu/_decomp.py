@@ -13,6 +13,7 @@ The host driver never comes here (every op of its kernel table runs natively).
 from __future__ import annotations
 
 import collections
+import math
 
 import torch
 
@@ -55,12 +56,125 @@ def _signbit(x):
     return x < 0
 
 
+def _scalar_pow(base: float, exponent):
+    """base ** exponent (a float64 tensor) in ops every driver lowers."""
+    if base <= 0:
+        return torch.pow(base, exponent)
+    return torch.exp(exponent * math.log(base))
+
+
+def _fused_adam(adamw, params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, state_steps, *, lr, beta1, beta2,
+                weight_decay, eps, amsgrad, maximize, grad_scale=None, found_inf=None):
+    """torch._fused_adam(w)_ as the host kernel computes it (kernels/optim.c):
+    per parameter in float32 (float64 for float64), the bias corrections in
+    float64, every state tensor written once; found_inf == 1 leaves all
+    unchanged (on the device: no read back to the host)."""
+    op = "aten::_fused_adamw_" if adamw else "aten::_fused_adam_"
+    lists = {"grads": grads, "exp_avgs": exp_avgs, "exp_avg_sqs": exp_avg_sqs,
+             "max_exp_avg_sqs": max_exp_avg_sqs, "state_steps": state_steps}
+    for name, lst in lists.items():
+        if len(lst) != len(params) and not (name == "max_exp_avg_sqs" and not amsgrad and not lst):
+            raise ValueError(f"{op}: {name} has {len(lst)} tensors, self has {len(params)}")
+    for i, p in enumerate(params):
+        for name in ("grads", "exp_avgs", "exp_avg_sqs") + (("max_exp_avg_sqs",) if amsgrad else ()):
+            t = lists[name][i]
+            if t.shape != p.shape or t.dtype != p.dtype:
+                raise ValueError(f"{op}: {name}[{i}] must have the sizes and dtype ({p.dtype}) of self[{i}] "
+                                 f"{tuple(p.shape)}, got {t.dtype} {tuple(t.shape)}")
+        if state_steps[i].numel() != 1:
+            raise ValueError(f"{op}: state_steps[{i}] must be a one-element tensor")
+    skip = None if found_inf is None else found_inf.reshape(()) == 1
+    for i, p in enumerate(params):
+        if p.numel() == 0:
+            continue
+        f = torch.float64 if p.dtype == torch.float64 else torch.float32
+        p0, m0, v0 = p.to(f), exp_avgs[i].to(f), exp_avg_sqs[i].to(f)
+        g = grads[i].to(f)
+        if grad_scale is not None:
+            g = g * (1.0 / grad_scale.to(torch.float64)).to(f)
+        if maximize:
+            g = -g
+        if not adamw and weight_decay != 0:
+            g = g + weight_decay * p0
+        m = m0 + (1 - beta1) * (g - m0)
+        v = beta2 * v0 + (1 - beta2) * g * g
+        d = v
+        if amsgrad:
+            vmax = torch.maximum(max_exp_avg_sqs[i].to(f), v)
+            d = vmax
+        step = state_steps[i].reshape(()).to(torch.float64)
+        step_size = (lr / (1 - _scalar_pow(beta1, step))).to(f)
+        bc2_sqrt = (1 - _scalar_pow(beta2, step)).sqrt().to(f)
+        keep = 1 - lr * weight_decay if adamw else 1
+        new_p = p0 * keep - step_size * m / (d.sqrt() / bc2_sqrt + eps)
+        outs = [(p, new_p, p0), (exp_avgs[i], m, m0), (exp_avg_sqs[i], v, v0)]
+        if amsgrad:
+            outs.append((max_exp_avg_sqs[i], vmax, None))
+        for dst, val, old in outs:
+            if skip is not None:
+                val = torch.where(skip, dst.to(f) if old is None else old, val)
+            dst.copy_(val)
+
+
+def _fused_adam_(*args, **kwargs):
+    return _fused_adam(False, *args, **kwargs)
+
+
+def _fused_adamw_(*args, **kwargs):
+    return _fused_adam(True, *args, **kwargs)
+
+
 _LOCAL = {
+    torch.ops.aten._fused_adam_.default: _fused_adam_,
+    torch.ops.aten._fused_adam_.tensor_lr: _fused_adam_,
+    torch.ops.aten._fused_adamw_.default: _fused_adamw_,
+    torch.ops.aten._fused_adamw_.tensor_lr: _fused_adamw_,
     torch.ops.aten.var.correction: _var,
     torch.ops.aten.std.correction: _std,
     torch.ops.aten.var_mean.correction: _var_mean,
     torch.ops.aten.signbit.default: _signbit,
 }
+
+
+# List ops (torch._foreach_*): ATen's own slow path (one call of the
+# per-tensor op per list element, as its foreach_tensor_*_kernel_slow does;
+# the tpu kernel registration hides that path), so each call reaches the
+# driver. The list op's positional `value` of addcdiv/addcmul is keyword-only
+# in the per-tensor op.
+_FOREACH_KEYWORD = {"addcdiv": "value", "addcmul": "value"}
+
+
+def _foreach(base: str):
+    inplace = base.endswith("_")
+    op_name = base[len("_foreach_"):].rstrip("_")
+    per = getattr(torch.ops.aten, op_name)
+    per_ = getattr(torch.ops.aten, op_name + "_", None) if inplace else None
+    keyword = _FOREACH_KEYWORD.get(op_name)
+
+    def run_foreach(*args, **kwargs):
+        lists = [(j, len(a)) for j, a in enumerate(args) if isinstance(a, (list, tuple))]
+        n = lists[0][1] if lists else 0
+        for j, m in lists:
+            if m != n:
+                raise ValueError(f"aten::{base}: argument {j} has {m} elements, expected {n}")
+        out = []
+        for i in range(n):
+            a = [x[i] if isinstance(x, (list, tuple)) else x for x in args]
+            kw = {k: (v[i] if isinstance(v, (list, tuple)) else v) for k, v in kwargs.items()}
+            if keyword is not None and len(a) == 4:
+                kw[keyword] = a.pop()
+            try:
+                if not inplace:
+                    out.append(per(*a, **kw))
+                elif per_ is not None:
+                    per_(*a, **kw)
+                else:  # no in-place per-tensor op (maximum_, minimum_)
+                    a[0].copy_(per(*a, **kw))
+            except (RuntimeError, ValueError, TypeError) as e:
+                raise type(e)(f"aten::{base}: element {i}: {e}") from e
+        return None if inplace else out
+
+    return run_foreach
 
 
 def _lookup(name: str, overload: str):
@@ -74,7 +188,13 @@ def _lookup(name: str, overload: str):
         op = getattr(packet, overload or "default")
     except AttributeError:
         return None, None
-    return op, _table.get(op)
+    fn = _table.get(op)
+    if fn is None and ns == "aten" and base.startswith("_foreach_"):
+        try:
+            fn = _table[op] = _foreach(base)
+        except AttributeError:  # no per-tensor op of that name
+            fn = None
+    return op, fn
 
 
 def run(name: str, overload: str, args: tuple, kwargs: dict):

@@ -28,7 +28,7 @@ typedef enum {
   L_AMAX, L_AMIN, L_PROD, L_ANY, L_ALL, L_ARGMAX, L_ARGMIN,
   L_INDEX_SELECT, L_GATHER, L_SCATTER, L_SCATTER_ADD,
   L_FILL, L_COPY, L_ARANGE, L_TRIU, L_TRIL, L_CAT, L_CLAMP, L_CLAMP_MIN, L_CLAMP_MAX,
-  L_MASKED_FILL, L_INDEX_PUT, L_BMM, L_ADDMM, L_ROPE, L_ROPE_BWD, L_SDPA_FWD, L_SDPA_BWD,
+  L_MASKED_FILL, L_INDEX_PUT, L_MASKED_SCATTER, L_EMBEDDING_RENORM, L_BMM, L_ADDMM, L_ROPE, L_ROPE_BWD, L_SDPA_FWD, L_SDPA_BWD,
   L_MAX_DIM, L_MIN_DIM, L_SORT, L_TOPK, L_CUMSUM, L_CUMPROD, L_FLIP, L_ROLL, L_SCATTER_REDUCE, L_INDEX,
 } lop_t;
 
@@ -42,7 +42,7 @@ typedef enum {
   F_REDUCE, /* self, dim[], keepdim, dtype */
   F_SOFTMAX, /* self, dim, half_to_float (backward: grad, output, dim, dtype) */
   F_REDUCE2, /* max/min/prod/any/all, arg{max,min}, max.dim/min.dim (values, indices) */
-  F_INDEX,   /* index_select, gather, scatter (reduce), index_put, index.Tensor */
+  F_INDEX,   /* index_select, gather, scatter (reduce), index_put, index.Tensor, masked_scatter, embedding_renorm */
   F_MISC,    /* fill, copy, arange, triu/tril, cat, clamp, flip, roll */
   F_MM2,     /* bmm, addmm */
   F_ROPE,    /* tpu::rope(_backward): two outputs */
@@ -136,6 +136,8 @@ static const lspec_t kSpecs[] = {
     {"clamp_max", L_CLAMP_MAX, F_MISC, "||.Tensor|.out|.Tensor_out|_|_.Tensor"},
     {"masked_fill", L_MASKED_FILL, F_MISC, "|.Scalar|.Tensor|.Scalar_out|.Tensor_out|_.Scalar|_.Tensor"},
     {"index_put", L_INDEX_PUT, F_INDEX, "||.out|_"},
+    {"masked_scatter", L_MASKED_SCATTER, F_INDEX, "||.out|_"},
+    {"embedding_renorm", L_EMBEDDING_RENORM, F_INDEX, "||.out|_"},
     {"bmm", L_BMM, F_MM2, "||.out"},       {"addmm", L_ADDMM, F_MM2, "||.out|_"},
     {"tpu::convert", L_COPY, F_MISC, "|"},
     {"tpu::rope", L_ROPE, F_ROPE, "|"}, {"tpu::rope_backward", L_ROPE_BWD, F_ROPE, "|"},
@@ -1217,51 +1219,109 @@ static val_t splat_lit(sb_t* b, const val_t* like, const char* ty, const char* l
   return broadcast(b, c, like->ndim, like->sizes);
 }
 
-/* index_put(self, indices, values, accumulate) with integer indices for the
- * leading dims (no None before the last one, no masks). */
+/* The integer index tensors of an advanced-indexing call (argument 1, a
+ * list; absent entries are dims taken whole) read into idx[], the dims they
+ * index into pos[]; *k their count. Masks are expanded to indices before the
+ * driver sees them (the bridge's expand_masks). */
+static tpu_status_t index_args(sb_t* b, const tpu_k_call_t* call, const targs_t* ta, int32_t r, val_t* idx,
+                               int32_t* pos, int* k) {
+  const tpu_k_value_t* lv = arg_at(call, 1);
+  if (!lv || lv->kind != TPU_K_TENSORS)
+    return TPU_ERROR(TPU_STATUS_UNIMPLEMENTED, "%s: expected a list of indices", call->op);
+  *k = 0;
+  for (int64_t j = 0; j < lv->v.tensors.len; j++) {
+    const tpu_tensor_t* t = &lv->v.tensors.data[j];
+    if (t->dtype == TPU_DTYPE_INVALID) continue;
+    if (t->dtype == TPU_DTYPE_BOOL || t->dtype == TPU_DTYPE_U8)
+      return TPU_ERROR(TPU_STATUS_UNIMPLEMENTED, "%s: masks as indices are not lowered", call->op);
+    if (j >= r || 1 + *k >= ta->n) return TPU_ERROR(TPU_STATUS_UNIMPLEMENTED, "%s: too many indices", call->op);
+    TPU_RETURN_IF_ERROR(in_val(b, call, ta->t[1 + *k], ta->loc[1 + *k], &idx[*k]));
+    pos[(*k)++] = (int32_t)j;
+  }
+  return TPU_OK;
+}
+
+/* Where advanced indexing puts its dims (PyTorch's rule): the index dims
+ * (sizes is[0..ni)) replace the indexed dims pos[0..k) of `x` where those
+ * are adjacent, else lead. `sizes` is the result's shape
+ * (index.Tensor's output, index_put's values), `win` the result dims holding
+ * the kept dims, in order (gather's offset_dims, scatter's
+ * update_window_dims). */
+typedef struct {
+  int32_t ndim, nwin;
+  int64_t sizes[TPU_MAX_DIMS * 2];
+  int32_t win[TPU_MAX_DIMS];
+} index_layout_t;
+
+static tpu_status_t index_layout(const tpu_k_call_t* call, const val_t* x, const int32_t* pos, int k, int32_t ni,
+                                 const int64_t* is, index_layout_t* L) {
+  const int32_t r = x->ndim;
+  const int64_t* xs = x->sizes;
+  bool adjacent = true;
+  for (int j = 1; j < k; j++) adjacent &= pos[j] == pos[0] + j;
+  const int32_t at = adjacent ? pos[0] : 0; /* kept dims before the index dims */
+  bool placed = false;
+  L->ndim = L->nwin = 0;
+  for (int32_t d = 0, j = 0, kept = 0; d < r; d++) {
+    if (j < k && pos[j] == d) {
+      j++;
+      continue;
+    }
+    if (!placed && kept == at) {
+      memcpy(L->sizes + L->ndim, is, sizeof(int64_t) * (size_t)ni);
+      L->ndim += ni;
+      placed = true;
+    }
+    L->win[L->nwin++] = L->ndim;
+    L->sizes[L->ndim++] = xs[d];
+    kept++;
+  }
+  if (!placed) {
+    memcpy(L->sizes + L->ndim, is, sizeof(int64_t) * (size_t)ni);
+    L->ndim += ni;
+  }
+  if (L->ndim > TPU_MAX_DIMS)
+    return TPU_ERROR(TPU_STATUS_UNIMPLEMENTED, "%s: the indexed result has %d dims (at most %d)", call->op, L->ndim,
+                     TPU_MAX_DIMS);
+  return TPU_OK;
+}
+
+static void int_list(char* buf, size_t cap, const int32_t* v, int n) {
+  size_t m = 0;
+  buf[0] = '\0';
+  for (int i = 0; i < n && m < cap; i++) m += (size_t)snprintf(buf + m, cap - m, "%s%d", i ? ", " : "", v[i]);
+}
+
+/* index_put(self, indices, values, accumulate): integer indices of any dims
+ * (None: a dim taken whole); values broadcast to the shape index.Tensor of
+ * the same indices would return. */
 static tpu_status_t lower_index_put(sb_t* b, const tpu_k_call_t* call, const targs_t* ta) {
   const tpu_tensor_t* o = &call->outputs[0];
   ltype_t ot;
-  type_of(o->dtype, &ot);
-  const tpu_k_value_t* lv = arg_at(call, 1);
-  if (!lv || lv->kind != TPU_K_TENSORS || ta->n < 2)
-    return TPU_ERROR(TPU_STATUS_UNIMPLEMENTED, "%s: expected a list of indices", call->op);
-  int k = 0;
-  for (int64_t j = 0; j < lv->v.tensors.len; j++) {
-    const tpu_tensor_t* t = &lv->v.tensors.data[j];
-    bool present = t->dtype != TPU_DTYPE_INVALID;
-    if (present && (k != j || t->dtype == TPU_DTYPE_BOOL || t->dtype == TPU_DTYPE_U8))
-      return TPU_ERROR(TPU_STATUS_UNIMPLEMENTED, "%s: only integer indices of the leading dims are lowered",
-                       call->op);
-    if (present) k++;
-  }
-  if (k == 0 || ta->n != k + 2) return TPU_ERROR(TPU_STATUS_UNIMPLEMENTED, "%s: unexpected arguments", call->op);
+  if (!type_of(o->dtype, &ot))
+    return TPU_ERROR(TPU_STATUS_UNIMPLEMENTED, "%s: output dtype %d has no StableHLO type", call->op, o->dtype);
   val_t x, v, idx[TPU_MAX_DIMS];
   TPU_RETURN_IF_ERROR(in_val(b, call, ta->t[0], ta->loc[0], &x));
+  int32_t pos[TPU_MAX_DIMS];
+  int k = 0;
+  TPU_RETURN_IF_ERROR(index_args(b, call, ta, x.ndim, idx, pos, &k));
+  if (k == 0 || ta->n != k + 2) return TPU_ERROR(TPU_STATUS_UNIMPLEMENTED, "%s: unexpected arguments", call->op);
   const char* ct = ot.ty; /* accumulates in the tensor's type, one rounding per add, as PyTorch */
   x = cast(b, x, ct);
-  int32_t r = x.ndim;
-  if (k > r) return TPU_ERROR(TPU_STATUS_UNIMPLEMENTED, "%s: too many indices", call->op);
-  int32_t ni = 0, pos[TPU_MAX_DIMS];
+  int32_t ni = 0;
   int64_t is[TPU_MAX_DIMS];
-  for (int j = 0; j < k; j++) {
-    TPU_RETURN_IF_ERROR(in_val(b, call, ta->t[1 + j], ta->loc[1 + j], &idx[j]));
-    pos[j] = j;
-  }
   val_t tup = index_tuple_list(b, call, idx, k, pos, &x, &ni, is);
-  int64_t us[TPU_MAX_DIMS * 2];
-  memcpy(us, is, sizeof(int64_t) * (size_t)ni);
-  for (int32_t d = k; d < r; d++) us[ni + d - k] = x.sizes[d];
-  int32_t ur = ni + r - k;
+  index_layout_t L;
+  TPU_RETURN_IF_ERROR(index_layout(call, &x, pos, k, ni, is, &L));
   TPU_RETURN_IF_ERROR(in_val(b, call, ta->t[k + 1], ta->loc[k + 1], &v));
-  v = broadcast(b, cast(b, v, ct), ur, us);
+  v = broadcast(b, cast(b, v, ct), L.ndim, L.sizes);
   bool acc = int_at(call, 3, 0) != 0;
   char uw[128], ins[128], tx[256], ti[256], tu[256];
-  dims_list(uw, sizeof(uw), ni, ur, -1);
-  dims_list(ins, sizeof(ins), 0, k, -1);
+  int_list(uw, sizeof(uw), L.win, L.nwin);
+  int_list(ins, sizeof(ins), pos, k);
   shape_str(tx, sizeof(tx), x.ndim, x.sizes, ct);
   shape_str(ti, sizeof(ti), tup.ndim, tup.sizes, "i64");
-  shape_str(tu, sizeof(tu), ur, us, ct);
+  shape_str(tu, sizeof(tu), L.ndim, L.sizes, ct);
   val_t res = x;
   res.id = fresh(b);
   scatter_head(b, res, x, tup, v, acc ? (!strcmp(ct, "i1") ? "or" : "add") : NULL);
@@ -1274,63 +1334,30 @@ static tpu_status_t lower_index_put(sb_t* b, const tpu_k_call_t* call, const tar
 }
 
 /* index.Tensor(self, indices): integer index tensors (None: a dim taken
- * whole) broadcast together; their result dims replace the indexed dims
- * where those are adjacent, else lead (PyTorch's rule). */
+ * whole) broadcast together, laid out as index_layout says. */
 static tpu_status_t lower_index_tensor(sb_t* b, const tpu_k_call_t* call, const targs_t* ta) {
-  const tpu_k_value_t* lv = arg_at(call, 1);
-  if (!lv || lv->kind != TPU_K_TENSORS)
-    return TPU_ERROR(TPU_STATUS_UNIMPLEMENTED, "%s: expected a list of indices", call->op);
   val_t x, idx[TPU_MAX_DIMS];
   TPU_RETURN_IF_ERROR(in_val(b, call, ta->t[0], ta->loc[0], &x));
   int32_t r = x.ndim, pos[TPU_MAX_DIMS];
   int k = 0;
-  for (int64_t j = 0; j < lv->v.tensors.len; j++) {
-    const tpu_tensor_t* t = &lv->v.tensors.data[j];
-    if (t->dtype == TPU_DTYPE_INVALID) continue;
-    if (t->dtype == TPU_DTYPE_BOOL || t->dtype == TPU_DTYPE_U8)
-      return TPU_ERROR(TPU_STATUS_UNIMPLEMENTED, "%s: masks as indices are not lowered", call->op);
-    if (j >= r || 1 + k >= ta->n) return TPU_ERROR(TPU_STATUS_UNIMPLEMENTED, "%s: too many indices", call->op);
-    TPU_RETURN_IF_ERROR(in_val(b, call, ta->t[1 + k], ta->loc[1 + k], &idx[k]));
-    pos[k++] = (int32_t)j;
-  }
+  TPU_RETURN_IF_ERROR(index_args(b, call, ta, r, idx, pos, &k));
   if (k == 0) return out_val(b, call, 0, ta, x);
   int32_t ni = 0;
   int64_t is[TPU_MAX_DIMS];
   val_t tup = index_tuple_list(b, call, idx, k, pos, &x, &ni, is);
-  bool adjacent = true;
-  for (int j = 1; j < k; j++) adjacent &= pos[j] == pos[0] + j;
-  int32_t at = adjacent ? pos[0] : 0; /* where the index dims go */
-  val_t res = {.ndim = 0, .ty = x.ty};
-  char offs[256] = "", coll[128] = "", ss[256] = "";
-  size_t no = 0, nc = 0, ns = 0;
-  int32_t o = 0; /* output dim of the next kept dim */
+  index_layout_t L;
+  TPU_RETURN_IF_ERROR(index_layout(call, &x, pos, k, ni, is, &L));
+  char offs[128], coll[128], ss[256] = "";
+  int_list(offs, sizeof(offs), L.win, L.nwin);
+  int_list(coll, sizeof(coll), pos, k);
+  size_t ns = 0;
   for (int32_t d = 0, j = 0; d < r; d++) {
     bool indexed = j < k && pos[j] == d;
+    if (indexed) j++;
     ns += (size_t)snprintf(ss + ns, sizeof(ss) - ns, "%s%" PRId64, d ? ", " : "", indexed ? 1 : x.sizes[d]);
-    if (indexed) {
-      nc += (size_t)snprintf(coll + nc, sizeof(coll) - nc, "%s%d", j ? ", " : "", d);
-      j++;
-      continue;
-    }
-    if (o == at) o += ni;
-    no += (size_t)snprintf(offs + no, sizeof(offs) - no, "%s%d", no ? ", " : "", o);
-    o++;
   }
-  /* output sizes: kept dims before `at`, the index dims, the other kept dims */
-  for (int32_t d = 0, kept = 0; d < r; d++) {
-    bool indexed = false;
-    for (int j = 0; j < k; j++) indexed |= pos[j] == d;
-    if (indexed) continue;
-    if (kept++ == at) {
-      memcpy(res.sizes + res.ndim, is, sizeof(int64_t) * (size_t)ni);
-      res.ndim += ni;
-    }
-    res.sizes[res.ndim++] = x.sizes[d];
-  }
-  if (res.ndim < ni + r - k) { /* the index dims come last */
-    memcpy(res.sizes + res.ndim, is, sizeof(int64_t) * (size_t)ni);
-    res.ndim += ni;
-  }
+  val_t res = {.ndim = L.ndim, .ty = x.ty};
+  memcpy(res.sizes, L.sizes, sizeof(int64_t) * (size_t)L.ndim);
   char tx[256], ti[256], tr[256];
   shape_str(tx, sizeof(tx), x.ndim, x.sizes, x.ty);
   shape_str(ti, sizeof(ti), tup.ndim, tup.sizes, "i64");
@@ -1345,7 +1372,111 @@ static tpu_status_t lower_index_tensor(sb_t* b, const tpu_k_call_t* call, const 
   return out_val(b, call, 0, ta, res);
 }
 
+/* The inclusive scan of x along d with `op` (identity `ident`): log2(n)
+ * steps of x op= x shifted by 1, 2, 4, ... (reduce_window would be O(n^2)
+ * on XLA's CPU). */
+static val_t scan_along(sb_t* b, val_t x, int32_t d, const char* op, double ident) {
+  int64_t n = x.sizes[d];
+  for (int64_t sh = 1; sh < n; sh *= 2) {
+    val_t pad = x;
+    pad.sizes[d] = sh;
+    val_t parts[2] = {splat(b, &pad, x.ty, ident), slice_dim(b, x, d, 0, n - sh)};
+    x = binary(b, op, x, concat(b, parts, 2, d));
+  }
+  return x;
+}
+
+/* masked_scatter(self, mask, source): where the mask (broadcast to self) is
+ * set, the next element of the flattened source, in order: the position is
+ * the running count of set mask elements, checked against source's size. */
+static tpu_status_t lower_masked_scatter(sb_t* b, const tpu_k_call_t* call, const targs_t* ta) {
+  const tpu_tensor_t* o = &call->outputs[0];
+  ltype_t ot;
+  if (!type_of(o->dtype, &ot) || ta->n < 3)
+    return TPU_ERROR(TPU_STATUS_UNIMPLEMENTED, "%s: unexpected arguments", call->op);
+  val_t x, m, src;
+  TPU_RETURN_IF_ERROR(in_val(b, call, ta->t[0], ta->loc[0], &x));
+  TPU_RETURN_IF_ERROR(in_val(b, call, ta->t[1], ta->loc[1], &m));
+  TPU_RETURN_IF_ERROR(in_val(b, call, ta->t[2], ta->loc[2], &src));
+  int64_t n = 1, ns = 1;
+  for (int32_t d = 0; d < o->ndim; d++) n *= o->sizes[d];
+  for (int32_t d = 0; d < src.ndim; d++) ns *= src.sizes[d];
+  if (n == 0) return TPU_OK; /* nothing to write */
+  if (ns == 0) return TPU_ERROR(TPU_STATUS_UNIMPLEMENTED, "%s: an empty source is not lowered", call->op);
+  x = reshaped(b, broadcast(b, cast(b, x, ot.ty), o->ndim, o->sizes), 1, &n);
+  m = reshaped(b, broadcast(b, cast(b, m, "i1"), o->ndim, o->sizes), 1, &n);
+  val_t cnt = scan_along(b, converted(b, m, "i64"), 0, "add", 0.0);
+  val_t at = select3(b, m, binary(b, "subtract", cnt, splat(b, &cnt, "i64", 1.0)), splat(b, &cnt, "i64", 0.0));
+  check_index(b, call, at, TPU_PJRT_CHECK_SOURCE, ns, false);
+  src = reshaped(b, cast(b, src, ot.ty), 1, &ns);
+  int64_t s2[2] = {n, 1};
+  val_t tup = reshaped(b, at, 2, s2);
+  val_t g = shaped(b, 1, &n, ot.ty);
+  char ts[128], ti[128], tg[128];
+  shape_str(ts, sizeof(ts), 1, &ns, ot.ty);
+  shape_str(ti, sizeof(ti), 2, s2, "i64");
+  shape_str(tg, sizeof(tg), 1, &n, ot.ty);
+  emit(b,
+       "  %%v%d = \"stablehlo.gather\"(%%v%d, %%v%d) {dimension_numbers = #stablehlo.gather<collapsed_slice_dims = [0], "
+       "start_index_map = [0], index_vector_dim = 1>, slice_sizes = array<i64: 1>, indices_are_sorted = true} : "
+       "(%s, %s) -> %s\n",
+       g.id, src.id, tup.id, ts, ti, tg);
+  return out_val(b, call, 0, ta, reshaped(b, select3(b, m, g, x), o->ndim, o->sizes));
+}
+
+/* embedding_renorm_(self, indices, max_norm, norm_type), as the host kernel
+ * (kernels/index.c): each row of self that indices name and whose norm
+ * (rounded to self's dtype) exceeds max_norm is scaled by
+ * max_norm / (norm + 1e-7), the scale rounded to the dtype. Every row's norm
+ * is computed; the named rows are a scattered mask. */
+static tpu_status_t lower_embedding_renorm(sb_t* b, const tpu_k_call_t* call, const targs_t* ta) {
+  val_t x, idx;
+  TPU_RETURN_IF_ERROR(in_val(b, call, ta->t[0], ta->loc[0], &x));
+  TPU_RETURN_IF_ERROR(in_val(b, call, ta->t[1], ta->loc[1], &idx));
+  if (x.ndim != 2 || !is_fty(x.ty))
+    return TPU_ERROR(TPU_STATUS_UNIMPLEMENTED, "%s: expected a 2-d floating tensor", call->op);
+  const int64_t V = x.sizes[0], D = x.sizes[1];
+  int64_t n = 1;
+  for (int32_t d = 0; d < idx.ndim; d++) n *= idx.sizes[d];
+  if (V * D == 0 || n == 0) return out_val(b, call, 0, ta, x);
+  const double max_norm = num_at(call, 2, 0.0), p = num_at(call, 3, 2.0);
+  const char* ct = opmath(x.ty);
+  val_t xf = cast(b, x, ct), a = unary(b, "abs", xf);
+  const bool row[2] = {false, true};
+  val_t norm;
+  char lit[32];
+  if (isinf(p)) {
+    extreme(ct, p < 0, lit, sizeof(lit));
+    norm = reduce_dims(b, a, row, p > 0 ? "maximum" : "minimum", p > 0 ? "0.0" : lit);
+  } else if (p == 0) {
+    norm = reduce_dims(b, converted(b, binary_to(b, "compare NE,", a, splat(b, &a, ct, 0.0), "i1"), ct), row, "add", "0.0");
+  } else if (p == 1) {
+    norm = reduce_dims(b, a, row, "add", "0.0");
+  } else if (p == 2) {
+    norm = unary(b, "sqrt", reduce_dims(b, binary(b, "multiply", a, a), row, "add", "0.0"));
+  } else {
+    val_t s = reduce_dims(b, binary(b, "power", a, splat(b, &a, ct, p)), row, "add", "0.0");
+    norm = binary(b, "power", s, splat(b, &s, ct, 1.0 / p));
+  }
+  norm = rounded(b, norm, x.ty);
+  val_t scale = rounded(b, binary(b, "divide", splat(b, &norm, ct, max_norm),
+                                  binary(b, "add", norm, splat(b, &norm, ct, 1e-7))), x.ty);
+  idx = reshaped(b, converted(b, idx, "i64"), 1, &n);
+  check_index(b, call, idx, 0, V, true);
+  idx = select3(b, binary_to(b, "compare LT,", idx, splat(b, &idx, "i64", 0.0), "i1"),
+                binary(b, "add", idx, splat(b, &idx, "i64", (double)V)), idx);
+  val_t named = scatter_elems(b, splat(b, &norm, "i1", 0.0), reshaped(b, idx, 2, (int64_t[]){n, 1}),
+                              splat(b, &idx, "i1", 1.0), NULL);
+  val_t sel = binary(b, "and", named, binary_to(b, "compare GT,", norm, splat(b, &norm, ct, max_norm), "i1"));
+  const int64_t v1[2] = {V, 1}, vd[2] = {V, D};
+  sel = broadcast(b, reshaped(b, sel, 2, v1), 2, vd);
+  val_t scaled = binary(b, "multiply", xf, broadcast(b, reshaped(b, scale, 2, v1), 2, vd));
+  return out_val(b, call, 0, ta, select3(b, sel, cast(b, scaled, x.ty), x));
+}
+
 static tpu_status_t lower_index(sb_t* b, const tpu_k_call_t* call, const lspec_t* spec, const targs_t* ta) {
+  if (spec->op == L_EMBEDDING_RENORM) return lower_embedding_renorm(b, call, ta);
+  if (spec->op == L_MASKED_SCATTER) return lower_masked_scatter(b, call, ta);
   if (spec->op == L_INDEX_PUT) return lower_index_put(b, call, ta);
   if (spec->op == L_INDEX) return lower_index_tensor(b, call, ta);
   const tpu_tensor_t* o = &call->outputs[0];
@@ -1698,26 +1829,20 @@ static tpu_status_t lower_sort(sb_t* b, const tpu_k_call_t* call, const lspec_t*
 }
 
 /* cumsum / cumprod(self, dim, dtype) in the output's type (half types in
- * float32): log2(n) steps of x op= x shifted by 1, 2, 4, ... */
+ * float32). */
 static tpu_status_t lower_scan(sb_t* b, const tpu_k_call_t* call, const lspec_t* spec, const targs_t* ta) {
   val_t x;
   TPU_RETURN_IF_ERROR(in_val(b, call, ta->t[0], ta->loc[0], &x));
   ltype_t ot;
-  type_of(call->outputs[0].dtype, &ot);
+  if (!type_of(call->outputs[0].dtype, &ot))
+    return TPU_ERROR(TPU_STATUS_UNIMPLEMENTED, "%s: output dtype has no StableHLO type", call->op);
   const char* ct = opmath(ot.ty);
   x = cast(b, x, ct);
   if (x.ndim == 0) return out_val(b, call, 0, ta, x);
   int32_t d = wrap_dim(int_at(call, 1, 0), x.ndim);
   bool prod = spec->op == L_CUMPROD, boolean = !strcmp(ct, "i1");
   const char* op = prod ? (boolean ? "and" : "multiply") : (boolean ? "or" : "add");
-  int64_t n = x.sizes[d];
-  for (int64_t sh = 1; sh < n; sh *= 2) {
-    val_t pad = x;
-    pad.sizes[d] = sh;
-    val_t parts[2] = {splat(b, &pad, ct, prod ? 1.0 : 0.0), slice_dim(b, x, d, 0, n - sh)};
-    x = binary(b, op, x, concat(b, parts, 2, d));
-  }
-  return out_val(b, call, 0, ta, x);
+  return out_val(b, call, 0, ta, scan_along(b, x, d, op, prod ? 1.0 : 0.0));
 }
 
 /* x [B, H, L, D] with cos/sin broadcast over heads: the rotate_half rope
@@ -2189,6 +2314,8 @@ void tpu_pjrt_program_free(tpu_pjrt_program_t* p) {
 
 tpu_status_t tpu_pjrt_check_status(const tpu_pjrt_check_t* c, const int64_t row[2]) {
   if (row[0] == TPU_PJRT_CHECK_NONE) return TPU_OK;
+  if (c->dim == TPU_PJRT_CHECK_SOURCE) /* as the host kernel says it */
+    return TPU_ERROR(TPU_STATUS_INVALID_ARGUMENT, "%s: Number of elements of source < number of ones in mask", c->op);
   return TPU_ERROR(TPU_STATUS_OUT_OF_RANGE, "%s: index %lld is out of bounds for dimension %d with size %lld", c->op,
                    (long long)row[1], (int)c->dim, (long long)c->size);
 }

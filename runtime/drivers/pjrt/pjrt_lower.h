@@ -62,9 +62,13 @@ typedef struct tpu_pjrt_node_t {
  * range. What the message needs besides the value stays on the host here. */
 #define TPU_PJRT_CHECK_NONE INT64_MAX
 
+/* tpu_pjrt_check_t.dim of masked_scatter's check: positions in the
+ * flattened source, whose size is the check's size. */
+#define TPU_PJRT_CHECK_SOURCE (-1)
+
 typedef struct tpu_pjrt_check_t {
   char op[64];  /* the call's schema name */
-  int32_t dim;  /* the indexed dimension */
+  int32_t dim;  /* the indexed dimension, or TPU_PJRT_CHECK_SOURCE */
   int64_t size; /* its size */
 } tpu_pjrt_check_t;
 
