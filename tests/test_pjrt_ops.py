@@ -418,6 +418,85 @@ def _groups_more():
         ("index_put grad", lambda x, i, v: torch.autograd.grad(x.index_put((i,), v.requires_grad_()).sum(), v)[0],
          lambda: [_t((6, 3), "float32"), torch.tensor([0, 5, 2]), _t((3, 3), "float32")]),
     ]
+    A = torch.ops.aten
+    G["index_put_masked"] = [
+        ("index_put after a full dim", lambda x, i, v: A.index_put(x, [None, i], v),
+         lambda: [_t((3, 5, 2), "float32"), torch.tensor([4, 0, -1]), _t((3, 3, 2), "float32", seed=1)]),
+        ("index_put accumulate duplicates after a full dim", lambda x, i, v: A.index_put(x, [None, i], v, True),
+         lambda: [_t((3, 5), "float32"), torch.tensor([1, 1, 3]), _t((3, 3), "float32", seed=1)]),
+        ("index_put non-adjacent", lambda x, i, j, v: A.index_put(x, [i, None, j], v),
+         lambda: [_t((4, 3, 5), "bfloat16"), torch.tensor([0, 3]), torch.tensor([1, -1]), _t((2, 3), "bfloat16", seed=1)]),
+        ("index_put_ last dim, scalar value", lambda x, i: A.index_put_(x, [None, None, i], torch.tensor(2.0)),
+         lambda: [_t((2, 3, 4), "float32"), torch.tensor([[0, 3]])]),
+        ("index_select grad along dim 1", lambda x, i: torch.autograd.grad(
+            x.requires_grad_().index_select(1, i).sum(), x)[0], lambda: [_t((3, 5), "float32"), torch.tensor([0, 2, 2, 4])]),
+    ]
+    for dt in ("float32", "bfloat16", "int64", "bool"):
+        G["index_put_masked"] += [
+            (f"masked_scatter {dt} broadcast mask", lambda x, m, s: x.masked_scatter(m, s),
+             lambda dt=dt: [_t((4, 5), dt), _t((5,), "bool", seed=2), _t((30,), dt, seed=3)]),
+            (f"masked_scatter_ {dt}", lambda x, m, s: x.masked_scatter_(m, s),
+             lambda dt=dt: [_t((2, 3, 4), dt), _t((2, 1, 4), "bool", seed=2), _t((24,), dt, seed=3)]),
+        ]
+    G["index_put_masked"] += [
+        ("masked_select grad", lambda x, m: torch.autograd.grad(x.requires_grad_().masked_select(m).sum(), x)[0],
+         lambda: [_t((4, 5), "float32"), _t((4, 5), "bool", seed=2)]),
+    ]
+    for p_ in (2.0, 1.0, float("inf"), 3.0):
+        G["index_put_masked"].append(
+            (f"embedding_renorm_ p={p_}", lambda w, i, p_=p_: torch.embedding_renorm_(w, i, 1.5, p_),
+             lambda: [_t((10, 6), "float32"), torch.tensor([[1, 3, 3], [9, 0, 0]])]))
+    G["index_put_masked"] += [
+        ("embedding max_norm bfloat16", lambda w, i: torch.nn.functional.embedding(i, w, max_norm=1.0),
+         lambda: [_t((10, 4), "bfloat16"), torch.tensor([1, 2, 2, 7])]),
+    ]
+    G["conv"] = []
+    for dt in ("float32", "bfloat16"):
+        G["conv"] += [
+            (f"conv2d {dt} bias padding", lambda x, w, b: torch.nn.functional.conv2d(x, w, b, 1, 1),
+             lambda dt=dt: [_t((2, 4, 9, 8), dt), _t((6, 4, 3, 3), dt, seed=1), _t((6,), dt, seed=2)]),
+            (f"conv2d {dt} stride groups", lambda x, w: torch.nn.functional.conv2d(x, w, None, 2, 0, 1, 2),
+             lambda dt=dt: [_t((1, 4, 10, 7), dt), _t((8, 2, 3, 3), dt, seed=1)]),
+        ]
+    G["conv"] += [
+        ("conv2d depthwise dilation", lambda x, w: torch.nn.functional.conv2d(x, w, None, 1, 2, 2, 6),
+         lambda: [_t((1, 6, 8, 8), "float32"), _t((6, 1, 3, 3), "float32", seed=1)]),
+        ("conv1d strided", lambda x, w: torch.nn.functional.conv1d(x, w, None, 2, 1),
+         lambda: [_t((2, 4, 20), "float32"), _t((5, 4, 3), "float32", seed=1)]),
+        ("conv3d", lambda x, w: torch.nn.functional.conv3d(x, w, None, 1, 1),
+         lambda: [_t((1, 2, 5, 6, 7), "float32"), _t((3, 2, 3, 3, 3), "float32", seed=1)]),
+        ("conv_transpose2d stride output_padding groups", lambda x, w, b: torch.nn.functional.conv_transpose2d(
+            x, w, b, 2, 1, 1, 2), lambda: [_t((1, 4, 5, 6), "float32"), _t((4, 3, 3, 3), "float32", seed=1), _t((6,), "float32", seed=2)]),
+        ("conv_transpose1d dilation", lambda x, w: torch.nn.functional.conv_transpose1d(x, w, None, 1, 0, 0, 1, 2),
+         lambda: [_t((2, 3, 7), "float32"), _t((3, 4, 3), "float32", seed=1)]),
+        ("conv2d channels_last input", lambda x, w: torch.nn.functional.conv2d(x.to(memory_format=torch.channels_last), w),
+         lambda: [_t((2, 3, 6, 6), "float32"), _t((4, 3, 3, 3), "float32", seed=1)]),
+    ]
+    G["foreach_optim"] = [
+        ("_foreach_add_ scalar list", lambda a, b: (torch._foreach_add_([a, b], [1.5, -2.0]), torch.cat([a, b.flatten()]))[1],
+         lambda: [_t((3,), "float32"), _t((2, 2), "float32", seed=1)]),
+        ("_foreach_addcdiv scalar", lambda a, b, c: torch.cat(torch._foreach_addcdiv([a], [b], [c.abs() + 1], 0.5)),
+         lambda: [_t((5,), "float32"), _t((5,), "float32", seed=1), _t((5,), "float32", seed=2)]),
+        ("_foreach_maximum_ list", lambda a, b: (torch._foreach_maximum_([a], [b]), a)[1],
+         lambda: [_t((5,), "bfloat16"), _t((5,), "bfloat16", seed=1)]),
+        ("_foreach_lerp_ scalar", lambda a, b: (torch._foreach_lerp_([a], [b], 0.3), a)[1],
+         lambda: [_t((5,), "float32"), _t((5,), "float32", seed=1)]),
+    ]
+
+    def _adam(p, g, fused, amsgrad=False):
+        p = torch.nn.Parameter(p)
+        opt = torch.optim.AdamW([p], lr=0.1, weight_decay=0.01, fused=fused, foreach=None if fused else True,
+                                amsgrad=amsgrad)
+        for _ in range(2):
+            p.grad = g.clone()
+            opt.step()
+        return p.detach()
+    for fused in (True, False):
+        G["foreach_optim"].append((f"AdamW fused={fused}", lambda p, g, f=fused: _adam(p, g, f),
+                                   lambda: [_t((4, 3), "float32"), _t((4, 3), "float32", seed=1)]))
+    G["foreach_optim"].append(("AdamW fused amsgrad bfloat16", lambda p, g: _adam(p, g, True, True),
+                               lambda: [_t((4, 3), "bfloat16"), _t((4, 3), "bfloat16", seed=1)]))
+
     def _graph(x, i):
         v, idx = torch.sort(x, 1)
         c = torch.cumsum(v, 1)

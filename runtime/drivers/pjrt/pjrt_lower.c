@@ -28,7 +28,7 @@ typedef enum {
   L_AMAX, L_AMIN, L_PROD, L_ANY, L_ALL, L_ARGMAX, L_ARGMIN,
   L_INDEX_SELECT, L_GATHER, L_SCATTER, L_SCATTER_ADD,
   L_FILL, L_COPY, L_ARANGE, L_TRIU, L_TRIL, L_CAT, L_CLAMP, L_CLAMP_MIN, L_CLAMP_MAX,
-  L_MASKED_FILL, L_INDEX_PUT, L_MASKED_SCATTER, L_EMBEDDING_RENORM, L_BMM, L_ADDMM, L_ROPE, L_ROPE_BWD, L_SDPA_FWD, L_SDPA_BWD,
+  L_MASKED_FILL, L_INDEX_PUT, L_MASKED_SCATTER, L_EMBEDDING_RENORM, L_BMM, L_ADDMM, L_ROPE, L_ROPE_BWD, L_SDPA_FWD, L_SDPA_BWD, L_CONV_FWD,
   L_MAX_DIM, L_MIN_DIM, L_SORT, L_TOPK, L_CUMSUM, L_CUMPROD, L_FLIP, L_ROLL, L_SCATTER_REDUCE, L_INDEX,
 } lop_t;
 
@@ -47,6 +47,7 @@ typedef enum {
   F_MM2,     /* bmm, addmm */
   F_ROPE,    /* tpu::rope(_backward): two outputs */
   F_SDPA,    /* tpu::sdpa_fwd / sdpa_bwd: several outputs */
+  F_CONV,    /* tpu::conv_fwd */
   F_SORT,    /* sort, topk: values and indices */
   F_SCAN,    /* cumsum, cumprod */
 } lfamily_t;
@@ -142,6 +143,7 @@ static const lspec_t kSpecs[] = {
     {"tpu::convert", L_COPY, F_MISC, "|"},
     {"tpu::rope", L_ROPE, F_ROPE, "|"}, {"tpu::rope_backward", L_ROPE_BWD, F_ROPE, "|"},
     {"tpu::sdpa_fwd", L_SDPA_FWD, F_SDPA, "|"}, {"tpu::sdpa_bwd", L_SDPA_BWD, F_SDPA, "|"},
+    {"tpu::conv_fwd", L_CONV_FWD, F_CONV, "|"},
 };
 
 static bool overload_in(const char* list, const char* rest) {
@@ -2108,6 +2110,129 @@ static val_t unary_more(sb_t* b, const tpu_k_call_t* call, lop_t op, val_t x) {
   }
 }
 
+/* The int list argument i (its n values into v; an int broadcasts). */
+static bool ints_at(const tpu_k_call_t* call, int i, int32_t n, int64_t* v) {
+  const tpu_k_value_t* a = arg_at(call, i);
+  if (!a) return false;
+  for (int32_t k = 0; k < n; k++) {
+    if (a->kind == TPU_K_INTS && a->v.ints.len == n) v[k] = a->v.ints.data[k];
+    else if (a->kind == TPU_K_INTS && a->v.ints.len == 1) v[k] = a->v.ints.data[0];
+    else if (a->kind == TPU_K_INT) v[k] = a->v.i;
+    else return false;
+  }
+  return true;
+}
+
+/* tpu::conv_fwd(input, weight, bias?, stride, padding, dilation,
+ * transposed, output_padding, groups) as one stablehlo.convolution, in
+ * float32 for half types (the host kernels accumulate in float32 and round
+ * once). A transposed convolution is the regular one over the input dilated
+ * by the stride, padded by dilation * (k - 1) - padding (plus
+ * output_padding after), with each group's kernel transposed and flipped. */
+static tpu_status_t lower_conv(sb_t* b, const tpu_k_call_t* call, const lspec_t* spec, const targs_t* ta) {
+  (void)spec;
+  const tpu_tensor_t* o = &call->outputs[0];
+  ltype_t ot;
+  if (!type_of(o->dtype, &ot) || !is_fty(ot.ty) || ta->n < 2)
+    return TPU_ERROR(TPU_STATUS_UNIMPLEMENTED, "%s: only floating convolutions are lowered", call->op);
+  val_t x, w, bias;
+  TPU_RETURN_IF_ERROR(in_val(b, call, ta->t[0], ta->loc[0], &x));
+  TPU_RETURN_IF_ERROR(in_val(b, call, ta->t[1], ta->loc[1], &w));
+  const bool has_bias = ta->n > 2 && ta->arg[2] == 2;
+  if (has_bias) TPU_RETURN_IF_ERROR(in_val(b, call, ta->t[2], ta->loc[2], &bias));
+  const int32_t r = x.ndim, sd = r - 2;
+  if (sd < 1 || w.ndim != r || o->ndim != r)
+    return TPU_ERROR(TPU_STATUS_UNIMPLEMENTED, "%s: unexpected ranks", call->op);
+  int64_t st[TPU_MAX_DIMS], pad[TPU_MAX_DIMS], dil[TPU_MAX_DIMS], opad[TPU_MAX_DIMS];
+  const bool transposed = int_at(call, 6, 0) != 0;
+  const int64_t g = int_at(call, 8, 1);
+  if (!ints_at(call, 3, sd, st) || !ints_at(call, 4, sd, pad) || !ints_at(call, 5, sd, dil) ||
+      (transposed && !ints_at(call, 7, sd, opad)) || g < 1)
+    return TPU_ERROR(TPU_STATUS_UNIMPLEMENTED, "%s: unexpected arguments", call->op);
+  const char* ct = opmath(ot.ty);
+  x = cast(b, x, ct);
+  w = cast(b, w, ct);
+  int64_t lo[TPU_MAX_DIMS], hi[TPU_MAX_DIMS], lhs_dil[TPU_MAX_DIMS], win_st[TPU_MAX_DIMS];
+  for (int32_t d = 0; d < sd; d++) {
+    if (!transposed) {
+      lo[d] = hi[d] = pad[d];
+      lhs_dil[d] = 1;
+      win_st[d] = st[d];
+    } else {
+      const int64_t k = w.sizes[2 + d], e = dil[d] * (k - 1) - pad[d];
+      lo[d] = e;
+      hi[d] = e + opad[d];
+      lhs_dil[d] = st[d];
+      win_st[d] = 1;
+    }
+    if (lo[d] < 0 || hi[d] < 0)
+      return TPU_ERROR(TPU_STATUS_UNIMPLEMENTED, "%s: padding beyond the kernel's extent is not lowered", call->op);
+  }
+  if (transposed) { /* [G*Cin_g, Cout_g, k...] -> [G*Cout_g, Cin_g, k...], flipped */
+    const int64_t cin_g = w.sizes[0] / g, cout_g = w.sizes[1];
+    int64_t s5[TPU_MAX_DIMS + 1] = {g, cin_g, cout_g};
+    for (int32_t d = 0; d < sd; d++) s5[3 + d] = w.sizes[2 + d];
+    val_t w5 = reshaped(b, w, r + 1, s5);
+    char perm[128] = "0, 2, 1", tf[256], tt[256];
+    size_t n = strlen(perm);
+    int64_t t5[TPU_MAX_DIMS + 1] = {g, cout_g, cin_g};
+    for (int32_t d = 0; d < sd; d++) {
+      n += (size_t)snprintf(perm + n, sizeof(perm) - n, ", %d", 3 + d);
+      t5[3 + d] = s5[3 + d];
+    }
+    val_t wt = shaped(b, r + 1, t5, ct);
+    shape_str(tf, sizeof(tf), r + 1, s5, ct);
+    shape_str(tt, sizeof(tt), r + 1, t5, ct);
+    emit(b, "  %%v%d = stablehlo.transpose %%v%d, dims = [%s] : (%s) -> %s\n", wt.id, w5.id, perm, tf, tt);
+    int64_t s4[TPU_MAX_DIMS] = {g * cout_g, cin_g};
+    for (int32_t d = 0; d < sd; d++) s4[2 + d] = s5[3 + d];
+    w = reshaped(b, wt, r, s4);
+    char sp[64], tw[256];
+    dims_list(sp, sizeof(sp), 2, r, -1);
+    shape_str(tw, sizeof(tw), w.ndim, w.sizes, ct);
+    val_t rev = w;
+    rev.id = fresh(b);
+    emit(b, "  %%v%d = stablehlo.reverse %%v%d, dims = [%s] : %s\n", rev.id, w.id, sp, tw);
+    w = rev;
+  }
+  char labels[64] = "b, f", kl[64] = "o, i", win[512], tx[256], tw[256], tr[256];
+  size_t nl = strlen(labels), nk = strlen(kl), nw = 0;
+  for (int32_t d = 0; d < sd; d++) {
+    nl += (size_t)snprintf(labels + nl, sizeof(labels) - nl, ", %d", d);
+    nk += (size_t)snprintf(kl + nk, sizeof(kl) - nk, ", %d", d);
+  }
+  const char* keys[4] = {"stride", "pad", "lhs_dilate", "rhs_dilate"};
+  for (int k = 0; k < 4; k++) {
+    nw += (size_t)snprintf(win + nw, sizeof(win) - nw, "%s%s = [", k ? ", " : "", keys[k]);
+    for (int32_t d = 0; d < sd; d++) {
+      if (k == 1) {
+        nw += (size_t)snprintf(win + nw, sizeof(win) - nw, "%s[%" PRId64 ", %" PRId64 "]", d ? ", " : "", lo[d], hi[d]);
+      } else {
+        const int64_t v = k == 0 ? win_st[d] : k == 2 ? lhs_dil[d] : dil[d];
+        nw += (size_t)snprintf(win + nw, sizeof(win) - nw, "%s%" PRId64, d ? ", " : "", v);
+      }
+    }
+    nw += (size_t)snprintf(win + nw, sizeof(win) - nw, "]");
+  }
+  val_t y = shaped(b, r, o->sizes, ct);
+  shape_str(tx, sizeof(tx), x.ndim, x.sizes, ct);
+  shape_str(tw, sizeof(tw), w.ndim, w.sizes, ct);
+  shape_str(tr, sizeof(tr), y.ndim, y.sizes, ct);
+  emit(b,
+       "  %%v%d = stablehlo.convolution(%%v%d, %%v%d) dim_numbers = [%s]x[%s]->[%s], window = {%s} "
+       "{batch_group_count = 1 : i64, feature_group_count = %" PRId64 " : i64} : (%s, %s) -> %s\n",
+       y.id, x.id, w.id, labels, kl, labels, win, g, tx, tw, tr);
+  if (has_bias) {
+    val_t bc = cast(b, bias, ct);
+    char from[128], dims[8] = "1";
+    shape_str(from, sizeof(from), bc.ndim, bc.sizes, ct);
+    val_t bb = shaped(b, r, o->sizes, ct);
+    emit(b, "  %%v%d = stablehlo.broadcast_in_dim %%v%d, dims = [%s] : (%s) -> %s\n", bb.id, bc.id, dims, from, tr);
+    y = binary(b, "add", y, bb);
+  }
+  return out_val(b, call, 0, ta, y);
+}
+
 static tpu_status_t lower_node(sb_t* b, const tpu_k_call_t* call, const tpu_pjrt_loc_t* locs) {
   const lspec_t* spec = spec_of(call->op);
   if (!spec || call->num_outputs < 1 || !call->outputs)
@@ -2150,6 +2275,7 @@ static tpu_status_t lower_node(sb_t* b, const tpu_k_call_t* call, const tpu_pjrt
       case F_MM2: return lower_mm2(b, call, spec, &ta);
       case F_ROPE: return lower_rope(b, call, spec, &ta);
       case F_SDPA: return lower_sdpa(b, call, spec, &ta);
+      case F_CONV: return lower_conv(b, call, spec, &ta);
       case F_SORT: return lower_sort(b, call, spec, &ta);
       case F_SCAN: return lower_scan(b, call, spec, &ta);
       default: return lower_misc(b, call, spec, &ta);

@@ -1275,7 +1275,7 @@ void run_cpu_fallback(const c10::OperatorHandle& op, const OpPlan& plan, torch::
 
 void submit_kernel(const char* name, c10::ArrayRef<c10::IValue> args, const std::vector<at::Tensor>& outputs,
                    c10::DeviceIndex index, std::optional<at::Generator> gen) {
-  TORCH_CHECK_NOT_IMPLEMENTED(host_kernels(), name, " is not supported yet on the tpu device's ",
+  TORCH_CHECK_NOT_IMPLEMENTED(host_kernels() || driver_runs_op(name), name, " is not supported yet on the tpu device's ",
                               "driver (its memory is not host-addressable and it has no lowering of this op)");
   const tpu_k_entry_t* entry = tpu_k_lookup(name);
   TORCH_CHECK_NOT_IMPLEMENTED(entry != nullptr, "torch_tpu: the runtime has no kernel named ", name);
