@@ -4,6 +4,8 @@
 
 Rendezvous through env:// (MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE). Prints
 "PASS <case>" per case; any failure is a traceback and a non-zero exit.
+BACKEND "none": the worker creates no process group (Accelerate's or Transformers'
+cases create their own); without RANK and WORLD_SIZE it is one process alone.
 """
 import datetime
 import os
@@ -14,8 +16,8 @@ import torch
 import torch.distributed as dist
 import torch_tpu  # noqa: F401
 
-RANK = int(os.environ["RANK"])
-WORLD = int(os.environ["WORLD_SIZE"])
+RANK = int(os.environ.get("RANK", "0"))
+WORLD = int(os.environ.get("WORLD_SIZE", "1"))
 
 
 def dev():
@@ -532,16 +534,148 @@ def case_google_ops():
     assert torch.equal(res, want), f"ragged_all_to_all {res} != {want}"
 
 
+def case_accelerate():
+    """Under `accelerate launch`: Accelerate's state is a tpu_dist process group with
+    this process's ranks on tpu:LOCAL_RANK; gather, reduce, broadcast, gather_object
+    and wait_for_everyone give what every rank's inputs say; prepare() wraps the
+    model in DDP and splits each batch between the ranks, and SGD steps with
+    accelerator.backward end with the weights of one process on the whole batches;
+    a shuffled loader's order is the same on every rank (seed broadcast)."""
+    from accelerate import Accelerator, DataLoaderConfiguration
+    from accelerate.utils import DistributedType, broadcast, gather_object
+    from torch import nn
+
+    local = int(os.environ["LOCAL_RANK"])
+    acc = Accelerator(dataloader_config=DataLoaderConfiguration(split_batches=True))
+    s = acc.state
+    assert s.distributed_type == DistributedType.MULTI_GPU, s.distributed_type
+    assert s.backend == "tpu_dist" and dist.get_backend() == "tpu_dist", (s.backend, dist.get_backend())
+    got = (s.num_processes, s.process_index, s.local_process_index, dist.get_world_size(), dist.get_rank())
+    assert got == (WORLD, RANK, local, WORLD, RANK), got
+    assert acc.device == torch.device("tpu", local) and torch.tpu.current_device() == local, acc.device
+    assert acc.use_distributed and acc.multi_device and acc.is_main_process == (RANK == 0)
+
+    mine = torch.arange(3.0) + 10 * RANK
+    every = [torch.arange(3.0) + 10 * r for r in range(WORLD)]
+    g = acc.gather(mine.to(acc.device))
+    assert g.device == acc.device and torch.equal(g.cpu(), torch.cat(every)), g
+    for how, want in (("sum", sum(every)), ("mean", sum(every) / WORLD)):
+        r = acc.reduce(mine.to(acc.device), how)
+        assert torch.equal(r.cpu(), want), (how, r, want)
+    b = broadcast(mine.to(acc.device), from_process=WORLD - 1)
+    assert torch.equal(b.cpu(), every[-1]), b
+    assert gather_object([f"r{RANK}"]) == [f"r{r}" for r in range(WORLD)]
+    store = dist.distributed_c10d._get_default_store()
+    if RANK == WORLD - 1:  # the last to arrive: no rank leaves wait_for_everyone before its key exists
+        time.sleep(0.5)
+        store.set("accelerate_late", "1")
+    acc.wait_for_everyone()
+    assert store.check(["accelerate_late"]), "wait_for_everyone returned before the last rank arrived"
+
+    steps, per_rank = 3, 2
+    xs = torch.randn(steps * per_rank * WORLD, 8, generator=torch.Generator().manual_seed(1))
+    loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(xs), batch_size=per_rank * WORLD)
+    torch.manual_seed(0)
+    ref = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4))
+    model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4))
+    model.load_state_dict(ref.state_dict())
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    model, opt, loader = acc.prepare(model, opt, loader)
+    assert isinstance(model, nn.parallel.DistributedDataParallel), type(model)
+    assert next(model.parameters()).device == acc.device
+    ref_opt = torch.optim.SGD(ref.parameters(), lr=0.1)
+    seen = 0
+    for (x,), whole in zip(loader, xs.split(per_rank * WORLD)):
+        assert x.device == acc.device and torch.equal(x.cpu(), whole.chunk(WORLD)[RANK]), (seen, x)
+        acc.backward(model(x).pow(2).mean())
+        opt.step()
+        opt.zero_grad()
+        ref(whole).pow(2).mean().backward()
+        ref_opt.step()
+        ref_opt.zero_grad()
+        seen += 1
+    assert seen == steps, seen
+    for (n, p), q in zip(acc.unwrap_model(model).named_parameters(), ref.parameters()):
+        torch.testing.assert_close(p.detach().cpu(), q.detach(), rtol=1e-5, atol=1e-6, msg=n)
+
+    # shuffled: the ranks seed differently, Accelerate broadcasts rank 0's sampler
+    # generator state, so the ranks' halves make up one permutation of the data
+    torch.manual_seed(100 + RANK)
+    shuffled = acc.prepare(torch.utils.data.DataLoader(torch.arange(16), batch_size=4, shuffle=True))
+    order = torch.cat([acc.gather(x).cpu() for x in shuffled])
+    assert sorted(order.tolist()) == list(range(16)) and not torch.equal(order, torch.arange(16)), order
+    print(f"rank {RANK}: accelerate {s.distributed_type.value} {s.backend} on {acc.device}", flush=True)
+
+
+def case_trainer():
+    """Transformers Trainer fine-tuning a tiny random Llama (built from a config),
+    as one process or one of torchrun's: the same global batch of 4 either way
+    (per_device_train_batch_size 4 / WORLD) in dataset order ("sequential"
+    sampling; Accelerate gives each rank every WORLD-th per-device batch).
+    Rank 0 writes the per-step logs and final weights to DIST_TEST_DIR for
+    test_dist.py to compare."""
+    import json
+
+    import transformers
+    from transformers import LlamaConfig, LlamaForCausalLM, Trainer, TrainingArguments
+
+    transformers.logging.set_verbosity_error()
+    steps, batch, seq, vocab = 4, 4, 12, 128
+    local = int(os.environ.get("LOCAL_RANK", "0"))
+    torch.manual_seed(0)
+    cfg = LlamaConfig(vocab_size=vocab, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                      num_key_value_heads=2, intermediate_size=64, max_position_embeddings=64,
+                      pad_token_id=0, bos_token_id=1, eos_token_id=2, attn_implementation="sdpa")
+    model = LlamaForCausalLM(cfg)
+    g = torch.Generator().manual_seed(1)
+    rows = []
+    for _ in range(steps * batch):
+        ids = torch.randint(3, vocab, (seq,), generator=g)
+        mask = torch.ones(seq, dtype=torch.long)
+        pad = int(torch.randint(0, 5, (), generator=g))  # rows differ in token count: per-rank token
+        if pad:                                          # counts differ, so the loss must average over all
+            ids[-pad:] = 0
+            mask[-pad:] = 0
+        labels = ids.clone()
+        labels[mask == 0] = -100
+        rows.append({"input_ids": ids, "attention_mask": mask, "labels": labels})
+    out = os.environ["DIST_TEST_DIR"]
+    args = TrainingArguments(
+        output_dir=os.path.join(out, f"run{WORLD}"), max_steps=steps, per_device_train_batch_size=batch // WORLD,
+        train_sampling_strategy="sequential", learning_rate=3e-3, weight_decay=0.01, max_grad_norm=1.0,
+        optim="adamw_torch", logging_steps=1, save_strategy="no", report_to=[], seed=0, disable_tqdm=True,
+        dataloader_num_workers=0, dataloader_pin_memory=False)
+    trainer = Trainer(model=model, args=args, train_dataset=rows)
+    assert args.world_size == WORLD and trainer.accelerator.num_processes == WORLD, (args.world_size, WORLD)
+    assert args.process_index == RANK and args.device == torch.device("tpu", local), (args.process_index, args.device)
+    assert args.parallel_mode.value == ("distributed" if WORLD > 1 else "not_parallel"), args.parallel_mode
+    trainer.train()
+    if WORLD > 1:
+        assert isinstance(trainer.model_wrapped, torch.nn.parallel.DistributedDataParallel), type(trainer.model_wrapped)
+    logs = [h for h in trainer.state.log_history if "loss" in h]
+    assert len(logs) == steps, trainer.state.log_history
+    if RANK == 0:
+        with open(os.path.join(out, f"trainer{WORLD}.json"), "w") as f:
+            json.dump({"loss": [h["loss"] for h in logs], "grad_norm": [h["grad_norm"] for h in logs],
+                       "world_size": args.world_size, "num_processes": trainer.accelerator.num_processes,
+                       "distributed_type": trainer.accelerator.distributed_type.value}, f)
+        torch.save({k: v.detach().cpu() for k, v in model.state_dict().items()},
+                   os.path.join(out, f"trainer{WORLD}.pt"))
+    print(f"rank {RANK}: trainer world {args.world_size}, losses {[h['loss'] for h in logs]}", flush=True)
+
+
 TIMEOUT = float(os.environ.get("DIST_TEST_TIMEOUT", "60"))
 GLOO = None
 BACKEND = sys.argv[1] if len(sys.argv) > 1 else ""
 
 if __name__ == "__main__":
     cases = sys.argv[2:]
-    dist.init_process_group(BACKEND, timeout=datetime.timedelta(seconds=TIMEOUT))
+    if BACKEND != "none":
+        dist.init_process_group(BACKEND, timeout=datetime.timedelta(seconds=TIMEOUT))
     if "collectives" in cases:
         GLOO = dist.new_group(backend="gloo")
     for name in cases:
         globals()["case_" + name]()
         print(f"PASS {name}", flush=True)
-    dist.destroy_process_group()
+    if dist.is_initialized():
+        dist.destroy_process_group()

@@ -115,11 +115,11 @@ def test_silent_rank_times_out():
     assert code == 0 and "PASS hang" in out, out
 
 
-def torchrun(nproc, nnodes=1, node_rank=0, port=None, **extra):
+def torchrun(nproc, nnodes=1, node_rank=0, port=None, worker_args=("cpu:gloo,tpu:tpu_dist", "launch"), **extra):
     exe = shutil.which("torchrun")
     argv = [exe] if exe else [sys.executable, "-m", "torch.distributed.run"]
     argv += [f"--nnodes={nnodes}", f"--nproc-per-node={nproc}", f"--node-rank={node_rank}",
-             "--master-addr=127.0.0.1", f"--master-port={port}", WORKER, "cpu:gloo,tpu:tpu_dist", "launch"]
+             "--master-addr=127.0.0.1", f"--master-port={port}", WORKER, *worker_args]
     return argv, env(**extra)
 
 
@@ -172,3 +172,48 @@ def test_device_helpers():
     td.select_local_chip(picked.append, 1, {"LOCAL_RANK": "1"})
     assert picked == [1]
     assert torch.tpu.device_count() >= 1
+
+
+def test_accelerate_launch(tmp_path):
+    """`accelerate launch --num_processes 2` (the `accelerate` command, run by this
+    Python; no config file: HF_HOME is empty): Accelerate's state on each rank
+    (MULTI_GPU over tpu_dist, ranks, tpu:LOCAL_RANK), gather/reduce/broadcast/
+    gather_object/wait_for_everyone, a DDP-wrapped model trained with
+    accelerator.backward on half of each batch per rank ends with one process's
+    weights on the whole batches."""
+    pytest.importorskip("accelerate")
+    argv = [sys.executable, "-m", "accelerate.commands.accelerate_cli", "launch", "--num_processes=2",
+            "--num_machines=1", "--mixed_precision=no", "--dynamo_backend=no", f"--main_process_port={free_port()}",
+            WORKER, "none", "accelerate"]
+    results = run_all([(argv, env(HF_HOME=tmp_path, HF_HUB_OFFLINE=1))])
+    code, out = results[0]
+    assert code == 0, out
+    for r in range(2):
+        assert f"rank {r}: accelerate MULTI_GPU tpu_dist on tpu:{r}" in out, out
+    assert out.count("PASS accelerate") == 2, out
+
+
+@pytest.mark.slow
+def test_trainer_two_processes(tmp_path):
+    """Transformers' Trainer under torchrun --nproc-per-node 2 (per-device batch 2)
+    and alone (per-device batch 4), both in dataset order: the same global batches,
+    so the per-step losses, gradient norms and final weights agree."""
+    pytest.importorskip("transformers")
+    import json
+
+    two = torchrun(2, port=free_port(), worker_args=("none", "trainer"), DIST_TEST_DIR=tmp_path, HF_HUB_OFFLINE=1)
+    one = ([sys.executable, WORKER, "none", "trainer"], env(DIST_TEST_DIR=tmp_path, HF_HUB_OFFLINE=1))
+    results = run_all([two, one])
+    for code, out in results:
+        assert code == 0, out
+    assert results[0][1].count("PASS trainer") == 2 and "PASS trainer" in results[1][1], results
+    runs = {w: json.loads((tmp_path / f"trainer{w}.json").read_text()) for w in (1, 2)}
+    assert (runs[2]["world_size"], runs[2]["num_processes"], runs[2]["distributed_type"]) == (2, 2, "MULTI_GPU")
+    assert (runs[1]["world_size"], runs[1]["num_processes"], runs[1]["distributed_type"]) == (1, 1, "NO")
+    for key in ("loss", "grad_norm"):
+        torch.testing.assert_close(torch.tensor(runs[2][key]), torch.tensor(runs[1][key]), rtol=1e-4, atol=1e-5,
+                                   msg=key)
+    w1, w2 = (torch.load(tmp_path / f"trainer{w}.pt") for w in (1, 2))
+    assert w1.keys() == w2.keys()
+    for k in w1:
+        torch.testing.assert_close(w2[k], w1[k], rtol=1e-4, atol=1e-5, msg=k)

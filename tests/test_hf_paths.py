@@ -143,3 +143,57 @@ def test_caching_allocator_warmup_respects_budget():
     too_big = meta_model(1.1)
     with pytest.raises(torch.OutOfMemoryError, match="out of memory"):
         caching_allocator_warmup(too_big, {n: dev for n, _ in too_big.named_parameters()}, None)
+
+
+# -- Accelerate under torchrun: the decision of PartialState._prepare_backend (the
+#    multi-process runs themselves are in tests/test_dist.py)
+
+def _prepare(monkeypatch, local_rank, **kw):
+    from types import SimpleNamespace
+
+    from accelerate import PartialState
+    if local_rank is None:
+        monkeypatch.delenv("LOCAL_RANK", raising=False)
+    else:
+        monkeypatch.setenv("LOCAL_RANK", str(local_rank))
+    stub = SimpleNamespace(device=None)  # what PartialState.__init__ has set when it calls _prepare_backend
+    return (*PartialState._prepare_backend(stub, **kw), stub.device)
+
+
+def test_accelerate_backend_under_torchrun(monkeypatch):
+    from accelerate.utils import DistributedType
+    before = torch.tpu.current_device()
+    try:
+        assert _prepare(monkeypatch, 1) == ("tpu_dist", DistributedType.MULTI_GPU, torch.device("tpu", 1))
+        assert torch.tpu.current_device() == 1
+        assert _prepare(monkeypatch, 0, backend="cpu:gloo,tpu:tpu_dist")[:2] == ("cpu:gloo,tpu:tpu_dist",
+                                                                                 DistributedType.MULTI_GPU)
+        assert _prepare(monkeypatch, 0, backend="tpu")[0] == "tpu"
+    finally:
+        torch.tpu.set_device(before)
+    # the CPU asked for, or no torchrun: Accelerate's own answers
+    backend, kind, device = _prepare(monkeypatch, 0, cpu=True)
+    assert kind == DistributedType.MULTI_CPU and backend in ("gloo", "mpi") and device is None
+    assert _prepare(monkeypatch, None) == (None, DistributedType.NO, None)
+
+
+def test_accelerate_backend_bad_input(monkeypatch):
+    n = torch.tpu.device_count()
+    with pytest.raises(ValueError, match=f"LOCAL_RANK={n} uses chip tpu:{n}.*has {n} tpu chip"):
+        _prepare(monkeypatch, n)
+    with pytest.raises(ValueError, match="backend 'gloo' has no collectives for tpu tensors"):
+        _prepare(monkeypatch, 0, backend="gloo")
+
+
+def test_accelerate_launch_takes_torchrun(monkeypatch, tmp_path):
+    """`accelerate launch --num_processes 2` without a config file: Accelerate counts
+    no GPU and would start one process; on tpu it takes the torchrun launcher."""
+    from accelerate.commands import launch
+    monkeypatch.setattr(launch, "default_config_file", str(tmp_path / "none.yaml"))
+
+    def validated(*argv):
+        return launch._validate_launch_command(launch.launch_command_parser().parse_args([*argv, "x.py"]))[0]
+
+    assert validated("--num_processes", "2").multi_gpu
+    assert not validated("--num_processes", "1").multi_gpu
+    assert not validated("--num_processes", "2", "--cpu").multi_gpu
