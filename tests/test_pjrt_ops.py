@@ -472,6 +472,26 @@ def _groups_more():
         ("conv2d channels_last input", lambda x, w: torch.nn.functional.conv2d(x.to(memory_format=torch.channels_last), w),
          lambda: [_t((2, 3, 6, 6), "float32"), _t((4, 3, 3, 3), "float32", seed=1)]),
     ]
+
+    def _conv_grads(f, *xs):
+        xs = [x.requires_grad_() for x in xs]
+        y = f(*xs)
+        return torch.cat([g.flatten() for g in torch.autograd.grad(y, xs, torch.ones_like(y) * 0.5)])
+    F_ = torch.nn.functional
+    for dt in ("float32",):  # bfloat16: the CPU rounds its backward's partial sums (1-ulp differences)
+        G["conv"].append((f"conv2d grads {dt} stride groups bias", lambda x, w, b: _conv_grads(
+            lambda x, w, b: F_.conv2d(x, w, b, 2, 1, 1, 2), x, w, b),
+            lambda dt=dt: [_t((2, 4, 9, 8), dt), _t((6, 2, 3, 3), dt, seed=1), _t((6,), dt, seed=2)]))
+    G["conv"] += [
+        ("conv2d grads stride drops positions", lambda x, w: _conv_grads(lambda x, w: F_.conv2d(x, w, None, 3, 1), x, w),
+         lambda: [_t((1, 2, 11, 9), "float32"), _t((4, 2, 3, 3), "float32", seed=1)]),
+        ("conv2d grads depthwise dilation", lambda x, w: _conv_grads(lambda x, w: F_.conv2d(x, w, None, 1, 2, 2, 6), x, w),
+         lambda: [_t((1, 6, 8, 8), "float32"), _t((6, 1, 3, 3), "float32", seed=1)]),
+        ("conv_transpose2d grads", lambda x, w, b: _conv_grads(lambda x, w, b: F_.conv_transpose2d(x, w, b, 2, 1, 1, 2), x, w, b),
+         lambda: [_t((1, 4, 5, 6), "float32"), _t((4, 3, 3, 3), "float32", seed=1), _t((6,), "float32", seed=2)]),
+        ("conv1d grads", lambda x, w: _conv_grads(lambda x, w: F_.conv1d(x, w, None, 2, 1), x, w),
+         lambda: [_t((2, 4, 20), "float32"), _t((5, 4, 3), "float32", seed=1)]),
+    ]
     G["foreach_optim"] = [
         ("_foreach_add_ scalar list", lambda a, b: (torch._foreach_add_([a, b], [1.5, -2.0]), torch.cat([a, b.flatten()]))[1],
          lambda: [_t((3,), "float32"), _t((2, 2), "float32", seed=1)]),

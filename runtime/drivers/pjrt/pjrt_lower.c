@@ -28,7 +28,7 @@ typedef enum {
   L_AMAX, L_AMIN, L_PROD, L_ANY, L_ALL, L_ARGMAX, L_ARGMIN,
   L_INDEX_SELECT, L_GATHER, L_SCATTER, L_SCATTER_ADD,
   L_FILL, L_COPY, L_ARANGE, L_TRIU, L_TRIL, L_CAT, L_CLAMP, L_CLAMP_MIN, L_CLAMP_MAX,
-  L_MASKED_FILL, L_INDEX_PUT, L_MASKED_SCATTER, L_EMBEDDING_RENORM, L_BMM, L_ADDMM, L_ROPE, L_ROPE_BWD, L_SDPA_FWD, L_SDPA_BWD, L_CONV_FWD,
+  L_MASKED_FILL, L_INDEX_PUT, L_MASKED_SCATTER, L_EMBEDDING_RENORM, L_BMM, L_ADDMM, L_ROPE, L_ROPE_BWD, L_SDPA_FWD, L_SDPA_BWD, L_CONV_FWD, L_CONV_BWD,
   L_MAX_DIM, L_MIN_DIM, L_SORT, L_TOPK, L_CUMSUM, L_CUMPROD, L_FLIP, L_ROLL, L_SCATTER_REDUCE, L_INDEX,
 } lop_t;
 
@@ -47,7 +47,7 @@ typedef enum {
   F_MM2,     /* bmm, addmm */
   F_ROPE,    /* tpu::rope(_backward): two outputs */
   F_SDPA,    /* tpu::sdpa_fwd / sdpa_bwd: several outputs */
-  F_CONV,    /* tpu::conv_fwd */
+  F_CONV,    /* tpu::conv_fwd / conv_bwd */
   F_SORT,    /* sort, topk: values and indices */
   F_SCAN,    /* cumsum, cumprod */
 } lfamily_t;
@@ -143,7 +143,7 @@ static const lspec_t kSpecs[] = {
     {"tpu::convert", L_COPY, F_MISC, "|"},
     {"tpu::rope", L_ROPE, F_ROPE, "|"}, {"tpu::rope_backward", L_ROPE_BWD, F_ROPE, "|"},
     {"tpu::sdpa_fwd", L_SDPA_FWD, F_SDPA, "|"}, {"tpu::sdpa_bwd", L_SDPA_BWD, F_SDPA, "|"},
-    {"tpu::conv_fwd", L_CONV_FWD, F_CONV, "|"},
+    {"tpu::conv_fwd", L_CONV_FWD, F_CONV, "|"}, {"tpu::conv_bwd", L_CONV_BWD, F_CONV, "|"},
 };
 
 static bool overload_in(const char* list, const char* rest) {
@@ -2123,111 +2123,224 @@ static bool ints_at(const tpu_k_call_t* call, int i, int32_t n, int64_t* v) {
   return true;
 }
 
-/* tpu::conv_fwd(input, weight, bias?, stride, padding, dilation,
- * transposed, output_padding, groups) as one stablehlo.convolution, in
- * float32 for half types (the host kernels accumulate in float32 and round
- * once). A transposed convolution is the regular one over the input dilated
- * by the stride, padded by dilation * (k - 1) - padding (plus
- * output_padding after), with each group's kernel transposed and flipped. */
-static tpu_status_t lower_conv(sb_t* b, const tpu_k_call_t* call, const lspec_t* spec, const targs_t* ta) {
-  (void)spec;
-  const tpu_tensor_t* o = &call->outputs[0];
-  ltype_t ot;
-  if (!type_of(o->dtype, &ot) || !is_fty(ot.ty) || ta->n < 2)
-    return TPU_ERROR(TPU_STATUS_UNIMPLEMENTED, "%s: only floating convolutions are lowered", call->op);
-  val_t x, w, bias;
-  TPU_RETURN_IF_ERROR(in_val(b, call, ta->t[0], ta->loc[0], &x));
-  TPU_RETURN_IF_ERROR(in_val(b, call, ta->t[1], ta->loc[1], &w));
-  const bool has_bias = ta->n > 2 && ta->arg[2] == 2;
-  if (has_bias) TPU_RETURN_IF_ERROR(in_val(b, call, ta->t[2], ta->loc[2], &bias));
-  const int32_t r = x.ndim, sd = r - 2;
-  if (sd < 1 || w.ndim != r || o->ndim != r)
-    return TPU_ERROR(TPU_STATUS_UNIMPLEMENTED, "%s: unexpected ranks", call->op);
-  int64_t st[TPU_MAX_DIMS], pad[TPU_MAX_DIMS], dil[TPU_MAX_DIMS], opad[TPU_MAX_DIMS];
-  const bool transposed = int_at(call, 6, 0) != 0;
-  const int64_t g = int_at(call, 8, 1);
-  if (!ints_at(call, 3, sd, st) || !ints_at(call, 4, sd, pad) || !ints_at(call, 5, sd, dil) ||
-      (transposed && !ints_at(call, 7, sd, opad)) || g < 1)
+/* A convolution's geometry: sd spatial dims, stride, padding, dilation,
+ * output_padding (transposed only), groups. */
+typedef struct {
+  int32_t sd;
+  int64_t st[TPU_MAX_DIMS], pad[TPU_MAX_DIMS], dil[TPU_MAX_DIMS], opad[TPU_MAX_DIMS], groups;
+  bool transposed;
+} conv_geom_t;
+
+/* Arguments 3.. of tpu::conv_fwd / conv_bwd after the tensors (first at
+ * `at`): stride, padding, dilation, transposed, output_padding, groups. */
+static tpu_status_t conv_geom(const tpu_k_call_t* call, int at, int32_t sd, conv_geom_t* c) {
+  c->sd = sd;
+  c->transposed = int_at(call, at + 3, 0) != 0;
+  c->groups = int_at(call, at + 5, 1);
+  for (int32_t d = 0; d < sd; d++) c->opad[d] = 0;
+  if (sd < 1 || !ints_at(call, at, sd, c->st) || !ints_at(call, at + 1, sd, c->pad) ||
+      !ints_at(call, at + 2, sd, c->dil) || (c->transposed && !ints_at(call, at + 4, sd, c->opad)) || c->groups < 1)
     return TPU_ERROR(TPU_STATUS_UNIMPLEMENTED, "%s: unexpected arguments", call->op);
-  const char* ct = opmath(ot.ty);
-  x = cast(b, x, ct);
-  w = cast(b, w, ct);
-  int64_t lo[TPU_MAX_DIMS], hi[TPU_MAX_DIMS], lhs_dil[TPU_MAX_DIMS], win_st[TPU_MAX_DIMS];
-  for (int32_t d = 0; d < sd; d++) {
-    if (!transposed) {
-      lo[d] = hi[d] = pad[d];
-      lhs_dil[d] = 1;
-      win_st[d] = st[d];
-    } else {
-      const int64_t k = w.sizes[2 + d], e = dil[d] * (k - 1) - pad[d];
-      lo[d] = e;
-      hi[d] = e + opad[d];
-      lhs_dil[d] = st[d];
-      win_st[d] = 1;
-    }
-    if (lo[d] < 0 || hi[d] < 0)
-      return TPU_ERROR(TPU_STATUS_UNIMPLEMENTED, "%s: padding beyond the kernel's extent is not lowered", call->op);
-  }
-  if (transposed) { /* [G*Cin_g, Cout_g, k...] -> [G*Cout_g, Cin_g, k...], flipped */
-    const int64_t cin_g = w.sizes[0] / g, cout_g = w.sizes[1];
-    int64_t s5[TPU_MAX_DIMS + 1] = {g, cin_g, cout_g};
-    for (int32_t d = 0; d < sd; d++) s5[3 + d] = w.sizes[2 + d];
-    val_t w5 = reshaped(b, w, r + 1, s5);
-    char perm[128] = "0, 2, 1", tf[256], tt[256];
-    size_t n = strlen(perm);
-    int64_t t5[TPU_MAX_DIMS + 1] = {g, cout_g, cin_g};
-    for (int32_t d = 0; d < sd; d++) {
-      n += (size_t)snprintf(perm + n, sizeof(perm) - n, ", %d", 3 + d);
-      t5[3 + d] = s5[3 + d];
-    }
-    val_t wt = shaped(b, r + 1, t5, ct);
-    shape_str(tf, sizeof(tf), r + 1, s5, ct);
-    shape_str(tt, sizeof(tt), r + 1, t5, ct);
-    emit(b, "  %%v%d = stablehlo.transpose %%v%d, dims = [%s] : (%s) -> %s\n", wt.id, w5.id, perm, tf, tt);
-    int64_t s4[TPU_MAX_DIMS] = {g * cout_g, cin_g};
-    for (int32_t d = 0; d < sd; d++) s4[2 + d] = s5[3 + d];
-    w = reshaped(b, wt, r, s4);
-    char sp[64], tw[256];
-    dims_list(sp, sizeof(sp), 2, r, -1);
-    shape_str(tw, sizeof(tw), w.ndim, w.sizes, ct);
-    val_t rev = w;
-    rev.id = fresh(b);
-    emit(b, "  %%v%d = stablehlo.reverse %%v%d, dims = [%s] : %s\n", rev.id, w.id, sp, tw);
-    w = rev;
-  }
-  char labels[64] = "b, f", kl[64] = "o, i", win[512], tx[256], tw[256], tr[256];
-  size_t nl = strlen(labels), nk = strlen(kl), nw = 0;
-  for (int32_t d = 0; d < sd; d++) {
-    nl += (size_t)snprintf(labels + nl, sizeof(labels) - nl, ", %d", d);
-    nk += (size_t)snprintf(kl + nk, sizeof(kl) - nk, ", %d", d);
-  }
+  return TPU_OK;
+}
+
+/* One stablehlo.convolution with the lhs/rhs/out layouts given as labels
+ * (e.g. "b, f, 0, 1"). lo/hi: padding; ws: window strides; ld/rd: lhs/rhs
+ * dilation. */
+static val_t convolution(sb_t* b, val_t x, const char* xl, val_t w, const char* wl, const char* yl, int32_t sd,
+                         const int64_t* lo, const int64_t* hi, const int64_t* ws, const int64_t* ld,
+                         const int64_t* rd, int64_t fgc, int64_t bgc, int32_t ndim, const int64_t* ysizes) {
+  char win[512], tx[256], tw[256], tr[256];
+  size_t nw = 0;
   const char* keys[4] = {"stride", "pad", "lhs_dilate", "rhs_dilate"};
+  const int64_t* vals[4] = {ws, NULL, ld, rd};
   for (int k = 0; k < 4; k++) {
     nw += (size_t)snprintf(win + nw, sizeof(win) - nw, "%s%s = [", k ? ", " : "", keys[k]);
     for (int32_t d = 0; d < sd; d++) {
       if (k == 1) {
         nw += (size_t)snprintf(win + nw, sizeof(win) - nw, "%s[%" PRId64 ", %" PRId64 "]", d ? ", " : "", lo[d], hi[d]);
       } else {
-        const int64_t v = k == 0 ? win_st[d] : k == 2 ? lhs_dil[d] : dil[d];
-        nw += (size_t)snprintf(win + nw, sizeof(win) - nw, "%s%" PRId64, d ? ", " : "", v);
+        nw += (size_t)snprintf(win + nw, sizeof(win) - nw, "%s%" PRId64, d ? ", " : "", vals[k][d]);
       }
     }
     nw += (size_t)snprintf(win + nw, sizeof(win) - nw, "]");
   }
-  val_t y = shaped(b, r, o->sizes, ct);
-  shape_str(tx, sizeof(tx), x.ndim, x.sizes, ct);
-  shape_str(tw, sizeof(tw), w.ndim, w.sizes, ct);
-  shape_str(tr, sizeof(tr), y.ndim, y.sizes, ct);
+  val_t y = shaped(b, ndim, ysizes, x.ty);
+  shape_str(tx, sizeof(tx), x.ndim, x.sizes, x.ty);
+  shape_str(tw, sizeof(tw), w.ndim, w.sizes, w.ty);
+  shape_str(tr, sizeof(tr), y.ndim, y.sizes, y.ty);
   emit(b,
        "  %%v%d = stablehlo.convolution(%%v%d, %%v%d) dim_numbers = [%s]x[%s]->[%s], window = {%s} "
-       "{batch_group_count = 1 : i64, feature_group_count = %" PRId64 " : i64} : (%s, %s) -> %s\n",
-       y.id, x.id, w.id, labels, kl, labels, win, g, tx, tw, tr);
+       "{batch_group_count = %" PRId64 " : i64, feature_group_count = %" PRId64 " : i64} : (%s, %s) -> %s\n",
+       y.id, x.id, w.id, xl, wl, yl, win, bgc, fgc, tx, tw, tr);
+  return y;
+}
+
+static void conv_labels(char* buf, size_t cap, const char* a, const char* c, int32_t sd) {
+  size_t n = (size_t)snprintf(buf, cap, "%s, %s", a, c);
+  for (int32_t d = 0; d < sd; d++) n += (size_t)snprintf(buf + n, cap - n, ", %d", d);
+}
+
+static val_t transposed_dims(sb_t* b, val_t v, const int32_t* perm) {
+  int64_t ts[TPU_MAX_DIMS + 1];
+  char list[128], tf[256], tt[256];
+  size_t n = 0;
+  for (int32_t d = 0; d < v.ndim; d++) {
+    ts[d] = v.sizes[perm[d]];
+    n += (size_t)snprintf(list + n, sizeof(list) - n, "%s%d", d ? ", " : "", perm[d]);
+  }
+  val_t r = shaped(b, v.ndim, ts, v.ty);
+  shape_str(tf, sizeof(tf), v.ndim, v.sizes, v.ty);
+  shape_str(tt, sizeof(tt), r.ndim, r.sizes, r.ty);
+  emit(b, "  %%v%d = stablehlo.transpose %%v%d, dims = [%s] : (%s) -> %s\n", r.id, v.id, list, tf, tt);
+  return r;
+}
+
+/* y [N, *, out...] = the convolution of x [N, C, ...] with w as PyTorch
+ * lays it out (regular: [O, C/g, k...]; transposed: [C, O/g, k...]). A
+ * transposed convolution is the regular one over x dilated by the stride,
+ * padded by dilation * (k - 1) - padding (plus output_padding after), with
+ * each group's kernel transposed and flipped. */
+static tpu_status_t conv_forward(sb_t* b, const tpu_k_call_t* call, val_t x, val_t w, const conv_geom_t* c,
+                                 const int64_t* ysizes, val_t* out) {
+  const int32_t sd = c->sd, r = sd + 2;
+  const int64_t g = c->groups;
+  int64_t lo[TPU_MAX_DIMS] = {0}, hi[TPU_MAX_DIMS] = {0}, ld[TPU_MAX_DIMS] = {0}, ws[TPU_MAX_DIMS] = {0};
+  for (int32_t d = 0; d < sd; d++) {
+    if (!c->transposed) {
+      lo[d] = hi[d] = c->pad[d];
+      ld[d] = 1;
+      ws[d] = c->st[d];
+    } else {
+      const int64_t e = c->dil[d] * (w.sizes[2 + d] - 1) - c->pad[d];
+      lo[d] = e;
+      hi[d] = e + c->opad[d];
+      ld[d] = c->st[d];
+      ws[d] = 1;
+    }
+    if (lo[d] < 0 || hi[d] < 0)
+      return TPU_ERROR(TPU_STATUS_UNIMPLEMENTED, "%s: padding beyond the kernel's extent is not lowered", call->op);
+  }
+  if (c->transposed) { /* [G*Cin_g, Cout_g, k...] -> [G*Cout_g, Cin_g, k...], flipped */
+    const int64_t cin_g = w.sizes[0] / g, cout_g = w.sizes[1];
+    int64_t s5[TPU_MAX_DIMS + 1] = {g, cin_g, cout_g};
+    int32_t perm[TPU_MAX_DIMS + 1] = {0, 2, 1};
+    for (int32_t d = 0; d < sd; d++) {
+      s5[3 + d] = w.sizes[2 + d];
+      perm[3 + d] = 3 + d;
+    }
+    val_t wt = transposed_dims(b, reshaped(b, w, r + 1, s5), perm);
+    int64_t s4[TPU_MAX_DIMS] = {g * cout_g, cin_g};
+    for (int32_t d = 0; d < sd; d++) s4[2 + d] = s5[3 + d];
+    w = reshaped(b, wt, r, s4);
+    char sp[64], tw[256];
+    dims_list(sp, sizeof(sp), 2, r, -1);
+    shape_str(tw, sizeof(tw), w.ndim, w.sizes, w.ty);
+    val_t rev = w;
+    rev.id = fresh(b);
+    emit(b, "  %%v%d = stablehlo.reverse %%v%d, dims = [%s] : %s\n", rev.id, w.id, sp, tw);
+    w = rev;
+  }
+  char xl[64], wl[64];
+  conv_labels(xl, sizeof(xl), "b", "f", sd);
+  conv_labels(wl, sizeof(wl), "o", "i", sd);
+  *out = convolution(b, x, xl, w, wl, xl, sd, lo, hi, ws, ld, c->dil, g, 1, r, ysizes);
+  return TPU_OK;
+}
+
+/* dW [O, C/g, k...] of the regular convolution y = conv(x, W): the
+ * correlation of x (its channels as the batch, split in g groups; its batch
+ * contracted) with dy (its batch as input features), window strides the
+ * dilation, the kernel dilated by the stride. */
+static val_t conv_grad_weight(sb_t* b, val_t x, val_t dy, const conv_geom_t* c, const int64_t* ksizes) {
+  const int32_t sd = c->sd, r = sd + 2;
+  int64_t lo[TPU_MAX_DIMS] = {0}, hi[TPU_MAX_DIMS] = {0}, one[TPU_MAX_DIMS] = {0};
+  for (int32_t d = 0; d < sd; d++) {
+    one[d] = 1;
+    lo[d] = c->pad[d];
+    /* padded extent the window needs: (k - 1) * d + (Y - 1) * s + 1 */
+    hi[d] = (ksizes[d] - 1) * c->dil[d] + (dy.sizes[2 + d] - 1) * c->st[d] + 1 - x.sizes[2 + d] - c->pad[d];
+  }
+  int64_t os[TPU_MAX_DIMS] = {x.sizes[1] / c->groups, dy.sizes[1]};
+  for (int32_t d = 0; d < sd; d++) os[2 + d] = ksizes[d];
+  char xl[64], wl[64], yl[64];
+  conv_labels(xl, sizeof(xl), "f", "b", sd);
+  conv_labels(wl, sizeof(wl), "i", "o", sd);
+  conv_labels(yl, sizeof(yl), "b", "f", sd);
+  val_t cw = convolution(b, x, xl, dy, wl, yl, sd, lo, hi, c->dil, one, c->st, 1, c->groups, r, os);
+  int32_t perm[TPU_MAX_DIMS] = {1, 0};
+  for (int32_t d = 0; d < sd; d++) perm[2 + d] = 2 + d;
+  return transposed_dims(b, cw, perm);
+}
+
+/* tpu::conv_fwd(input, weight, bias?, stride, padding, dilation,
+ * transposed, output_padding, groups), in float32 for half types (the host
+ * kernels accumulate in float32 and round once). */
+static tpu_status_t lower_conv(sb_t* b, const tpu_k_call_t* call, const lspec_t* spec, const targs_t* ta) {
+  const tpu_tensor_t* o = &call->outputs[0];
+  ltype_t ot;
+  if (!type_of(o->dtype, &ot) || !is_fty(ot.ty) || ta->n < 2)
+    return TPU_ERROR(TPU_STATUS_UNIMPLEMENTED, "%s: only floating convolutions are lowered", call->op);
+  const char* ct = opmath(ot.ty);
+  if (spec->op == L_CONV_BWD) {
+    /* (grad_output, input, weight, stride, padding, dilation, transposed,
+     * output_padding, groups, output_mask) -> (grad_input?, grad_weight?, grad_bias?) */
+    if (ta->n < 3) return TPU_ERROR(TPU_STATUS_UNIMPLEMENTED, "%s: unexpected arguments", call->op);
+    val_t dy, x, w;
+    TPU_RETURN_IF_ERROR(in_val(b, call, ta->t[0], ta->loc[0], &dy));
+    TPU_RETURN_IF_ERROR(in_val(b, call, ta->t[1], ta->loc[1], &x));
+    TPU_RETURN_IF_ERROR(in_val(b, call, ta->t[2], ta->loc[2], &w));
+    conv_geom_t c;
+    TPU_RETURN_IF_ERROR(conv_geom(call, 3, x.ndim - 2, &c));
+    dy = cast(b, dy, ct);
+    x = cast(b, x, ct);
+    w = cast(b, w, ct);
+    if (call->num_outputs > 0 && call->outputs[0].dtype != TPU_DTYPE_INVALID) {
+      /* the input's gradient: the convolution of the other kind, output
+       * padding making up the positions the forward's floor dropped */
+      conv_geom_t gi = c;
+      gi.transposed = !c.transposed;
+      for (int32_t d = 0; d < c.sd; d++) {
+        const int64_t k = w.sizes[2 + d];
+        gi.opad[d] = c.transposed ? 0
+                                  : x.sizes[2 + d] - ((dy.sizes[2 + d] - 1) * c.st[d] - 2 * c.pad[d] +
+                                                      c.dil[d] * (k - 1) + 1);
+      }
+      val_t dx;
+      TPU_RETURN_IF_ERROR(conv_forward(b, call, dy, w, &gi, x.sizes, &dx));
+      TPU_RETURN_IF_ERROR(out_val(b, call, 0, ta, dx));
+    }
+    if (call->num_outputs > 1 && call->outputs[1].dtype != TPU_DTYPE_INVALID) {
+      /* a transposed convolution's weight gradient is the regular one's
+       * with the roles of input and output gradient exchanged */
+      val_t dw = c.transposed ? conv_grad_weight(b, dy, x, &c, w.sizes + 2) : conv_grad_weight(b, x, dy, &c, w.sizes + 2);
+      TPU_RETURN_IF_ERROR(out_val(b, call, 1, ta, dw));
+    }
+    if (call->num_outputs > 2 && call->outputs[2].dtype != TPU_DTYPE_INVALID) {
+      bool dims[TPU_MAX_DIMS];
+      for (int32_t d = 0; d < dy.ndim; d++) dims[d] = d != 1;
+      TPU_RETURN_IF_ERROR(out_val(b, call, 2, ta, reduce_dims(b, dy, dims, "add", "0.0")));
+    }
+    return TPU_OK;
+  }
+  val_t x, w, bias;
+  TPU_RETURN_IF_ERROR(in_val(b, call, ta->t[0], ta->loc[0], &x));
+  TPU_RETURN_IF_ERROR(in_val(b, call, ta->t[1], ta->loc[1], &w));
+  const bool has_bias = ta->n > 2 && ta->arg[2] == 2;
+  if (has_bias) TPU_RETURN_IF_ERROR(in_val(b, call, ta->t[2], ta->loc[2], &bias));
+  const int32_t r = x.ndim;
+  if (r < 3 || w.ndim != r || o->ndim != r) return TPU_ERROR(TPU_STATUS_UNIMPLEMENTED, "%s: unexpected ranks", call->op);
+  conv_geom_t c;
+  TPU_RETURN_IF_ERROR(conv_geom(call, 3, r - 2, &c));
+  val_t y;
+  TPU_RETURN_IF_ERROR(conv_forward(b, call, cast(b, x, ct), cast(b, w, ct), &c, o->sizes, &y));
   if (has_bias) {
     val_t bc = cast(b, bias, ct);
-    char from[128], dims[8] = "1";
+    char from[128], tr[256];
     shape_str(from, sizeof(from), bc.ndim, bc.sizes, ct);
+    shape_str(tr, sizeof(tr), y.ndim, y.sizes, ct);
     val_t bb = shaped(b, r, o->sizes, ct);
-    emit(b, "  %%v%d = stablehlo.broadcast_in_dim %%v%d, dims = [%s] : (%s) -> %s\n", bb.id, bc.id, dims, from, tr);
+    emit(b, "  %%v%d = stablehlo.broadcast_in_dim %%v%d, dims = [1] : (%s) -> %s\n", bb.id, bc.id, from, tr);
     y = binary(b, "add", y, bb);
   }
   return out_val(b, call, 0, ta, y);
