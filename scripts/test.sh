@@ -13,6 +13,11 @@ bash scripts/setup.sh
 # packaging and pyyaml come with transformers; sigstore and tomlkit are imported only by its
 # hub-signature check and command line, which the tests do not use.
 "$PY" -m pip install -q --disable-pip-version-check --no-deps kernels==0.17.2
+# Diffusers: tests/test_diffusers.py runs tiny pipelines built from configs and
+# enable_parallelism on two processes, offline. With its dependencies (Pillow,
+# importlib_metadata, regex, requests, safetensors, filelock; huggingface_hub and
+# numpy also come with transformers): its pipelines and image processing import them.
+"$PY" -m pip install -q --disable-pip-version-check diffusers==0.42.1
 
 echo "== C runtime tests (AddressSanitizer + UndefinedBehaviorSanitizer)"
 # The driver conformance suite runs on the pjrt driver too, on XLA's CPU plugin.

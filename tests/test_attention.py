@@ -212,3 +212,92 @@ def test_output_layout_matches_cpu(case):
     got = F.scaled_dot_product_attention(q.to("tpu"), k.to("tpu"), v.to("tpu"))
     assert got.stride() == want.stride()
     torch.testing.assert_close(got.cpu(), want)
+
+
+# ---------------------------------------------------------- the flash and cuDNN ops, called directly
+# (Diffusers' `_native_flash`/`_native_cudnn` backends and their ring attention call them; on tpu
+# they are the overrideable op, torch_tpu/_attention.py)
+
+FLASH = torch.ops.aten._scaled_dot_product_flash_attention
+CUDNN = torch.ops.aten._scaled_dot_product_cudnn_attention
+
+
+def _lse_ref(q, k, causal=False, mask=None):
+    s = (q.float() @ k.float().transpose(-1, -2)) / math.sqrt(q.shape[-1])
+    if causal:
+        s = s.masked_fill(torch.ones(s.shape[-2:], dtype=torch.bool).triu(1), float("-inf"))
+    if mask is not None:
+        s = s + mask.float()
+    return torch.logsumexp(s, -1)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("causal", [False, True])
+def test_flash_op_forward_backward(dtype, causal):
+    q, k, v = _rand(2, 3, 5, 8, dtype=dtype), _rand(2, 3, 7, 8, dtype=dtype), _rand(2, 3, 7, 16, dtype=dtype)
+    ref_in = [t.float().clone().requires_grad_() for t in (q, k, v)]
+    tpu_in = [t.to("tpu").requires_grad_() for t in (q, k, v)]
+    with OpLog() as log:
+        res = FLASH(*tpu_in, is_causal=causal)
+        gout = _rand(*res[0].shape, dtype=dtype)
+        res[0].backward(gout.to("tpu"))
+    assert {"aten._scaled_dot_product_flash_attention.default",
+            "aten._scaled_dot_product_flash_attention_backward.default"} <= set(log.ops), log.ops
+    out, lse = res[0], res[1]
+    assert out.shape == (2, 3, 5, 16) and out.dtype == dtype and out.device.type == "tpu"
+    assert lse.shape == (2, 3, 5) and lse.dtype == torch.float32
+    assert res[2] is None and res[3] is None and (res[4], res[5]) == (5, 7)
+    assert res[8].numel() == 0 and type(out.grad_fn).__name__ == "ScaledDotProductFlashAttentionBackward0"
+    with sdpa_kernel([SDPBackend.MATH]):
+        ref = F.scaled_dot_product_attention(*ref_in, is_causal=causal)
+    ref.backward(gout.float())
+    atol, rtol = TOL[dtype]
+    torch.testing.assert_close(out.cpu().float(), ref.float(), atol=atol, rtol=rtol)
+    torch.testing.assert_close(lse.cpu(), _lse_ref(q, k, causal), atol=1e-5, rtol=1e-5)
+    for a, b, name in zip(tpu_in, ref_in, "qkv"):
+        torch.testing.assert_close(a.grad.cpu().float(), b.grad, atol=atol * 2, rtol=rtol,
+                                   msg=lambda m: f"grad {name}: {m}")
+
+
+def test_flash_op_matches_cpu_flash_kernel():
+    """Same results as the CPU's own flash kernel (..._flash_attention_for_cpu) in float32."""
+    q, k, v = _rand(1, 2, 9, 16), _rand(1, 2, 9, 16), _rand(1, 2, 9, 16)
+    got = FLASH(q.to("tpu"), k.to("tpu"), v.to("tpu"), is_causal=True, scale=0.3)
+    want = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(q, k, v, is_causal=True, scale=0.3)
+    torch.testing.assert_close(got[0].cpu(), want[0])
+    torch.testing.assert_close(got[1].cpu(), want[1])
+
+
+@pytest.mark.parametrize("mask", [None, "additive", "bool"])
+def test_cudnn_op_forward_backward(mask):
+    q, k, v = _rand(2, 2, 6, 8), _rand(2, 2, 4, 8), _rand(2, 2, 4, 8)
+    m = None
+    if mask == "additive":
+        m = _rand(2, 1, 6, 4)
+    elif mask == "bool":
+        m = torch.rand(1, 1, 6, 4) > 0.3
+        m[..., 0] = True
+    ref_in = [t.clone().requires_grad_() for t in (q, k, v)]
+    tpu_in = [t.to("tpu").requires_grad_() for t in (q, k, v)]
+    res = CUDNN(*tpu_in, None if m is None else m.to("tpu"), True)
+    out, lse = res[0], res[1]
+    assert lse.shape == (2, 2, 6, 1) and lse.dtype == torch.float32 and res[8] is None
+    out.sum().backward()
+    with sdpa_kernel([SDPBackend.MATH]):
+        ref = F.scaled_dot_product_attention(*ref_in, attn_mask=m)
+    ref.sum().backward()
+    torch.testing.assert_close(out.cpu(), ref)
+    bias = None if m is None else (m.float().log() if m.dtype == torch.bool else m)  # True -> 0, False -> -inf
+    torch.testing.assert_close(lse.cpu().squeeze(-1), _lse_ref(q, k, mask=bias), atol=1e-5, rtol=1e-5)
+    for a, b in zip(tpu_in, ref_in):
+        torch.testing.assert_close(a.grad.cpu(), b.grad, atol=4e-5, rtol=2e-4)
+
+
+def test_flash_op_unsupported_arguments_raise():
+    q = torch.randn(1, 2, 4, 8, device="tpu")
+    with pytest.raises(NotImplementedError, match="dropout_p > 0"):
+        FLASH(q, q, q, dropout_p=0.5)
+    with pytest.raises(NotImplementedError, match="return_debug_mask"):
+        FLASH(q, q, q, return_debug_mask=True)
+    with pytest.raises(RuntimeError, match="4-D"):
+        FLASH(q[0], q[0], q[0])

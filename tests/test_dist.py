@@ -63,9 +63,9 @@ def run_all(cmds, limit=LIMIT):
     return [(p.returncode, o) for p, o in zip(procs, outs)]
 
 
-def ranks(backend, cases, world=2, **extra):
+def ranks(backend, cases, world=2, worker=WORKER, **extra):
     port = free_port()
-    cmds = [([sys.executable, WORKER, backend, *cases],
+    cmds = [([sys.executable, worker, backend, *cases],
              env(MASTER_ADDR="127.0.0.1", MASTER_PORT=port, RANK=r, WORLD_SIZE=world, LOCAL_RANK=r,
                  LOCAL_WORLD_SIZE=world, **extra)) for r in range(world)]
     return run_all(cmds)

@@ -93,6 +93,9 @@ from . import _google  # noqa: E402
 
 _google.install(_tpu_module)  # Google's TorchTPU names: torch.tpu.ops, .optimizers, ..., torch_tpu._internal
 from . import quant  # noqa: E402  (torch.ops.tpu.q_linear: GGUF-block linear layers)
+from . import _attention  # noqa: E402
+
+_attention.install()  # aten::_scaled_dot_product_flash/cudnn_attention(_backward) on the fused kernels
 
 
 def fallback_report():
