@@ -141,20 +141,19 @@ def test_ddpm_unet_pipeline_matches_cpu():
     torch.testing.assert_close(got, ref)
 
 
-@pytest.mark.xfail(strict=True, raises=RuntimeError,
-                   reason="torch_tpu's SDPA choice (csrc/aten/attention.cpp, tpu_fused_sdp_choice) answers only "
-                          "the OVERRIDEABLE and MATH backends, so sdpa_kernel(FLASH_ATTENTION) or (CUDNN_ATTENTION), "
-                          "which these Diffusers backends set around F.scaled_dot_product_attention outside "
-                          "parallel attention, has no viable backend on tpu")
 @pytest.mark.parametrize("backend", ["_native_flash", "_native_cudnn"])
 def test_flash_and_cudnn_backends_one_chip(backend):
+    """Diffusers' flash and cuDNN backends wrap F.scaled_dot_product_attention in
+    sdpa_kernel(FLASH_ATTENTION / CUDNN_ATTENTION): tpu's fused kernel runs."""
     inputs = flux_inputs()
+    with torch.no_grad():  # before set_attention_backend, which is process-wide (the CPU has no cuDNN)
+        ref = _flux("cpu")(**inputs, return_dict=False)[0]
     model = _flux("tpu")
     model.set_attention_backend(backend)
     with torch.no_grad():
-        got = model(**{k: v.to("tpu") for k, v in inputs.items()}, return_dict=False)[0].cpu()
-    with torch.no_grad():
-        ref = _flux("cpu")(**inputs, return_dict=False)[0]
+        got, fallback = _fallback_ops(lambda: model(**{k: v.to("tpu") for k, v in inputs.items()},
+                                                    return_dict=False)[0].cpu())
+    assert not fallback
     torch.testing.assert_close(got, ref)
 
 

@@ -88,7 +88,15 @@ int64_t tpu_fused_sdp_choice(const at::Tensor& query, const at::Tensor& key, con
                     "scaled_dot_product_attention: attn_mask must have at least 2 dimensions, got ",
                     attn_mask.has_value() && attn_mask->defined() ? attn_mask->dim() : 0);
   auto& ctx = at::globalContext();
-  if (ctx.userEnabledOverrideableSDP() && host_kernels() &&
+  // tpu has one fused kernel: sdpa_kernel() with flash, memory-efficient or
+  // cuDNN attention (what Diffusers' _native_flash / _native_cudnn set)
+  // allows it as OVERRIDEABLE does. A driver without host kernels runs it
+  // when it lowers both directions.
+  static const bool runs_fused =
+      host_kernels() || (driver_runs_op("tpu::sdpa_fwd") && driver_runs_op("tpu::sdpa_bwd"));
+  const bool fused_allowed = ctx.userEnabledOverrideableSDP() || ctx.userEnabledFlashSDP() ||
+                             ctx.userEnabledMemEfficientSDP() || ctx.userEnabledCuDNNSDP();
+  if (fused_allowed && runs_fused &&
       fused_supported(query, key, value, attn_mask, dropout_p, is_causal, enable_gqa)) {
     return static_cast<int64_t>(at::SDPBackend::overrideable);
   }
