@@ -503,6 +503,15 @@ def _groups_more():
          lambda: [_t((5,), "float32"), _t((5,), "float32", seed=1)]),
     ]
 
+    G["pow_scalar_base"] = [
+        ("pow number ** float tensor (rotary inverse frequencies)", lambda e: torch.pow(10000.0, e),
+         lambda: [torch.arange(0, 8, 2, dtype=torch.float32) / 8]),
+        ("pow int ** int64 tensor", lambda e: 2 ** e, lambda: [torch.arange(6)]),
+        ("pow float ** int tensor promotes", lambda e: 2.5 ** e, lambda: [torch.arange(5, dtype=torch.int32)]),
+        ("pow out=", lambda e: torch.pow(0.5, e, out=torch.empty(0, dtype=e.dtype, device=e.device)),
+         lambda: [_t((3, 2), "bfloat16")]),
+    ]
+
     def _adam(p, g, fused, amsgrad=False):
         p = torch.nn.Parameter(p)
         opt = torch.optim.AdamW([p], lr=0.1, weight_decay=0.01, fused=fused, foreach=None if fused else True,

@@ -81,7 +81,7 @@ static const lspec_t kSpecs[] = {
     {"fmod", L_FMOD, F_ARITH, "|.Tensor|.Scalar|.Tensor_out|.Scalar_out|_.Tensor|_.Scalar"},
     {"atan2", L_ATAN2, F_ARITH, "||.out|_"},
     {"floor_divide", L_FLOORDIV, F_ARITH, "||.Scalar|.out|.Scalar_out|_.Tensor|_.Scalar"},
-    {"pow", L_POWT, F_ARITH, "|.Tensor_Tensor|.Tensor_Tensor_out|_.Tensor"},
+    {"pow", L_POWT, F_ARITH, "|.Tensor_Tensor|.Tensor_Tensor_out|_.Tensor|.Scalar|.Scalar_out"},
     {"div", L_DIVMODE, F_ARITH, "|.Tensor_mode|.Scalar_mode|.out_mode|.Scalar_mode_out|_.Tensor_mode|_.Scalar_mode"},
     {"bitwise_left_shift", L_SHL, F_ARITH, SHIFT_O}, {"bitwise_right_shift", L_SHR, F_ARITH, SHIFT_O},
     {"__lshift__", L_SHL, F_ARITH, "|.Tensor|.Scalar|.Tensor_out|.Scalar_out"},
