@@ -503,6 +503,20 @@ def _groups_more():
          lambda: [_t((5,), "float32"), _t((5,), "float32", seed=1)]),
     ]
 
+    # Kernel-table ops with neither a lowering nor a decomposition: the host C kernel on host copies.
+    G["staged_host_kernels"] = [
+        ("histc int32 (the CPU has none)", lambda x: torch.histc(x, bins=8, min=0, max=7),
+         lambda: [torch.randint(0, 8, (50,), dtype=torch.int32)],
+         lambda x: torch.histc(x.float(), bins=8, min=0, max=7).to(torch.int32)),
+        ("histc out=", lambda x: torch.histc(x, bins=5, out=torch.empty(0, device=x.device)),
+         lambda: [_t((40,), "float32")]),
+        ("linalg_solve_triangular", lambda a, b: torch.linalg.solve_triangular(a, b, upper=True),
+         lambda: [torch.randn(4, 4).triu() + 4 * torch.eye(4), _t((4, 3), "float32")]),
+        ("_grouped_mm and its input gradient", lambda a, b, o: torch.cat([
+            torch._grouped_mm(a, b, offs=o).flatten(),
+            torch.autograd.grad(torch._grouped_mm(a.requires_grad_(), b, offs=o).float().sum(), a)[0].flatten()]),
+         lambda: [_t((6, 16), "bfloat16"), _t((2, 16, 8), "bfloat16", seed=1), torch.tensor([2, 6], dtype=torch.int32)]),
+    ]
     G["pow_scalar_base"] = [
         ("pow number ** float tensor (rotary inverse frequencies)", lambda e: torch.pow(10000.0, e),
          lambda: [torch.arange(0, 8, 2, dtype=torch.float32) / 8]),

@@ -11,6 +11,7 @@
 #include <torch/library.h>
 
 #include <algorithm>
+#include <memory>
 #include <cstdlib>
 #include <cstring>
 #include <list>
@@ -438,6 +439,10 @@ struct OpPlan {
   bool expand_masks = false;            // advanced indexing: bool masks -> indices
   bool list_return = false;             // a list op returning Tensor[] (one per element)
   bool staged = false;                  // data-dependent sizes on a driver without host kernels
+  // A driver without host kernels and without a lowering of a kernel-table
+  // op: the plan that stages it through the host, taken when PyTorch's
+  // decomposition table has no entry for it either (tpu_boxed_fallback).
+  std::shared_ptr<const OpPlan> staged_plan;
   // PyTorch's semantic rules the bridge applies before a native kernel runs
   // (see apply_dtype_arg and run_mutating_pointwise):
   int self_arg = -1;   // `Tensor self`, when not written by the op
@@ -539,15 +544,17 @@ const OpPlan& plan_for(const c10::OperatorHandle& op) {
   // unique, masked_select, ...) and random ops the driver does not lower
   // stage through the host there (run_staged): the same C kernels, so the
   // same Philox streams as on the host driver.
+  bool stage_unless_decomposed = false;
   if (plan.entry != nullptr && !host_kernels() && !driver_runs_op(plan.name.c_str())) {
-    if (plan.entry->shape != nullptr || (plan.entry->flags & TPU_K_FLAG_RANDOM) != 0) {
-      plan.staged = true;
-    } else {
-      plan.entry = nullptr;
-    }
+    plan.staged = true;
+    stage_unless_decomposed = plan.entry->shape == nullptr && (plan.entry->flags & TPU_K_FLAG_RANDOM) == 0;
   }
   plan.expand_masks = schema.name() == "aten::index" || schema.name() == "aten::index_put" ||
                       schema.name() == "aten::index_put_" || schema.name() == "aten::_index_put_impl_";
+  if (stage_unless_decomposed && plan.entry != nullptr && (plan.entry->flags & TPU_K_FLAG_LIST) != 0) {
+    plan.entry = nullptr;  // list ops decompose per element (torch_tpu/_decomp.py), else the CPU fallback
+    plan.staged = false;
+  }
   // List ops (torch._foreach_*) may return one Tensor[].
   if (plan.entry != nullptr && (plan.entry->flags & TPU_K_FLAG_LIST) != 0 && schema.returns().size() == 1 &&
       schema.returns()[0].type()->kind() == c10::TypeKind::ListType) {
@@ -568,6 +575,21 @@ const OpPlan& plan_for(const c10::OperatorHandle& op) {
       if (same_alias(ret.alias_info(), args[j].alias_info())) alias = static_cast<int>(j);
     }
     plan.out_alias.push_back(alias);
+  }
+  if (stage_unless_decomposed) {
+    // run_staged writes back only what the op returns: an op that writes an
+    // argument it does not return (in-place list ops) is never staged.
+    bool returns_writes = plan.entry != nullptr;
+    const auto& args = schema.arguments();
+    for (size_t j = 0; returns_writes && j < args.size(); ++j) {
+      if (writes(args[j])) {
+        returns_writes = std::find(plan.out_alias.begin(), plan.out_alias.end(), static_cast<int>(j)) !=
+                         plan.out_alias.end();
+      }
+    }
+    if (returns_writes) plan.staged_plan = std::make_shared<const OpPlan>(plan);
+    plan.entry = nullptr;
+    plan.staged = false;
   }
   return g_plans.emplace(&schema, std::move(plan)).first->second;
 }
@@ -1253,6 +1275,10 @@ void tpu_boxed_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack)
     return;
   }
   if (run_decomposition(op, stack)) return;
+  if (plan.staged_plan) {
+    run_native(op, *plan.staged_plan, stack);
+    return;
+  }
   run_cpu_fallback(op, plan, stack);
 }
 
