@@ -67,19 +67,24 @@ def check_parallel(name, m, config, seen, inputs, ran):
         assert isinstance(w, DTensor) and w.to_local().shape[0] == w.shape[0] // WORLD, (name, type(w))
 
 
+def parallel_model(m, config):
+    """m with enable_parallelism(config); the (image, text) token counts its first block sees are
+    recorded in `seen`; the fallback report is reset and the collective counts taken (`before`)."""
+    m.enable_parallelism(config=config)
+    seen = []
+    m.transformer_blocks[0].register_forward_pre_hook(
+        lambda mod, args, kw: seen.append((kw["hidden_states"].shape[1], kw["encoder_hidden_states"].shape[1])),
+        with_kwargs=True)
+    torch.tpu.synchronize()
+    torch_tpu.reset_fallback_report()
+    return m, seen, collectives()
+
+
 def check_forward(name, config, backend, dtype=torch.float32, **input_args):
     inputs = flux_inputs(**input_args)
     with torch.no_grad():
         ref = forward(flux("native", dtype), inputs, dtype).cpu()  # F.scaled_dot_product_attention
-        m = flux(backend, dtype)
-        m.enable_parallelism(config=config)
-        seen = []
-        m.transformer_blocks[0].register_forward_pre_hook(
-            lambda mod, args, kw: seen.append((kw["hidden_states"].shape[1], kw["encoder_hidden_states"].shape[1])),
-            with_kwargs=True)
-        torch.tpu.synchronize()
-        torch_tpu.reset_fallback_report()
-        before = collectives()
+        m, seen, before = parallel_model(flux(backend, dtype), config)
         got = forward(m, inputs, dtype).cpu()
     no_fallback(name)
     check_parallel(name, m, config, seen, inputs, collectives() - before)
@@ -98,15 +103,7 @@ def check_backward(name, config, backend):
     ref_model = flux("native", train=True)
     forward(ref_model, inputs, torch.float32).sum().backward()
     ref = {n: p.grad.cpu() for n, p in ref_model.named_parameters() if p.grad is not None}
-    m = flux(backend, train=True)
-    m.enable_parallelism(config=config)
-    seen = []
-    m.transformer_blocks[0].register_forward_pre_hook(
-        lambda mod, args, kw: seen.append((kw["hidden_states"].shape[1], kw["encoder_hidden_states"].shape[1])),
-        with_kwargs=True)
-    torch.tpu.synchronize()
-    torch_tpu.reset_fallback_report()
-    before = collectives()
+    m, seen, before = parallel_model(flux(backend, train=True), config)
     out = forward(m, inputs, torch.float32)
     out.sum().backward()
     check_parallel(name, m, config, seen, inputs, collectives() - before)
