@@ -962,12 +962,13 @@ void expand_bool_indices(torch::jit::Stack& stack, size_t nargs) {
   } else {
     for (const auto& t : iv.toOptionalTensorList()) in.push_back(t);
   }
-  bool any = false;
-  for (const auto& t : in) any |= t.has_value() && t->defined() && (t->scalar_type() == at::kBool || t->scalar_type() == at::kByte);
-  if (!any) return;
+  auto is_mask = [](const std::optional<at::Tensor>& t) {
+    return t.has_value() && t->defined() && (t->scalar_type() == at::kBool || t->scalar_type() == at::kByte);
+  };
+  if (std::none_of(in.begin(), in.end(), is_mask)) return;
   c10::List<std::optional<at::Tensor>> out;
   for (const auto& t : in) {
-    if (t.has_value() && t->defined() && (t->scalar_type() == at::kBool || t->scalar_type() == at::kByte)) {
+    if (is_mask(t)) {
       at::Tensor nz = t->nonzero();
       for (int64_t d = 0; d < t->dim(); ++d) out.push_back(nz.select(1, d));
     } else {
