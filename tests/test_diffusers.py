@@ -31,9 +31,9 @@ FLUX = dict(patch_size=1, in_channels=4, num_layers=1, num_single_layers=1, atte
 FALLBACK = {
     "flux_transformer": set(),
     "flux_pipeline": set(),
-    # UNet2DModel's Upsample2D (interpolate, nearest): no C kernel. On a driver without host kernels
-    # (pjrt) torch._decomp's entry runs it on the device instead; the host driver does not decompose.
-    "ddpm_pipeline": {"aten::upsample_nearest2d.out"} if torch_tpu._C.selected_driver() == "host" else set(),
+    # UNet2DModel's Upsample2D (interpolate, nearest) has no C kernel: torch._decomp's entry runs it
+    # on the device (it took the CPU fallback before decompositions ran on the host driver too).
+    "ddpm_pipeline": set(),
 }
 
 

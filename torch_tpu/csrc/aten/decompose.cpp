@@ -1,7 +1,8 @@
-// decompose.cpp - ops a driver without host kernels cannot run as one call:
-// PyTorch's own decomposition table (torch._decomp), run eagerly on tpu
-// tensors, so each smaller op reaches the driver (its lowering, or again this
-// path). The table is Python; this file converts the boxed stack to Python
+// decompose.cpp - ops the device cannot run as one call (no C kernel on the
+// host driver; no lowering on a driver without host kernels): PyTorch's own
+// decomposition table (torch._decomp), run eagerly on tpu tensors, so each
+// smaller op reaches the device (its kernel or lowering, or again this path)
+// and the CPU fallback stays the exception. The table is Python; this file converts the boxed stack to Python
 // arguments by the schema and the results back.
 #include <torch/csrc/DynamicTypes.h>
 #include <torch/csrc/jit/python/pybind_utils.h>
@@ -48,7 +49,6 @@ py::object to_python(const c10::Argument& a, const c10::IValue& v) {
 }  // namespace
 
 bool run_decomposition(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
-  if (host_kernels()) return false;
   const c10::FunctionSchema& schema = op.schema();
   for (const c10::FunctionSchema* s : t_active) {
     if (s == &schema) return false;
