@@ -203,7 +203,36 @@ def run(name: str, overload: str, args: tuple, kwargs: dict):
     if fn is None:
         return NotImplemented
     _counts[str(op)] += 1
-    return fn(*args, **kwargs)
+    outs = _out_names(op)
+    if not outs or not all(k in kwargs for k in outs):
+        return fn(*args, **kwargs)
+    # An out= overload: the table's entry is often the functional op's,
+    # registered for every overload (it takes no `grad_input=`, `values=`,
+    # ...). The result is computed without them and written into them, as
+    # PyTorch's out= rule says (resized when the sizes differ).
+    dst = [kwargs.pop(k) for k in outs]
+    res = fn(*args, **kwargs)
+    res = list(res) if isinstance(res, (tuple, list)) else [res]
+    if len(res) != len(dst):
+        raise RuntimeError(f"{op}: its decomposition returned {len(res)} tensors for {len(dst)} out= arguments")
+    for d, r in zip(dst, res):
+        if d.shape != r.shape:
+            d.resize_(r.shape)
+        d.copy_(r)
+    return dst[0] if len(dst) == 1 else tuple(dst)
+
+
+_OUT_NAMES: dict = {}
+
+
+def _out_names(op) -> tuple:
+    """Names of the keyword-only arguments `op` writes (its out= tensors)."""
+    names = _OUT_NAMES.get(op)
+    if names is None:
+        names = _OUT_NAMES[op] = tuple(
+            a.name for a in op._schema.arguments
+            if a.kwarg_only and a.alias_info is not None and a.alias_info.is_write)
+    return names
 
 
 def decomposition_report() -> dict:
