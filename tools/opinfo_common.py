@@ -20,10 +20,13 @@ import dataclasses
 import itertools
 import os
 import re
+import sys
+import time
 from typing import Any, Callable
 
 import torch
 import torch_tpu  # noqa: F401  (registers the device)
+from torch_tpu import _decomp
 from torch.utils import _pytree as pytree
 
 try:
@@ -205,6 +208,7 @@ def tolerance(op, dtype) -> dict:
 class SampleOutcome:
     kind: str  # "pass" | "fallback" | "fail" | "skip"
     detail: str = ""  # fallback: the ATen op; fail: one-line error; skip: reason
+    raised: bool = False  # fail: the device raised (else: a wrong result)
 
 
 def fallback_op(exc: BaseException) -> str | None:
@@ -343,8 +347,44 @@ COMPARATORS: dict[str, Callable] = {
 }
 
 
+_RANDOM_RE = re.compile(r"random|nondetermin|non-determin", re.I)
+_random_ops = None
+
+
+def random_ops() -> set:
+    """Test names of the OpInfos outside OP_NAMES whose result is random:
+    those that PyTorch's own device-vs-CPU test (test_compare_cpu) skips with a
+    reason about randomness or nondeterminism. Their results are checked by
+    _compare_meta (shape, dtype) instead of by value."""
+    global _random_ops
+    if _random_ops is None:
+        _random_ops = set()
+        for op in op_db:
+            if op.name in OP_NAMES:
+                continue
+            for di in op.decorators:
+                if getattr(di, "test_name", None) != "test_compare_cpu":
+                    continue
+                decs = di.decorators if isinstance(di.decorators, (list, tuple)) else [di.decorators]
+                for d in decs:
+                    cells = [c.cell_contents for c in (getattr(d, "__closure__", None) or ())]
+                    if any(isinstance(c, str) and _RANDOM_RE.search(c) for c in cells):
+                        _random_ops.add(test_name(op))
+    return _random_ops
+
+
+def _compare_meta(sample, got, expected, tol):
+    # a random op: same structure, shapes and dtypes; values not comparable
+    g, e = pytree.tree_flatten(got), pytree.tree_flatten(expected)
+    if g[1] != e[1]:
+        raise AssertionError(f"output structure differs: {g[1]} vs {e[1]}")
+    for a, b in zip(g[0], e[0]):
+        if isinstance(a, torch.Tensor) and (a.shape != b.shape or a.dtype != b.dtype):
+            raise AssertionError(f"output {tuple(a.shape)} {a.dtype}, expected {tuple(b.shape)} {b.dtype}")
+
+
 def _compare(name, sample, got, expected, tol):
-    cmp = COMPARATORS.get(name)
+    cmp = COMPARATORS.get(name) or (_compare_meta if name in random_ops() else None)
     if cmp is None:
         torch.testing.assert_close(got, expected, equal_nan=True, **tol)
     else:
@@ -354,6 +394,8 @@ def _compare(name, sample, got, expected, tol):
 def run_forward_sample(name, op, sample, tol: dict) -> SampleOutcome:
     """Runs one sample on the device and on the CPU and compares."""
     dev_in, dev_args, dev_kwargs = pytree.tree_map(_to_device, (sample.input, sample.args, sample.kwargs))
+    if "device" in dev_kwargs:  # factory functions (arange, full, ...) make their result there
+        dev_kwargs = dict(dev_kwargs, device=DEVICE)
     cpu_exc = expected = None
     try:
         expected = sample.output_process_fn_grad(_call(op, sample.input, sample.args, sample.kwargs))
@@ -370,7 +412,7 @@ def run_forward_sample(name, op, sample, tol: dict) -> SampleOutcome:
             return SampleOutcome("fallback", fb)
         if cpu_exc is not None:
             return SampleOutcome("pass", "raised like the CPU")
-        return SampleOutcome("fail", describe_error(e))
+        return SampleOutcome("fail", describe_error(e), raised=True)
     if cpu_exc is not None:
         return SampleOutcome("fail", f"CPU raised ({describe_error(cpu_exc)}) but {DEVICE} returned a result")
     try:
@@ -418,11 +460,14 @@ def run_grad_sample(name, op, sample, tol: dict) -> SampleOutcome:
             return SampleOutcome("fallback", fb)
         if cpu_exc is not None:
             return SampleOutcome("pass", "raised like the CPU")
-        return SampleOutcome("fail", describe_error(e))
+        return SampleOutcome("fail", describe_error(e), raised=True)
     if cpu_exc is not None:
         return SampleOutcome("fail", f"CPU raised ({describe_error(cpu_exc)}) but {DEVICE} returned grads")
     try:
-        torch.testing.assert_close(got, expected, equal_nan=True, **tol)
+        if name in random_ops():
+            _compare_meta(sample, got, expected, tol)
+        else:
+            torch.testing.assert_close(got, expected, equal_nan=True, **tol)
     except Exception as e:
         return SampleOutcome("fail", "grad: " + describe_error(e))
     return SampleOutcome("pass")
@@ -441,6 +486,7 @@ class CaseResult:
     passed: int = 0
     fallback_ops: dict = dataclasses.field(default_factory=dict)  # ATen op -> samples
     error: str = ""  # first failure, "sample N (summary): message"
+    error_raised: bool = False  # the first failure: the device raised (else a wrong result)
     failures: int = 0
     skipped: dict = dataclasses.field(default_factory=dict)  # reason -> samples
     reason: str = ""  # for status "skip"
@@ -511,6 +557,7 @@ def run_case(name: str, op, dtype: torch.dtype, mode: str = "forward",
             res.failures += 1
             if not res.error:
                 res.error = f"sample {i} {_summary(sample)}: {out.detail}"
+                res.error_raised = out.raised
     if res.failures:
         res.status = "fail"
     elif res.fallback_ops:
@@ -544,3 +591,245 @@ def fallback_ops_allowed(name: str, op, dtype: torch.dtype, mode: str,
         if old is not None:
             os.environ["TORCH_TPU_FALLBACK"] = old
         torch_tpu.reset_fallback_report()
+
+
+# ---- the whole OpInfo database (tools/opinfo_report.py --all) -----------------
+#
+# Every OpInfo of op_db (all variants), every dtype of ALL_DTYPES that it
+# declares for CPU, forward; float32 grad where it supports autograd; and one
+# "complex" record per op that declares a complex dtype (the device has none).
+# Each case gets one CATEGORY:
+#   native      passed; no decomposition ran, no fallback
+#   decomposed  passed; some op ran by its torch._decomp decomposition on the device
+#   fallback    some sample reached the CPU fallback (fallback_ops names the ATen ops)
+#   mismatch    some sample gave a result that differs from the CPU's (`error`: the first)
+#   error       the device raised where the CPU did not (`error`: the first)
+#   complex     complex dtypes: not supported (the device raises a clear error)
+#   crash       the process running the case died (the case is named; the rest go on)
+#   timeout     no result in the time limit (the child was killed)
+#   skipped     nothing ran (`reason` says why)
+# Cases run in child processes, a chunk each, so that a crash loses one case.
+
+ALL_DTYPES = [torch.float32, torch.bfloat16, torch.float16, torch.float64, torch.int8, torch.int16,
+              torch.int32, torch.int64, torch.uint8, torch.bool]
+CATEGORIES = ["native", "decomposed", "fallback", "mismatch", "error", "complex", "crash", "timeout",
+              "skipped"]
+COMPLEX_ERROR = "complex dtypes are not supported"  # the device's NotImplementedError says this
+
+
+def all_ops():
+    """[(test name, OpInfo)] of every OpInfo in op_db, in op_db order."""
+    return [(test_name(op), op) for op in op_db]
+
+
+def all_cases(grad: bool = True):
+    """[(test name, dtype name, mode)] of the whole database: forward for every
+    dtype of ALL_DTYPES the OpInfo declares for CPU, "complex" (mode
+    "forward") where it declares a complex one, and float32 grad where it
+    supports autograd. A plain, picklable list: the children rebuild the same
+    one and run slices of it."""
+    out = []
+    for name, op in all_ops():
+        supported = op.supported_dtypes("cpu")
+        out += [(name, dtype_name(d), "forward") for d in ALL_DTYPES if d in supported]
+        if any(d.is_complex for d in supported):
+            out.append((name, "complex", "forward"))
+        if grad and op.supports_autograd and torch.float32 in supported:
+            out.append((name, "float32", "grad"))
+    return out
+
+
+def complex_probe() -> str:
+    """What moving a complex tensor to the device does: one line."""
+    try:
+        torch.ones(2, dtype=torch.complex64).to(DEVICE).cpu()
+    except Exception as e:
+        return describe_error(e)
+    return "no error: a complex64 tensor reached the device"
+
+
+def categorize(res: CaseResult, decomposed: dict) -> str:
+    if res.status == "skip":
+        return "skipped"
+    if res.status == "fallback":
+        return "fallback"
+    if res.status == "fail":
+        if res.error_raised and COMPLEX_ERROR in res.error:
+            return "complex"
+        return "error" if res.error_raised else "mismatch"
+    return "decomposed" if decomposed else "native"
+
+
+def run_db_case(name: str, dtype: str, mode: str, max_samples: int | None, ops_by_name=None) -> dict:
+    """One case of all_cases(), with the fallback forbidden; a JSON-able dict:
+    name, dtype, mode, category, samples, passed, fallback_ops (every ATen op,
+    from a second run with the fallback allowed), decomposed ({ATen op:
+    calls}), error, reason, seconds."""
+    t0 = time.perf_counter()
+    op = (ops_by_name or dict(all_ops()))[name]
+    out = dict(name=name, dtype=dtype, mode=mode, samples=0, passed=0, fallback_ops={}, decomposed={},
+               error="", reason="")
+    if dtype == "complex":
+        out.update(category="complex", reason=f"complex: not supported ({complex_probe()})")
+    else:
+        d = getattr(torch, dtype)
+        _decomp.reset_decomposition_report()
+        with fallback_forbidden():
+            res = run_case(name, op, d, mode, max_samples=max_samples)
+        decomposed = _decomp.decomposition_report()
+        _decomp.reset_decomposition_report()
+        out.update(category=categorize(res, decomposed), samples=res.samples, passed=res.passed,
+                   decomposed=decomposed, error=res.error, reason=res.reason)
+        if res.fallback_ops:
+            try:
+                full = fallback_ops_allowed(name, op, d, mode, max_samples=max_samples)
+            except Exception:
+                full = {}
+            out["fallback_ops"] = full or dict(res.fallback_ops)
+    out["seconds"] = round(time.perf_counter() - t0, 3)
+    return out
+
+
+_MARK = "@@opinfo-db "  # prefix of the child's protocol lines on stdout
+
+
+def _worker_main(argv):
+    """Child: runs all_cases()[start:end]; before each case prints
+    `@@opinfo-db start <i>`, after it `@@opinfo-db result <json>`."""
+    import json
+    start, end, max_samples = int(argv[0]), int(argv[1]), argv[2]
+    max_samples = None if max_samples == "all" else int(max_samples)
+    cases = all_cases()
+    ops = dict(all_ops())
+    out = sys.stdout
+    for i in range(start, min(end, len(cases))):
+        name, dtype, mode = cases[i]
+        out.write(f"{_MARK}start {i}\n")
+        out.flush()
+        try:
+            r = run_db_case(name, dtype, mode, max_samples, ops)
+        except Exception as e:  # outside a sample (the harness itself): say so
+            r = dict(name=name, dtype=dtype, mode=mode, category="error", samples=0, passed=0, fallback_ops={},
+                     decomposed={}, error=f"outside the samples: {describe_error(e)}", reason="", seconds=0.0)
+        r["index"] = i
+        _sync_quietly()
+        out.write(f"{_MARK}result {json.dumps(r)}\n")
+        out.flush()
+
+
+def run_db_chunked(indices, max_samples, n_cases, chunk=400, case_timeout=120.0, progress=None):
+    """Runs the cases all_cases()[i] for i in `indices` (sorted) in child
+    processes, `chunk` consecutive cases each. A child that dies marks the case
+    it had started "crash" (with its exit status and last stderr line) and a
+    new child goes on from the next case; a case with no result in
+    `case_timeout` seconds is killed and marked "timeout". Returns the result
+    dicts in index order. `progress(result)` is called per case if given."""
+    import json
+    import selectors
+    import subprocess
+    import tempfile
+
+    cases = all_cases()
+    assert len(cases) == n_cases, "the case list changed under the caller"
+    env = dict(os.environ)
+    env.setdefault("TORCH_TPU_HOST_DEVICES", "2")
+    env.setdefault("TORCH_TPU_HOST_MEMORY", "2G")
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    me = os.path.abspath(__file__)
+    todo = sorted(indices)
+    results = {}
+
+    def record(r):
+        results[r["index"]] = r
+        if progress:
+            progress(r)
+
+    def lost(i, category, why):
+        name, dtype, mode = cases[i]
+        record(dict(index=i, name=name, dtype=dtype, mode=mode, category=category, samples=0, passed=0,
+                    fallback_ops={}, decomposed={}, error=why, reason="", seconds=0.0))
+
+    pos = 0
+    while pos < len(todo):
+        # a run of consecutive indices, at most `chunk` long
+        first = todo[pos]
+        end = pos
+        while end < len(todo) and todo[end] - first < chunk and todo[end] == first + (end - pos):
+            end += 1
+        last = todo[end - 1]
+        with tempfile.TemporaryFile(mode="w+") as err:
+            proc = subprocess.Popen([sys.executable, me, "--worker", str(first), str(last + 1),
+                                     "all" if max_samples is None else str(max_samples)],
+                                    stdout=subprocess.PIPE, stderr=err, env=env, text=True, bufsize=1)
+            sel = selectors.DefaultSelector()
+            sel.register(proc.stdout, selectors.EVENT_READ)
+            started = None
+            deadline = time.monotonic() + case_timeout + 60  # the child's imports
+            timed_out = False
+            while True:
+                if not sel.select(timeout=max(0.0, deadline - time.monotonic())):
+                    timed_out = True
+                    proc.kill()
+                    break
+                line = proc.stdout.readline()
+                if not line:
+                    break
+                if not line.startswith(_MARK):
+                    continue
+                kind, _, rest = line[len(_MARK):].rstrip("\n").partition(" ")
+                if kind == "start":
+                    started = int(rest)
+                    deadline = time.monotonic() + case_timeout
+                elif kind == "result":
+                    record(json.loads(rest))
+                    started = None
+            proc.wait()
+            sel.close()
+            err.seek(0)
+            tail = [ln.strip() for ln in err.read().splitlines() if ln.strip()]
+        done_to = max([i for i in results if first <= i <= last], default=first - 1)
+        if started is not None:
+            if timed_out:
+                lost(started, "timeout", f"no result in {case_timeout:.0f} s: killed")
+            else:
+                lost(started, "crash", f"process died (exit status {proc.returncode})"
+                     + (f"; last stderr line: {tail[-1][:300]}" if tail else ""))
+            done_to = started
+        elif done_to < last:  # died or hung before starting a case: give up on the rest of the chunk
+            why = f"child exited with status {proc.returncode} before the case started" + \
+                (f"; last stderr line: {tail[-1][:300]}" if tail else "")
+            for i in range(done_to + 1, last + 1):
+                lost(i, "crash", why)
+            done_to = last
+        pos = todo.index(done_to) + 1 if done_to in todo else end
+    return [results[i] for i in sorted(results)]
+
+
+def db_totals(results) -> dict:
+    """{mode: {category: cases, "total": cases}} and the native+decomposed
+    share of the real-dtype cases that ran (all but skipped and the complex
+    records of complex dtypes)."""
+    t = {}
+    for mode in ("forward", "grad"):
+        rs = [r for r in results if r["mode"] == mode]
+        t[mode] = {c: sum(r["category"] == c for r in rs) for c in CATEGORIES}
+        t[mode]["total"] = len(rs)
+    ran = [r for r in results if r["category"] != "skipped" and r["dtype"] != "complex"]
+    good = sum(r["category"] in ("native", "decomposed") for r in ran)
+    t["share"] = good / len(ran) if ran else 0.0
+    t["share_cases"] = (good, len(ran))
+    return t
+
+
+def db_fallback_index(results) -> dict:
+    """{ATen op: cases it blocks}, most first."""
+    n: dict = {}
+    for r in results:
+        for aten in r["fallback_ops"]:
+            n[aten] = n.get(aten, 0) + 1
+    return dict(sorted(n.items(), key=lambda kv: (-kv[1], kv[0])))
+
+
+if __name__ == "__main__" and len(sys.argv) > 1 and sys.argv[1] == "--worker":
+    _worker_main(sys.argv[2:])
