@@ -68,21 +68,8 @@ def _fused_adam(adamw, params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, st
     """torch._fused_adam(w)_ as the host kernel computes it (kernels/optim.c):
     per parameter in float32 (float64 for float64), the bias corrections in
     float64, every state tensor written once; found_inf == 1 leaves all
-    unchanged (on the device: no read back to the host)."""
-    op = "aten::_fused_adamw_" if adamw else "aten::_fused_adam_"
-    lists = {"grads": grads, "exp_avgs": exp_avgs, "exp_avg_sqs": exp_avg_sqs,
-             "max_exp_avg_sqs": max_exp_avg_sqs, "state_steps": state_steps}
-    for name, lst in lists.items():
-        if len(lst) != len(params) and not (name == "max_exp_avg_sqs" and not amsgrad and not lst):
-            raise ValueError(f"{op}: {name} has {len(lst)} tensors, self has {len(params)}")
-    for i, p in enumerate(params):
-        for name in ("grads", "exp_avgs", "exp_avg_sqs") + (("max_exp_avg_sqs",) if amsgrad else ()):
-            t = lists[name][i]
-            if t.shape != p.shape or t.dtype != p.dtype:
-                raise ValueError(f"{op}: {name}[{i}] must have the sizes and dtype ({p.dtype}) of self[{i}] "
-                                 f"{tuple(p.shape)}, got {t.dtype} {tuple(t.shape)}")
-        if state_steps[i].numel() != 1:
-            raise ValueError(f"{op}: state_steps[{i}] must be a one-element tensor")
+    unchanged (on the device: no read back to the host). The bridge has run
+    the kernel's check() on the arguments before (OpPlan::checked)."""
     skip = None if found_inf is None else found_inf.reshape(()) == 1
     for i, p in enumerate(params):
         if p.numel() == 0:

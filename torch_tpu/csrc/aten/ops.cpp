@@ -443,6 +443,11 @@ struct OpPlan {
   // op: the plan that stages it through the host, taken when PyTorch's
   // decomposition table has no entry for it either (tpu_boxed_fallback).
   std::shared_ptr<const OpPlan> staged_plan;
+  // A kernel-table op that returns nothing (in-place list ops such as
+  // _fused_adamw_, _foreach_add_) decomposed on such a driver: its kernel's
+  // check() still validates the arguments first, so both drivers raise the
+  // same errors.
+  const tpu_k_entry_t* checked = nullptr;
   // PyTorch's semantic rules the bridge applies before a native kernel runs
   // (see apply_dtype_arg and run_mutating_pointwise):
   int self_arg = -1;   // `Tensor self`, when not written by the op
@@ -548,6 +553,11 @@ const OpPlan& plan_for(const c10::OperatorHandle& op) {
   if (plan.entry != nullptr && !host_kernels() && !driver_runs_op(plan.name.c_str())) {
     plan.staged = true;
     stage_unless_decomposed = plan.entry->shape == nullptr && (plan.entry->flags & TPU_K_FLAG_RANDOM) == 0;
+    // An op returning nothing (in-place list ops) is never staged: it is
+    // decomposed, its kernel's check() run first (OpPlan::checked).
+    if (stage_unless_decomposed && schema.returns().empty() && plan.entry->check != nullptr) {
+      plan.checked = plan.entry;
+    }
   }
   plan.expand_masks = schema.name() == "aten::index" || schema.name() == "aten::index_put" ||
                       schema.name() == "aten::index_put_" || schema.name() == "aten::_index_put_impl_";
@@ -1005,33 +1015,35 @@ void apply_dtype_arg(const OpPlan& plan, torch::jit::Stack& stack, size_t nargs)
   self_v = self.to(*dtype);
 }
 
-// Runs the kernel's synchronous check() on `args` with output `out`.
-void check_native(const OpPlan& plan, const c10::FunctionSchema& schema, c10::ArrayRef<c10::IValue> args,
-                  const at::Tensor& out, c10::DeviceIndex index) {
-  if (plan.entry->check == nullptr) return;
-  auto w = new_work(plan.entry);
-  w->call.op = plan.name.c_str();
+// Runs `entry`'s synchronous check() on `args` with output `out` (none when
+// undefined). A kernel that cannot handle this dtype itself is no error here:
+// the caller computes another way (in another dtype, or decomposed).
+void check_args(const tpu_k_entry_t* entry, const std::string& name, const c10::FunctionSchema& schema,
+                c10::ArrayRef<c10::IValue> args, const at::Tensor& out, c10::DeviceIndex index) {
+  if (entry->check == nullptr) return;
+  auto w = new_work(entry);
+  w->call.op = name.c_str();
   size_t ntensors = 1;
   for (const c10::IValue& v : args) ntensors += count_tensors(v);
   w->tensors.reserve(ntensors);
   w->values.resize(args.size());
   std::vector<at::Tensor> keep;
   for (size_t i = 0; i < args.size(); ++i) {
-    fill_value(*w, w->values[i], &schema.arguments()[i], args[i], index, keep, plan.name);
+    fill_value(*w, w->values[i], &schema.arguments()[i], args[i], index, keep, name);
   }
-  w->tensors.push_back(to_kernel_tensor(out));
-  w->call.outputs = &w->tensors.back();
-  w->call.num_outputs = 1;
+  if (out.defined()) {
+    w->tensors.push_back(to_kernel_tensor(out));
+    w->call.outputs = &w->tensors.back();
+    w->call.num_outputs = 1;
+  }
   w->call.args = w->values.data();
   w->call.num_args = static_cast<int32_t>(w->values.size());
-  tpu_status_t st = plan.entry->check(&w->call);
-  // A kernel that cannot write this dtype itself is no error here: the
-  // caller computes in another dtype and casts.
+  tpu_status_t st = entry->check(&w->call);
   if (st != TPU_OK && tpu_status_code(st) == TPU_STATUS_UNIMPLEMENTED) {
     tpu_status_free(st);
     return;
   }
-  if (st != TPU_OK) throw_for_op(st, plan.name.c_str());
+  if (st != TPU_OK) throw_for_op(st, name.c_str());
 }
 
 // In-place and out= pointwise ops follow PyTorch's TensorIterator: the written
@@ -1078,7 +1090,7 @@ bool run_mutating_pointwise(const c10::OperatorHandle& op, const OpPlan& plan, t
   }
   const OutMeta m = output_meta(op, plan, args, index)[0];  // the op's own checks (shapes)
   if (dst.sizes() != c10::IntArrayRef(m.sizes)) tpu_resize_(dst, m.sizes, std::nullopt);
-  check_native(plan, schema, args, dst, index);  // and the kernel's (dtypes PyTorch refuses)
+  check_args(plan.entry, plan.name, schema, args, dst, index);  // and the kernel's (dtypes PyTorch refuses)
   plan.functional->callBoxed(&fargs);
   native_copy(dst, fargs[0].toTensor());
   torch::jit::drop(*stack, nargs);
@@ -1274,6 +1286,11 @@ void tpu_boxed_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack)
   if (plan.entry != nullptr) {
     run_native(op, plan, stack);
     return;
+  }
+  if (plan.checked != nullptr) {
+    const size_t nargs = op.schema().arguments().size();
+    check_args(plan.checked, plan.name, op.schema(), torch::jit::last(*stack, nargs), at::Tensor(),
+               current_device());
   }
   if (run_decomposition(op, stack)) return;
   if (plan.staged_plan) {
