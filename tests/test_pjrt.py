@@ -176,6 +176,40 @@ def test_compiled_graph_is_one_program_per_run():
     """)
 
 
+def test_fused_rms_norm_and_swiglu_are_lowered():
+    # tpu::rms_norm and tpu::swiglu (torch_tpu.optimize's ops) are StableHLO on pjrt: a compiled
+    # decoder-MLP block is one program per call, no op run eagerly or through the host kernels.
+    check_ok("""
+        import torch, torch_tpu
+        from torch_tpu._dynamo_backend import compile_stats
+        def f(x, w, g, u):
+            h = torch.ops.tpu.rms_norm(x, w, 1e-6, False) + torch.ops.tpu.rms_norm(x, w, 1e-5, True)
+            return torch.ops.tpu.swiglu(g, u, "silu") + torch.ops.tpu.swiglu(g, u, "gelu_tanh"), h
+        def ref(x, w, g, u):
+            h = x.float() * torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + 1e-6)
+            h2 = x.float() * torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + 1e-5)
+            h = w * h.to(x.dtype) + (h2 * (1.0 + w.float())).to(x.dtype)
+            gelu = torch.nn.functional.gelu(g, approximate="tanh")
+            return torch.nn.functional.silu(g) * u + gelu * u, h
+        torch.manual_seed(0)
+        for dt in (torch.float32, torch.bfloat16):
+            x, w, g, u = (torch.randn(3, 5, 64).to(dt), torch.randn(64).to(dt), torch.randn(4, 96).to(dt),
+                          torch.randn(4, 96).to(dt))
+            args = [a.to("tpu") for a in (x, w, g, u)]
+            torch._dynamo.reset()
+            cf = torch.compile(f, backend="tpu")
+            st0 = compile_stats()
+            for got, want in zip(cf(*args), ref(x, w, g, u)):
+                torch.testing.assert_close(got.cpu(), want)
+            st = compile_stats()
+            assert st["driver_segments"] - st0["driver_segments"] == 1, st
+            assert st["eager_nodes"] == st0["eager_nodes"] == 0, st
+            before = torch_tpu._C.queue_stats(0)["programs"]
+            cf(*args)
+            assert torch_tpu._C.queue_stats(0)["programs"] == before + 1
+    """)
+
+
 def test_programs_are_kept_on_disk(tmp_path):
     code = """
         import torch, torch_tpu

@@ -30,6 +30,7 @@ typedef enum {
   L_FILL, L_COPY, L_ARANGE, L_TRIU, L_TRIL, L_CAT, L_CLAMP, L_CLAMP_MIN, L_CLAMP_MAX,
   L_MASKED_FILL, L_INDEX_PUT, L_MASKED_SCATTER, L_EMBEDDING_RENORM, L_BMM, L_ADDMM, L_ROPE, L_ROPE_BWD, L_SDPA_FWD, L_SDPA_BWD, L_CONV_FWD, L_CONV_BWD,
   L_MAX_DIM, L_MIN_DIM, L_SORT, L_TOPK, L_CUMSUM, L_CUMPROD, L_FLIP, L_ROLL, L_SCATTER_REDUCE, L_INDEX,
+  L_RMS_NORM, L_SWIGLU,
 } lop_t;
 
 typedef enum {
@@ -50,6 +51,7 @@ typedef enum {
   F_CONV,    /* tpu::conv_fwd / conv_bwd */
   F_SORT,    /* sort, topk: values and indices */
   F_SCAN,    /* cumsum, cumprod */
+  F_FUSED,   /* tpu::rms_norm, tpu::swiglu (forward) */
 } lfamily_t;
 
 typedef struct {
@@ -144,6 +146,7 @@ static const lspec_t kSpecs[] = {
     {"tpu::rope", L_ROPE, F_ROPE, "|"}, {"tpu::rope_backward", L_ROPE_BWD, F_ROPE, "|"},
     {"tpu::sdpa_fwd", L_SDPA_FWD, F_SDPA, "|"}, {"tpu::sdpa_bwd", L_SDPA_BWD, F_SDPA, "|"},
     {"tpu::conv_fwd", L_CONV_FWD, F_CONV, "|"}, {"tpu::conv_bwd", L_CONV_BWD, F_CONV, "|"},
+    {"tpu::rms_norm", L_RMS_NORM, F_FUSED, "|"}, {"tpu::swiglu", L_SWIGLU, F_FUSED, "|"},
 };
 
 static bool overload_in(const char* list, const char* rest) {
@@ -921,6 +924,7 @@ static tpu_status_t out_val(sb_t* b, const tpu_k_call_t* call, int k, const targ
 static val_t arith(sb_t* b, lop_t op, val_t x, val_t y);
 static const char* string_at(const tpu_k_call_t* call, int i, const char* dflt);
 static val_t unary_more(sb_t* b, const tpu_k_call_t* call, lop_t op, val_t x);
+static val_t gelu_tanh(sb_t* b, val_t x);
 
 static const tpu_k_value_t* arg_at(const tpu_k_call_t* call, int i) {
   return i < call->num_args ? &call->args[i] : NULL;
@@ -1904,6 +1908,49 @@ static tpu_status_t lower_rope(sb_t* b, const tpu_k_call_t* call, const lspec_t*
   return out_val(b, call, 1, ta, k);
 }
 
+/* tpu::rms_norm(x, weight?, eps, unit_offset) and tpu::swiglu(gate, up, act)
+ * as runtime/kernels/fused.c computes them: float32 math, the unfused ops'
+ * roundings to the input dtype (rms_norm: n = x * rsqrt(mean(x^2) + eps)
+ * rounded before the weight unless unit_offset; swiglu: act(gate) rounded
+ * before the product). */
+static tpu_status_t lower_fused(sb_t* b, const tpu_k_call_t* call, const lspec_t* spec, const targs_t* ta) {
+  val_t v[2] = {{0}};
+  int nt = ta->n < 2 ? ta->n : 2;
+  if (nt < 1) return TPU_ERROR(TPU_STATUS_UNIMPLEMENTED, "%s: expected a tensor argument", call->op);
+  for (int i = 0; i < nt; i++) TPU_RETURN_IF_ERROR(in_val(b, call, ta->t[i], ta->loc[i], &v[i]));
+  const char* dt = v[0].ty;
+  if (!is_half(dt) && strcmp(dt, "f32") != 0)
+    return TPU_ERROR(TPU_STATUS_UNIMPLEMENTED, "%s: input dtype %s is not lowered", call->op, dt);
+  for (int i = 0; i < nt; i++) v[i] = cast(b, v[i], "f32");
+  if (spec->op == L_SWIGLU) {
+    if (nt != 2) return TPU_ERROR(TPU_STATUS_UNIMPLEMENTED, "%s: expected gate and up", call->op);
+    const char* act = string_at(call, 2, "silu");
+    val_t a;
+    if (!strcmp(act, "silu")) {
+      a = binary(b, "multiply", v[0], unary(b, "logistic", v[0]));
+    } else if (!strcmp(act, "gelu_tanh")) {
+      a = gelu_tanh(b, v[0]);
+    } else {
+      return TPU_ERROR(TPU_STATUS_UNIMPLEMENTED, "%s: activation %s is not lowered", call->op, act);
+    }
+    return out_val(b, call, 0, ta, binary(b, "multiply", rounded(b, a, dt), v[1]));
+  }
+  val_t x = v[0];
+  if (x.ndim < 1) return TPU_ERROR(TPU_STATUS_UNIMPLEMENTED, "%s: a 0-dim input", call->op);
+  bool dims[TPU_MAX_DIMS] = {false};
+  dims[x.ndim - 1] = true;
+  val_t ms = reduce_dims(b, binary(b, "multiply", x, x), dims, "add", "0.0");
+  ms = binary(b, "divide", ms, splat(b, &ms, "f32", (double)x.sizes[x.ndim - 1]));
+  val_t r = unary(b, "rsqrt", binary(b, "add", ms, splat(b, &ms, "f32", num_at(call, 2, 1e-6))));
+  val_t n = binary(b, "multiply", x, unreduce(b, r, dims, &x));
+  if (nt < 2) return out_val(b, call, 0, ta, n);
+  val_t w = broadcast(b, v[1], x.ndim, x.sizes);
+  if (int_at(call, 3, 0)) {
+    return out_val(b, call, 0, ta, binary(b, "multiply", n, binary(b, "add", splat(b, &w, "f32", 1.0), w)));
+  }
+  return out_val(b, call, 0, ta, binary(b, "multiply", w, rounded(b, n, dt)));
+}
+
 /* k/v [B, Hkv, S, E] repeated to [B, Hq, S, E] (q head h reads kv head h / G). */
 static val_t gqa_expand(sb_t* b, val_t x, int64_t hq) {
   int64_t g = hq / x.sizes[1];
@@ -2071,19 +2118,23 @@ static const char* string_at(const tpu_k_call_t* call, int i, const char* dflt) 
   return i < call->num_args && call->args[i].kind == TPU_K_STRING && call->args[i].v.s ? call->args[i].v.s : dflt;
 }
 
+/* gelu with the tanh approximation. */
+static val_t gelu_tanh(sb_t* b, val_t x) {
+  val_t half = splat(b, &x, x.ty, 0.5), one = splat(b, &x, x.ty, 1.0);
+  val_t x3 = binary(b, "multiply", binary(b, "multiply", x, x), x);
+  val_t in = binary(b, "multiply", splat(b, &x, x.ty, 0.7978845608028654),
+                    binary(b, "add", x, binary(b, "multiply", splat(b, &x, x.ty, 0.044715), x3)));
+  return binary(b, "multiply", binary(b, "multiply", half, x), binary(b, "add", one, unary(b, "tanh", in)));
+}
+
 static val_t unary_more(sb_t* b, const tpu_k_call_t* call, lop_t op, val_t x) {
   bool fl = is_fty(x.ty);
   switch (op) {
     case L_SILU: return binary(b, "multiply", x, unary(b, "logistic", x));
     case L_ERF: return erf_of(b, x);
     case L_GELU: {
+      if (!strcmp(string_at(call, 1, "none"), "tanh")) return gelu_tanh(b, x);
       val_t half = splat(b, &x, x.ty, 0.5), one = splat(b, &x, x.ty, 1.0);
-      if (!strcmp(string_at(call, 1, "none"), "tanh")) {
-        val_t x3 = binary(b, "multiply", binary(b, "multiply", x, x), x);
-        val_t in = binary(b, "multiply", splat(b, &x, x.ty, 0.7978845608028654),
-                          binary(b, "add", x, binary(b, "multiply", splat(b, &x, x.ty, 0.044715), x3)));
-        return binary(b, "multiply", binary(b, "multiply", half, x), binary(b, "add", one, unary(b, "tanh", in)));
-      }
       val_t e = erf_of(b, binary(b, "multiply", x, splat(b, &x, x.ty, 0.7071067811865476)));
       return binary(b, "multiply", binary(b, "multiply", x, half), binary(b, "add", one, e));
     }
@@ -2391,6 +2442,7 @@ static tpu_status_t lower_node(sb_t* b, const tpu_k_call_t* call, const tpu_pjrt
       case F_CONV: return lower_conv(b, call, spec, &ta);
       case F_SORT: return lower_sort(b, call, spec, &ta);
       case F_SCAN: return lower_scan(b, call, spec, &ta);
+      case F_FUSED: return lower_fused(b, call, spec, &ta);
       default: return lower_misc(b, call, spec, &ta);
     }
   }
