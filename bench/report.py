@@ -55,9 +55,10 @@ def sections(res):
     pj = res.get("pjrt")
     if pj:
         out.append(("pjrt driver vs host driver (for information)",
-                    "microseconds per eager op, lower is better; pjrt runs on XLA's CPU PJRT plugin, not a "
-                    "TPU: each op is a compiled StableHLO program over byte storages (softmax: the CPU "
-                    "fallback); best of the chunks, the drivers' child processes taking turns",
+                    "microseconds per eager op or compiled call, lower is better; pjrt runs on XLA's CPU PJRT "
+                    "plugin, not a TPU: each eager op is a compiled StableHLO program over byte storages, "
+                    "each compiled call one program per graph segment; best of the chunks, the drivers' "
+                    "child processes taking turns",
                     ["op", "host µs/op", "pjrt µs/op", "pjrt/host"],
                     [[r["op"], _f(r["host_us"], 1), _f(r["pjrt_us"], 1), _f(r["ratio"], 1)] for r in pj]))
     ds = res.get("dist")
