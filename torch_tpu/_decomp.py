@@ -225,7 +225,8 @@ _DECLINE = {
 _DECLINE.update({
     name: (lambda args: True)
     for name in ("aten::lgamma", "aten::digamma", "aten::polygamma", "aten::erfc", "aten::special_erfcx",
-                 "aten::cosh", "aten::sinh")
+                 "aten::cosh", "aten::sinh", "aten::i0", "aten::special_i0e", "aten::special_i1",
+                 "aten::special_i1e")
 })
 
 

@@ -1,6 +1,7 @@
 /* special.c - kernel family "special" (see tpu/kernels.h for the ABI): the
- * gamma-function family (lgamma, digamma, polygamma), erfc, erfcx, cosh and
- * sinh, as unary elementwise ops.
+ * gamma-function family (lgamma, digamma, polygamma), erfc, erfcx, cosh,
+ * sinh and the modified Bessel functions i0, i0e, i1, i1e, as unary
+ * elementwise ops.
  *
  * Numerics follow PyTorch's CPU kernels: float32, float16 and bfloat16
  * compute in float (the result rounded once to the output dtype; float16 and
@@ -219,9 +220,114 @@ static float sp_erfcxf(float x) {
   return e2 - (float)sp_erfcx(-(double)x);
 }
 
+/* ---- modified Bessel functions of the first kind: i0, i0e, i1, i1e -------
+ * Chebyshev expansions of the Cephes Math Library (the coefficients are
+ * Cephes' data): exp(-x) I(x) on [0, 8] in y = x/2 - 2, exp(-x) sqrt(x) I(x)
+ * on (8, inf) in y = 32/x - 2. As on the CPU, float evaluates the series in
+ * float, and float i1/i1e use only the trailing 17 (resp. 7) coefficients. */
+static const double sp_i0_a[30] = {
+    -4.41534164647933937950E-18, 3.33079451882223809783E-17, -2.43127984654795469359E-16,
+    1.71539128555513303061E-15,  -1.16853328779934516808E-14, 7.67618549860493561688E-14,
+    -4.85644678311192946090E-13, 2.95505266312963983461E-12, -1.72682629144155570723E-11,
+    9.67580903537323691224E-11,  -5.18979560163526290666E-10, 2.65982372468238665035E-9,
+    -1.30002500998624804212E-8,  6.04699502254191894932E-8,  -2.67079385394061173391E-7,
+    1.11738753912010371815E-6,   -4.41673835845875056359E-6,  1.64484480707288970893E-5,
+    -5.75419501008210370398E-5,  1.88502885095841655729E-4,  -5.76375574538582365885E-4,
+    1.63947561694133579842E-3,   -4.32430999505057594430E-3,  1.05464603945949983183E-2,
+    -2.37374148058994688156E-2,  4.93052842396707084878E-2,  -9.49010970480476444210E-2,
+    1.71620901522208775349E-1,   -3.04682672343198398683E-1,  6.76795274409476084995E-1};
+static const double sp_i0_b[25] = {
+    -7.23318048787475395456E-18, -4.83050448594418207126E-18, 4.46562142029675999901E-17,
+    3.46122286769746109310E-17,  -2.82762398051658348494E-16, -3.42548561967721913462E-16,
+    1.77256013305652638360E-15,  3.81168066935262242075E-15,  -9.55484669882830764870E-15,
+    -4.15056934728722208663E-14, 1.54008621752140982691E-14,  3.85277838274214270114E-13,
+    7.18012445138366623367E-13,  -1.79417853150680611778E-12, -1.32158118404477131188E-11,
+    -3.14991652796324136454E-11, 1.18891471078464383424E-11,  4.94060238822496958910E-10,
+    3.39623202570838634515E-9,   2.26666899049817806459E-8,   2.04891858946906374183E-7,
+    2.89137052083475648297E-6,   6.88975834691682398426E-5,   3.36911647825569408990E-3,
+    8.04490411014108831608E-1};
+static const double sp_i1_a[29] = {
+    2.77791411276104639959E-18, -2.11142121435816608115E-17, 1.55363195773620046921E-16,
+    -1.10559694773538630805E-15, 7.60068429473540693410E-15, -5.04218550472791168711E-14,
+    3.22379336594557470981E-13, -1.98397439776494371520E-12, 1.17361862988909016308E-11,
+    -6.66348972350202774223E-11, 3.62559028155211703701E-10, -1.88724975172282928790E-9,
+    9.38153738649577178388E-9,  -4.44505912879632808065E-8, 2.00329475355213526229E-7,
+    -8.56872026469545474066E-7, 3.47025130813767847674E-6,  -1.32731636560394358279E-5,
+    4.78156510755005422638E-5,  -1.61760815825896745588E-4, 5.12285956168575772895E-4,
+    -1.51357245063125314899E-3, 4.15642294431288815669E-3,  -1.05640848946261981558E-2,
+    2.47264490306265168283E-2,  -5.29459812080949914269E-2, 1.02643658689847095384E-1,
+    -1.76416518357834055153E-1, 2.52587186443633654823E-1};
+static const double sp_i1_b[25] = {
+    7.51729631084210481353E-18,  4.41434832307170791151E-18,  -4.65030536848935832153E-17,
+    -3.20952592199342395980E-17, 2.96262899764595013876E-16,  3.30820231092092828324E-16,
+    -1.88035477551078244854E-15, -3.81440307243700780478E-15, 1.04202769841288027642E-14,
+    4.27244001671195135429E-14,  -2.10154184277266431302E-14, -4.08355111109219731823E-13,
+    -7.19855177624590851209E-13, 2.03562854414708950722E-12,  1.41258074366137813316E-11,
+    3.25260358301548823856E-11,  -1.89749581235054123450E-11, -5.58974346219658380687E-10,
+    -3.83538038596423702205E-9,  -2.63146884688951950684E-8,  -2.51223623787020892529E-7,
+    -3.88256480887769039346E-6,  -1.10588938762623716291E-4,  -9.76109749136146840777E-3,
+    7.78576235018280120474E-1};
+#define SP_LEN(a) ((int)(sizeof(a) / sizeof((a)[0])))
+
+/* Clenshaw recurrence of a Chebyshev series c[0..n), highest term first. */
+static double sp_cheb(double y, const double* c, int n) {
+  double b0 = c[0], b1 = 0.0, b2 = 0.0;
+  for (int i = 1; i < n; ++i) {
+    b2 = b1;
+    b1 = b0;
+    b0 = y * b1 - b2 + c[i];
+  }
+  return 0.5 * (b0 - b2);
+}
+
+static float sp_chebf(float y, const double* c, int n) {
+  float b0 = (float)c[0], b1 = 0.0f, b2 = 0.0f;
+  for (int i = 1; i < n; ++i) {
+    b2 = b1;
+    b1 = b0;
+    b0 = y * b1 - b2 + (float)c[i];
+  }
+  return 0.5f * (b0 - b2);
+}
+
+typedef enum { SP_BESSEL_I0, SP_BESSEL_I0E, SP_BESSEL_I1, SP_BESSEL_I1E } sp_bessel_t;
+
+static double sp_bessel(sp_bessel_t k, double v) {
+  double x = fabs(v), r;
+  bool one = k == SP_BESSEL_I1 || k == SP_BESSEL_I1E, scaled = k == SP_BESSEL_I0E || k == SP_BESSEL_I1E;
+  if (x <= 8.0) {
+    double c = one ? sp_cheb(x / 2.0 - 2.0, sp_i1_a, SP_LEN(sp_i1_a)) : sp_cheb(x / 2.0 - 2.0, sp_i0_a, SP_LEN(sp_i0_a));
+    if (!one) r = scaled ? c : exp(x) * c;
+    else r = scaled ? c * x : exp(x) * x * c;
+  } else {
+    double c = one ? sp_cheb(32.0 / x - 2.0, sp_i1_b, SP_LEN(sp_i1_b)) : sp_cheb(32.0 / x - 2.0, sp_i0_b, SP_LEN(sp_i0_b));
+    r = scaled ? c / sqrt(x) : exp(x) * c / sqrt(x);
+  }
+  return (one && v < 0.0) ? -r : r;
+}
+
+static float sp_besself(sp_bessel_t k, float v) {
+  float x = fabsf(v), r;
+  bool one = k == SP_BESSEL_I1 || k == SP_BESSEL_I1E, scaled = k == SP_BESSEL_I0E || k == SP_BESSEL_I1E;
+  if (x <= 8.0f) {
+    float y = x / 2.0f - 2.0f;
+    float c = one ? sp_chebf(y, sp_i1_a + 12, SP_LEN(sp_i1_a) - 12) : sp_chebf(y, sp_i0_a, SP_LEN(sp_i0_a));
+    if (!one) r = scaled ? c : expf(x) * c;
+    else r = scaled ? c * x : expf(x) * x * c;
+  } else {
+    float y = 32.0f / x - 2.0f;
+    float c = one ? sp_chebf(y, sp_i1_b + 18, SP_LEN(sp_i1_b) - 18) : sp_chebf(y, sp_i0_b, SP_LEN(sp_i0_b));
+    r = scaled ? c / sqrtf(x) : expf(x) * c / sqrtf(x);
+  }
+  return (one && v < 0.0f) ? -r : r;
+}
+
 /* ---- the unary driver ----------------------------------------------------- */
 
-typedef enum { SP_LGAMMA, SP_DIGAMMA, SP_POLYGAMMA, SP_ERFC, SP_ERFCX, SP_COSH, SP_SINH } sp_op_t;
+typedef enum {
+  SP_LGAMMA, SP_DIGAMMA, SP_POLYGAMMA, SP_ERFC, SP_ERFCX, SP_COSH, SP_SINH,
+  SP_I0, SP_I0E, SP_I1, SP_I1E
+} sp_op_t;
 
 typedef struct {
   sp_op_t op;
@@ -239,6 +345,10 @@ static double sp_eval_f64(const sp_un_t* u, double x) {
     case SP_ERFCX: return sp_erfcx(x);
     case SP_COSH: return cosh(x);
     case SP_SINH: return sinh(x);
+    case SP_I0: return sp_bessel(SP_BESSEL_I0, x);
+    case SP_I0E: return sp_bessel(SP_BESSEL_I0E, x);
+    case SP_I1: return sp_bessel(SP_BESSEL_I1, x);
+    case SP_I1E: return sp_bessel(SP_BESSEL_I1E, x);
   }
   return NAN;
 }
@@ -252,6 +362,10 @@ static float sp_eval_f32(const sp_un_t* u, float x) {
     case SP_ERFCX: return sp_erfcxf(x);
     case SP_COSH: return coshf(x);
     case SP_SINH: return sinhf(x);
+    case SP_I0: return sp_besself(SP_BESSEL_I0, x);
+    case SP_I0E: return sp_besself(SP_BESSEL_I0E, x);
+    case SP_I1: return sp_besself(SP_BESSEL_I1, x);
+    case SP_I1E: return sp_besself(SP_BESSEL_I1E, x);
   }
   return NAN;
 }
@@ -282,7 +396,8 @@ static const struct {
 } kSpOps[] = {
     {"aten::lgamma", SP_LGAMMA},       {"aten::digamma", SP_DIGAMMA}, {"aten::polygamma", SP_POLYGAMMA},
     {"aten::special_erfcx", SP_ERFCX}, {"aten::erfc", SP_ERFC},       {"aten::cosh", SP_COSH},
-    {"aten::sinh", SP_SINH},
+    {"aten::sinh", SP_SINH},           {"aten::i0", SP_I0},           {"aten::special_i0e", SP_I0E},
+    {"aten::special_i1", SP_I1},       {"aten::special_i1e", SP_I1E},
 };
 
 static tpu_status_t sp_un_setup(const tpu_k_call_t* call, sp_un_t* u, const tpu_tensor_t** ops) {
@@ -353,5 +468,9 @@ const tpu_k_entry_t tpu_k_special_entries[] = {
     SP_UNARY("lgamma") SP_UNARY("digamma") SP_UNARY("polygamma") SP_UNARY("erfc")
     SP_UNARY("cosh") SP_UNARY("sinh")
     SP_E("aten::special_erfcx") SP_E("aten::special_erfcx.out")
+    SP_UNARY("i0")
+    SP_E("aten::special_i0e") SP_E("aten::special_i0e.out")
+    SP_E("aten::special_i1") SP_E("aten::special_i1.out")
+    SP_E("aten::special_i1e") SP_E("aten::special_i1e.out")
 };
 const size_t tpu_k_special_count = sizeof(tpu_k_special_entries) / sizeof(tpu_k_special_entries[0]);
