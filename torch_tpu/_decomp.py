@@ -6,7 +6,8 @@ PyTorch's CPU fallback: if PyTorch's decomposition table (torch._decomp, the
 table torch.compile's graphs are decomposed with) has an entry for the op, it
 runs on the tpu tensors, so each op it is made of reaches the driver: its
 lowering, a further decomposition, or the CPU fallback for that smaller op.
-The host driver never comes here (every op of its kernel table runs natively).
+On the host driver only ops outside its kernel table come here (torch.equal,
+whose Python bool no kernel returns, for one).
 
 `decomposition_report()` counts the decomposed calls per op.
 """
