@@ -1,5 +1,5 @@
-"""2-d pooling (runtime/kernels/pool.c): avg_pool2d, max_pool2d_with_indices and
-their backwards against PyTorch's CPU results in the same dtype, over kernel,
+"""Pooling (runtime/kernels/pool.c): avg_pool2d, avg_pool3d, max_pool2d_with_indices
+and their backwards against PyTorch's CPU results in the same dtype, over kernel,
 stride, padding, dilation, ceil_mode, count_include_pad and divisor_override,
 3-d and 4-d inputs, channels_last and sliced inputs; with the CPU fallback
 forbidden (TORCH_TPU_FALLBACK=error)."""
@@ -213,5 +213,61 @@ def test_no_fallback_for_pooling():
     native = set(torch_tpu.native_ops())
     for op in ["avg_pool2d", "avg_pool2d.out", "avg_pool2d_backward", "avg_pool2d_backward.grad_input",
                "max_pool2d_with_indices", "max_pool2d_with_indices.out", "max_pool2d_with_indices_backward",
-               "max_pool2d_with_indices_backward.grad_input"]:
+               "max_pool2d_with_indices_backward.grad_input", "avg_pool3d", "avg_pool3d.out", "avg_pool3d_backward",
+               "avg_pool3d_backward.grad_input"]:
         assert "aten::" + op in native
+
+
+AVG3_ARGS = [  # kernel_size, stride, padding
+    (2, None, 0),
+    (3, 2, 1),
+    ((2, 3, 2), (1, 2, 2), (1, 1, 0)),
+]
+
+
+def make3(layout, dtype):
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(2, 3, 5, 6, 7, generator=g).to(dtype)
+    if layout == "cdhw":
+        x = x[0]
+    if layout == "channels_last_3d":
+        x = x.contiguous(memory_format=torch.channels_last_3d)
+    if layout == "sliced":
+        x = x[:, :, 1:, :, ::2]
+    t = torch.empty_strided(x.shape, x.stride(), dtype=dtype, device="tpu")
+    t.copy_(x)
+    return x, t
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("layout", ["ncdhw", "cdhw", "channels_last_3d", "sliced"])
+@pytest.mark.parametrize("kernel,stride,padding", AVG3_ARGS)
+@pytest.mark.parametrize("ceil_mode", [False, True])
+@pytest.mark.parametrize("count_include_pad,divisor", [(True, None), (False, None), (True, 5)])
+def test_avg_pool3d(dtype, layout, kernel, stride, padding, ceil_mode, count_include_pad, divisor):
+    x, t = make3(layout, dtype)
+    fn = lambda v: F.avg_pool3d(v, kernel, stride, padding, ceil_mode, count_include_pad, divisor)  # noqa: E731
+    run_both(fn, x, t, grad=True)
+
+
+def test_avg_pool3d_int64_and_errors():
+    x = torch.randint(-50, 50, (2, 3, 5, 6, 7))
+    close(F.avg_pool3d(x.to("tpu"), 3, 2, 1), F.avg_pool3d(x, 3, 2, 1))
+    xb, tb = make3("ncdhw", torch.bfloat16)  # the CPU has no bfloat16 avg_pool3d: neither has tpu
+    with pytest.raises(NotImplementedError):
+        F.avg_pool3d(xb, 2)
+    with pytest.raises(NotImplementedError):
+        F.avg_pool3d(tb, 2)
+        torch.tpu.synchronize()
+    xf, tf = make3("ncdhw", torch.float32)
+    for fn in [lambda v: F.avg_pool3d(v, 2, padding=2), lambda v: F.avg_pool3d(v, 2, divisor_override=0)]:
+        with pytest.raises(RuntimeError):
+            fn(xf)
+        with pytest.raises(RuntimeError):
+            fn(tf)
+            torch.tpu.synchronize()
+    torch_tpu.reset_fallback_report()
+    tf.requires_grad_(True)
+    F.avg_pool3d(tf, 3, 2, 1).sum().backward()
+    torch.tpu.synchronize()
+    assert not [k for k in torch_tpu.fallback_report() if "pool" in k]
