@@ -216,6 +216,11 @@ _DECLINE.update({
                  "aten::cosh", "aten::sinh", "aten::i0", "aten::special_i0e", "aten::special_i1",
                  "aten::special_i1e")
 })
+# max_pool2d's backward in bfloat16/float16: where windows overlap, the CPU rounds
+# each partial sum of gradients to the dtype; the decomposition's result is one
+# step off in a few elements per thousand (tests/test_pool.py on pjrt). The C
+# kernel (staged through the host on a driver without host kernels) is the CPU's.
+_DECLINE["aten::max_pool2d_with_indices_backward"] = lambda args: args[0].dtype in (torch.bfloat16, torch.float16)
 
 
 def run(name: str, overload: str, args: tuple, kwargs: dict):
