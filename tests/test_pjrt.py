@@ -176,19 +176,22 @@ def test_compiled_graph_is_one_program_per_run():
     """)
 
 
-def test_fused_rms_norm_and_swiglu_are_lowered():
-    # tpu::rms_norm and tpu::swiglu (torch_tpu.optimize's ops) are StableHLO on pjrt: a compiled
-    # decoder-MLP block is one program per call, no op run eagerly or through the host kernels.
+def test_norms_and_swiglu_are_lowered():
+    # tpu::rms_norm and tpu::swiglu (torch_tpu.optimize's ops) and layer norm are StableHLO on
+    # pjrt: a compiled block of them is one program per call, no op run eagerly or through the
+    # host kernels.
     check_ok("""
         import torch, torch_tpu
         from torch_tpu._dynamo_backend import compile_stats
         def f(x, w, g, u):
             h = torch.ops.tpu.rms_norm(x, w, 1e-6, False) + torch.ops.tpu.rms_norm(x, w, 1e-5, True)
+            h = h + torch.nn.functional.layer_norm(x, (64,), w, w)
             return torch.ops.tpu.swiglu(g, u, "silu") + torch.ops.tpu.swiglu(g, u, "gelu_tanh"), h
         def ref(x, w, g, u):
             h = x.float() * torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + 1e-6)
             h2 = x.float() * torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + 1e-5)
             h = w * h.to(x.dtype) + (h2 * (1.0 + w.float())).to(x.dtype)
+            h = h + torch.nn.functional.layer_norm(x, (64,), w, w)
             gelu = torch.nn.functional.gelu(g, approximate="tanh")
             return torch.nn.functional.silu(g) * u + gelu * u, h
         torch.manual_seed(0)

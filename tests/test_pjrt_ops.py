@@ -492,6 +492,23 @@ def _groups_more():
         ("conv1d grads", lambda x, w: _conv_grads(lambda x, w: F_.conv1d(x, w, None, 2, 1), x, w),
          lambda: [_t((2, 4, 20), "float32"), _t((5, 4, 3), "float32", seed=1)]),
     ]
+    G["layer_norm"] = []
+    LN = torch.nn.functional.layer_norm
+    for dt in ("float32", "bfloat16", "float16"):
+        G["layer_norm"] += [
+            (f"layer_norm {dt} weight bias", lambda x, w, b: LN(x, (8,), w, b, 1e-5),
+             lambda dt=dt: [_t((3, 5, 8), dt), _t((8,), dt, seed=1), _t((8,), dt, seed=2)]),
+            (f"native_layer_norm {dt} mean rstd", lambda x: torch.native_layer_norm(x, (4, 6), None, None, 1e-3),
+             lambda dt=dt: [_t((2, 4, 6), dt)]),
+        ]
+    G["layer_norm"] += [
+        ("layer_norm transposed input, weight only", lambda x, w: LN(x.transpose(0, 1), (6,), w),
+         lambda: [_t((4, 3, 6), "float32"), _t((6,), "float32", seed=1)]),
+        ("layer_norm float64", lambda x, b: LN(x, (5,), None, b), lambda: [_t((3, 5), "float64"), _t((5,), "float64")]),
+        ("layer_norm grads", lambda x, w, b: torch.cat([g.flatten() for g in torch.autograd.grad(
+            LN(x.requires_grad_(), (7,), w.requires_grad_(), b.requires_grad_()).pow(2).sum(), (x, w, b))]),
+         lambda: [_t((2, 3, 7), "float32"), _t((7,), "float32", seed=1), _t((7,), "float32", seed=2)]),
+    ]
     G["foreach_optim"] = [
         ("_foreach_add_ scalar list", lambda a, b: (torch._foreach_add_([a, b], [1.5, -2.0]), torch.cat([a, b.flatten()]))[1],
          lambda: [_t((3,), "float32"), _t((2, 2), "float32", seed=1)]),

@@ -25,6 +25,8 @@ TPU_K_FAMILY(moe)
 TPU_K_FAMILY(optim)
 TPU_K_FAMILY(foreach)
 TPU_K_FAMILY(quant)
+TPU_K_FAMILY(special)
+TPU_K_FAMILY(pool)
 #undef TPU_K_FAMILY
 
 typedef struct {
@@ -50,6 +52,8 @@ static const tpu_k_family_t kFamilies[] = {
     {tpu_k_optim_entries, &tpu_k_optim_count},
     {tpu_k_foreach_entries, &tpu_k_foreach_count},
     {tpu_k_quant_entries, &tpu_k_quant_count},
+    {tpu_k_special_entries, &tpu_k_special_count},
+    {tpu_k_pool_entries, &tpu_k_pool_count},
 };
 #define TPU_K_NUM_FAMILIES (sizeof(kFamilies) / sizeof(kFamilies[0]))
 

@@ -30,7 +30,7 @@ typedef enum {
   L_FILL, L_COPY, L_ARANGE, L_TRIU, L_TRIL, L_CAT, L_CLAMP, L_CLAMP_MIN, L_CLAMP_MAX,
   L_MASKED_FILL, L_INDEX_PUT, L_MASKED_SCATTER, L_EMBEDDING_RENORM, L_BMM, L_ADDMM, L_ROPE, L_ROPE_BWD, L_SDPA_FWD, L_SDPA_BWD, L_CONV_FWD, L_CONV_BWD,
   L_MAX_DIM, L_MIN_DIM, L_SORT, L_TOPK, L_CUMSUM, L_CUMPROD, L_FLIP, L_ROLL, L_SCATTER_REDUCE, L_INDEX,
-  L_RMS_NORM, L_SWIGLU,
+  L_RMS_NORM, L_SWIGLU, L_LAYER_NORM,
 } lop_t;
 
 typedef enum {
@@ -51,7 +51,7 @@ typedef enum {
   F_CONV,    /* tpu::conv_fwd / conv_bwd */
   F_SORT,    /* sort, topk: values and indices */
   F_SCAN,    /* cumsum, cumprod */
-  F_FUSED,   /* tpu::rms_norm, tpu::swiglu (forward) */
+  F_FUSED,   /* tpu::rms_norm, tpu::swiglu (forward), native_layer_norm */
 } lfamily_t;
 
 typedef struct {
@@ -147,6 +147,7 @@ static const lspec_t kSpecs[] = {
     {"tpu::sdpa_fwd", L_SDPA_FWD, F_SDPA, "|"}, {"tpu::sdpa_bwd", L_SDPA_BWD, F_SDPA, "|"},
     {"tpu::conv_fwd", L_CONV_FWD, F_CONV, "|"}, {"tpu::conv_bwd", L_CONV_BWD, F_CONV, "|"},
     {"tpu::rms_norm", L_RMS_NORM, F_FUSED, "|"}, {"tpu::swiglu", L_SWIGLU, F_FUSED, "|"},
+    {"native_layer_norm", L_LAYER_NORM, F_FUSED, "|"},
 };
 
 static bool overload_in(const char* list, const char* rest) {
@@ -1913,7 +1914,48 @@ static tpu_status_t lower_rope(sb_t* b, const tpu_k_call_t* call, const lspec_t*
  * roundings to the input dtype (rms_norm: n = x * rsqrt(mean(x^2) + eps)
  * rounded before the weight unless unit_offset; swiglu: act(gate) rounded
  * before the product). */
+/* native_layer_norm(input, normalized_shape, weight?, bias?, eps) -> (out,
+ * mean, rstd) over the trailing normalized dims, in float32 for half inputs
+ * (float64 for float64): mean, the biased variance of x - mean, rstd =
+ * rsqrt(var + eps), out = (x - mean) * rstd [* weight] [+ bias]; mean and
+ * rstd keep the normalized dims as size 1 (their dtype: PyTorch's meta). */
+static tpu_status_t lower_layer_norm(sb_t* b, const tpu_k_call_t* call, const targs_t* ta) {
+  const tpu_k_value_t* ns = arg_at(call, 1);
+  if (!ns || ns->kind != TPU_K_INTS || call->num_outputs < 3)
+    return TPU_ERROR(TPU_STATUS_UNIMPLEMENTED, "%s: unexpected arguments", call->op);
+  val_t x;
+  TPU_RETURN_IF_ERROR(in_val(b, call, ta->t[0], ta->loc[0], &x));
+  const char* ct = opmath(x.ty);
+  if (!is_fty(x.ty)) return TPU_ERROR(TPU_STATUS_UNIMPLEMENTED, "%s: input dtype %s", call->op, x.ty);
+  int32_t axis = x.ndim - (int32_t)ns->v.ints.len;
+  int64_t m = 1;
+  bool dims[TPU_MAX_DIMS] = {false};
+  for (int32_t d = axis < 0 ? 0 : axis; d < x.ndim; d++) {
+    dims[d] = true;
+    m *= x.sizes[d];
+  }
+  if (axis < 0 || m == 0) return TPU_ERROR(TPU_STATUS_UNIMPLEMENTED, "%s: no elements to normalise", call->op);
+  x = cast(b, x, ct);
+  val_t mean = reduce_dims(b, x, dims, "add", "0.0");
+  mean = binary(b, "divide", mean, splat(b, &mean, ct, (double)m));
+  val_t xc = binary(b, "subtract", x, unreduce(b, mean, dims, &x));
+  val_t var = reduce_dims(b, binary(b, "multiply", xc, xc), dims, "add", "0.0");
+  var = binary(b, "divide", var, splat(b, &var, ct, (double)m));
+  val_t rstd = unary(b, "rsqrt", binary(b, "add", var, splat(b, &var, ct, num_at(call, 4, 1e-5))));
+  val_t y = binary(b, "multiply", xc, unreduce(b, rstd, dims, &x));
+  for (int i = 1; i < ta->n; i++) { /* weight (argument 2), bias (argument 3) */
+    val_t p;
+    TPU_RETURN_IF_ERROR(in_val(b, call, ta->t[i], ta->loc[i], &p));
+    p = broadcast(b, cast(b, p, ct), x.ndim, x.sizes);
+    y = binary(b, ta->arg[i] == 2 ? "multiply" : "add", y, p);
+  }
+  TPU_RETURN_IF_ERROR(out_val(b, call, 0, ta, y));
+  TPU_RETURN_IF_ERROR(out_val(b, call, 1, ta, mean));
+  return out_val(b, call, 2, ta, rstd);
+}
+
 static tpu_status_t lower_fused(sb_t* b, const tpu_k_call_t* call, const lspec_t* spec, const targs_t* ta) {
+  if (spec->op == L_LAYER_NORM) return lower_layer_norm(b, call, ta);
   val_t v[2] = {{0}};
   int nt = ta->n < 2 ? ta->n : 2;
   if (nt < 1) return TPU_ERROR(TPU_STATUS_UNIMPLEMENTED, "%s: expected a tensor argument", call->op);

@@ -1,0 +1,625 @@
+/* pool.c - pooling over the last two dims of (C, H, W) or (N, C, H, W)
+ * tensors (avg_pool3d: the last three of (C, D, H, W) or (N, C, D, H, W)) of
+ * any strides (channels_last included):
+ *   aten::avg_pool2d(.out), aten::avg_pool2d_backward(.grad_input),
+ *   aten::avg_pool3d(.out), aten::avg_pool3d_backward(.grad_input),
+ *   aten::max_pool2d_with_indices(.out) (values and int64 indices, a flat
+ *   index into H*W per plane), aten::max_pool2d_with_indices_backward(.grad_input).
+ *
+ * Results follow PyTorch's CPU kernels: window bounds, divisors
+ * (count_include_pad, divisor_override), sums in window order, accumulated in
+ * float for bfloat16/float16 (double for float64, int64 for int64); max takes
+ * the first largest value and the last NaN (NaN propagates). The backward of
+ * avg_pool2d gathers, for each input element, the contributions of the
+ * outputs covering it in the order the CPU scatters them, rounding each step
+ * to the gradient's dtype as the CPU does; the backward of
+ * max_pool2d scatters in output order, rounding each sum to the gradient's
+ * dtype, as the CPU does. Output sizes come from PyTorch's meta functions;
+ * the kernels check only what they rely on. Work is split over the N*C planes. */
+#ifndef PL_TEMPLATE_PASS
+#include <stdatomic.h>
+#include <string.h>
+
+#include "kernels/kutil.h"
+
+/* One operand as planes: plane p = (n, c) with n = p / C, c = p % C; D is 1
+ * (sd 0) for 2-d pooling. */
+typedef struct {
+  char* p;
+  int dt;
+  int64_t es, C, D, H, W;
+  int64_t sn, sc, sd, sh, sw; /* element strides */
+} pl_t;
+
+typedef struct {
+  int nsp; /* spatial dims: 2, or 3 (avg_pool3d) */
+  int64_t kd, sd, pd; /* depth (3-d): kernel, stride, padding; 1, 1, 0 in 2-d */
+  int64_t kh, kw, sh, sw, ph, pw, dh, dw;
+  bool count_include_pad;
+  int64_t divisor; /* 0: none */
+  pl_t x, y, ix;   /* input, output (or grad), indices */
+  atomic_int bad_index;
+} pl_args_t;
+
+static inline int64_t pl_min(int64_t a, int64_t b) { return a < b ? a : b; }
+static inline int64_t pl_max(int64_t a, int64_t b) { return a > b ? a : b; }
+/* floor(a / b) for b > 0 */
+static inline int64_t pl_fdiv(int64_t a, int64_t b) { return a >= 0 ? a / b : -((-a + b - 1) / b); }
+
+static inline char* pl_plane(const pl_t* t, int64_t p) {
+  return t->p + ((p / t->C) * t->sn + (p % t->C) * t->sc) * t->es;
+}
+
+/* `t` as planes over its last `nsp` dims (2 or 3). */
+static void pl_view(const tpu_tensor_t* t, int nsp, pl_t* out) {
+  memset(out, 0, sizeof(*out));
+  out->p = (char*)t->data;
+  out->dt = t->dtype;
+  out->es = (int64_t)tpu_dtype_size(t->dtype);
+  int o = t->ndim - nsp - 1, L = t->ndim - 1;
+  out->C = t->sizes[o];
+  out->sc = t->strides[o];
+  out->sn = o == 1 ? t->strides[0] : 0;
+  out->D = nsp == 3 ? t->sizes[o + 1] : 1;
+  out->sd = nsp == 3 ? t->strides[o + 1] : 0;
+  out->H = t->sizes[L - 1];
+  out->W = t->sizes[L];
+  out->sh = t->strides[L - 1];
+  out->sw = t->strides[L];
+}
+
+/* avg_pool's window of output (od, oh, ow): clipped bounds and divisor. */
+static inline int64_t pl_avg_window(const pl_args_t* a, const pl_t* X, int64_t od, int64_t oh, int64_t ow,
+                                    int64_t* b) {
+  int64_t ds = od * a->sd - a->pd, hs = oh * a->sh - a->ph, ws = ow * a->sw - a->pw;
+  int64_t de = pl_min(ds + a->kd, X->D + a->pd);
+  int64_t he = pl_min(hs + a->kh, X->H + a->ph), we = pl_min(ws + a->kw, X->W + a->pw);
+  int64_t pool = (de - ds) * (he - hs) * (we - ws);
+  b[0] = pl_max(ds, 0);
+  b[1] = pl_min(de, X->D);
+  b[2] = pl_max(hs, 0);
+  b[3] = pl_min(he, X->H);
+  b[4] = pl_max(ws, 0);
+  b[5] = pl_min(we, X->W);
+  if (a->divisor != 0) return a->divisor;
+  return a->count_include_pad ? pool : (b[1] - b[0]) * (b[3] - b[2]) * (b[5] - b[4]);
+}
+
+/* Outputs o in [0, n) whose avg window [o * s - p, o * s - p + k) holds
+ * input index i: o0..o1 (empty when o0 > o1). */
+static inline void pl_cover(int64_t i, int64_t k, int64_t s, int64_t p, int64_t n, int64_t* o0, int64_t* o1) {
+  *o0 = pl_max(0, pl_fdiv(i + p - k, s) + 1);
+  *o1 = pl_min(n - 1, pl_fdiv(i + p, s));
+}
+
+#define PL_TEMPLATE_PASS 1
+/* float types: T storage, ACC accumulation, LD/ST conversions */
+#define SFX(n) n##_f32
+#define T float
+#define ACC float
+#define LD(v) (v)
+#define ST(v) (v)
+#define ISNAN(v) isnan(v)
+#define LOWEST (-INFINITY)
+#define PL_FLOAT 1
+#include "pool.c"
+#define SFX(n) n##_f64
+#define T double
+#define ACC double
+#define LD(v) (v)
+#define ST(v) (v)
+#define ISNAN(v) isnan(v)
+#define LOWEST (-INFINITY)
+#define PL_FLOAT 1
+#include "pool.c"
+#define SFX(n) n##_bf16
+#define T uint16_t
+#define ACC float
+#define LD(v) tpu_ku_bf16_to_f32(v)
+#define ST(v) tpu_ku_f32_to_bf16(v)
+#define RND(v) tpu_ku_bf16_to_f32(tpu_ku_f32_to_bf16(v))
+#define ISNAN(v) isnan(v)
+#define LOWEST (-INFINITY)
+#define PL_FLOAT 1
+#include "pool.c"
+#define SFX(n) n##_f16
+#define T uint16_t
+#define ACC float
+#define LD(v) tpu_ku_f16_to_f32(v)
+#define ST(v) tpu_ku_f32_to_f16(v)
+#define RND(v) tpu_ku_f16_to_f32(tpu_ku_f32_to_f16(v))
+#define ISNAN(v) isnan(v)
+#define LOWEST (-INFINITY)
+#define PL_FLOAT 1
+#include "pool.c"
+/* integer types: max_pool2d for all, avg_pool2d for int64 only (as the CPU) */
+#define SFX(n) n##_i64
+#define T int64_t
+#define ACC int64_t
+#define LD(v) (v)
+#define ST(v) (v)
+#define ISNAN(v) 0
+#define LOWEST INT64_MIN
+#define PL_AVG_INT 1
+#include "pool.c"
+#define SFX(n) n##_i32
+#define T int32_t
+#define ACC int32_t
+#define LD(v) (v)
+#define ST(v) (v)
+#define ISNAN(v) 0
+#define LOWEST INT32_MIN
+#include "pool.c"
+#define SFX(n) n##_i16
+#define T int16_t
+#define ACC int16_t
+#define LD(v) (v)
+#define ST(v) (v)
+#define ISNAN(v) 0
+#define LOWEST INT16_MIN
+#include "pool.c"
+#define SFX(n) n##_i8
+#define T int8_t
+#define ACC int8_t
+#define LD(v) (v)
+#define ST(v) (v)
+#define ISNAN(v) 0
+#define LOWEST INT8_MIN
+#include "pool.c"
+#define SFX(n) n##_u8
+#define T uint8_t
+#define ACC uint8_t
+#define LD(v) (v)
+#define ST(v) (v)
+#define ISNAN(v) 0
+#define LOWEST 0
+#include "pool.c"
+#undef PL_TEMPLATE_PASS
+
+/* ---- arguments ------------------------------------------------------------ */
+
+static bool pl_float(int dt) {
+  return dt == TPU_DTYPE_F32 || dt == TPU_DTYPE_F64 || dt == TPU_DTYPE_BF16 || dt == TPU_DTYPE_F16;
+}
+static bool pl_int(int dt) {
+  return dt == TPU_DTYPE_I64 || dt == TPU_DTYPE_I32 || dt == TPU_DTYPE_I16 || dt == TPU_DTYPE_I8 ||
+         dt == TPU_DTYPE_U8;
+}
+
+/* int[nsp] argument `i` into out[0..nsp): one value for every dim or one
+ * per dim; an empty list (stride) takes `dflt`. */
+static tpu_status_t pl_ints(const tpu_k_call_t* call, int i, const char* what, int nsp, int64_t lo,
+                            const int64_t* dflt, int64_t* out) {
+  const tpu_k_value_t* v = i < call->num_args ? &call->args[i] : NULL;
+  if (v && v->kind == TPU_K_INT) {
+    for (int j = 0; j < nsp; ++j) out[j] = v->v.i;
+  } else if (v && v->kind == TPU_K_INTS && (v->v.ints.len == nsp || v->v.ints.len == 1)) {
+    for (int j = 0; j < nsp; ++j) out[j] = v->v.ints.data[v->v.ints.len == 1 ? 0 : j];
+  } else if (dflt && (!v || v->kind == TPU_K_NONE || (v->kind == TPU_K_INTS && v->v.ints.len == 0))) {
+    for (int j = 0; j < nsp; ++j) out[j] = dflt[j];
+  } else {
+    return TPU_KU_INVALID(call, "%s must either be a single int, or a tuple of %d ints", what, nsp);
+  }
+  for (int j = 0; j < nsp; ++j)
+    if (out[j] < lo)
+      return TPU_KU_INVALID(call, "%s must be >= %lld, got %lld", what, (long long)lo, (long long)out[j]);
+  return TPU_OK;
+}
+
+static tpu_status_t pl_pair(const tpu_k_call_t* call, int i, const char* what, int64_t lo, const int64_t* dflt,
+                            int64_t* out_h, int64_t* out_w) {
+  int64_t v[2];
+  TPU_RETURN_IF_ERROR(pl_ints(call, i, what, 2, lo, dflt, v));
+  *out_h = v[0];
+  *out_w = v[1];
+  return TPU_OK;
+}
+
+static tpu_status_t pl_rank(const tpu_k_call_t* call, const tpu_tensor_t* t, int nsp, const char* what) {
+  if (!t || t->dtype == TPU_DTYPE_INVALID) return TPU_KU_INVALID(call, "expected a tensor for %s", what);
+  if (t->ndim != nsp + 1 && t->ndim != nsp + 2)
+    return TPU_KU_INVALID(call, "expected a %d-D or %d-D %s, got %d-D", nsp + 1, nsp + 2, what, (int)t->ndim);
+  return TPU_OK;
+}
+
+/* Same leading (N, C) dims (all but the last `nsp`); `spatial`: all dims. */
+static tpu_status_t pl_same(const tpu_k_call_t* call, const tpu_tensor_t* a, const tpu_tensor_t* b, int nsp,
+                            const char* what, bool spatial) {
+  if (a->ndim != b->ndim) return TPU_KU_INVALID(call, "%s must have the input's rank %d, got %d", what, (int)a->ndim, (int)b->ndim);
+  int n = spatial ? a->ndim : a->ndim - nsp;
+  for (int d = 0; d < n; ++d)
+    if (a->sizes[d] != b->sizes[d])
+      return TPU_KU_INVALID(call, "%s: size %lld at dim %d, expected %lld", what, (long long)b->sizes[d], d,
+                            (long long)a->sizes[d]);
+  return TPU_OK;
+}
+
+/* avg_pool2d/3d(self, kernel_size, stride, padding, ceil_mode,
+ * count_include_pad, divisor_override); backward: grad_output first. */
+static tpu_status_t pl_avg_parse(const tpu_k_call_t* call, bool bwd, int nsp, pl_args_t* a) {
+  memset(a, 0, sizeof(*a));
+  a->nsp = nsp;
+  int o = bwd ? 1 : 0;
+  const tpu_tensor_t* x = tpu_ku_tensor(call, o);
+  if (call->num_outputs < 1) return TPU_KU_INVALID(call, "expected an output");
+  const tpu_tensor_t* y = &call->outputs[0];
+  TPU_RETURN_IF_ERROR(pl_rank(call, x, nsp, "input"));
+  TPU_RETURN_IF_ERROR(pl_rank(call, y, nsp, "output"));
+  if (!(pl_float(x->dtype) || x->dtype == TPU_DTYPE_I64)) return tpu_ku_unsupported_dtype(call, x->dtype);
+  /* the CPU's avg_pool3d has float32, float64 and int64 only */
+  if (nsp == 3 && (x->dtype == TPU_DTYPE_BF16 || x->dtype == TPU_DTYPE_F16))
+    return tpu_ku_unsupported_dtype(call, x->dtype);
+  if (y->dtype != x->dtype) return tpu_ku_unsupported_dtype(call, y->dtype);
+  int64_t k[3], s[3], p[3];
+  TPU_RETURN_IF_ERROR(pl_ints(call, o + 1, "kernel_size", nsp, 1, NULL, k));
+  TPU_RETURN_IF_ERROR(pl_ints(call, o + 2, "stride", nsp, 1, k, s));
+  TPU_RETURN_IF_ERROR(pl_ints(call, o + 3, "padding", nsp, 0, NULL, p));
+  for (int j = 0; j < nsp; ++j)
+    if (p[j] * 2 > k[j]) return TPU_KU_INVALID(call, "pad should be smaller than or equal to half of kernel size");
+  int q = nsp - 2; /* first of (h, w) */
+  a->kd = q ? k[0] : 1;
+  a->sd = q ? s[0] : 1;
+  a->pd = q ? p[0] : 0;
+  a->kh = k[q];
+  a->kw = k[q + 1];
+  a->sh = s[q];
+  a->sw = s[q + 1];
+  a->ph = p[q];
+  a->pw = p[q + 1];
+  a->dh = a->dw = 1;
+  a->count_include_pad = tpu_ku_bool(call, o + 5, true);
+  a->divisor = tpu_ku_is_none(call, o + 6) ? 0 : tpu_ku_int(call, o + 6, 0);
+  if (!tpu_ku_is_none(call, o + 6) && a->divisor == 0) return TPU_KU_INVALID(call, "divisor must be not zero");
+  if (bwd) {
+    const tpu_tensor_t* g = tpu_ku_tensor(call, 0);
+    TPU_RETURN_IF_ERROR(pl_rank(call, g, nsp, "grad_output"));
+    if (g->dtype != x->dtype) return tpu_ku_unsupported_dtype(call, g->dtype);
+    TPU_RETURN_IF_ERROR(pl_same(call, x, g, nsp, "grad_output", false));
+    TPU_RETURN_IF_ERROR(pl_same(call, x, y, nsp, "grad_input", true));
+    pl_view(y, nsp, &a->x); /* grad_input (written) has the input's shape */
+    pl_view(g, nsp, &a->y);
+  } else {
+    TPU_RETURN_IF_ERROR(pl_same(call, x, y, nsp, "output", false));
+    pl_view(x, nsp, &a->x);
+    pl_view(y, nsp, &a->y);
+  }
+  return TPU_OK;
+}
+
+/* max_pool2d_with_indices(self, kernel_size, stride, padding, dilation, ceil_mode). */
+static tpu_status_t pl_max_parse(const tpu_k_call_t* call, pl_args_t* a) {
+  memset(a, 0, sizeof(*a));
+  a->nsp = 2;
+  a->kd = a->sd = 1;
+  const tpu_tensor_t* x = tpu_ku_tensor(call, 0);
+  if (call->num_outputs < 2) return TPU_KU_INVALID(call, "expected two outputs (values, indices)");
+  const tpu_tensor_t* y = &call->outputs[0];
+  const tpu_tensor_t* ix = &call->outputs[1];
+  TPU_RETURN_IF_ERROR(pl_rank(call, x, 2, "input"));
+  TPU_RETURN_IF_ERROR(pl_rank(call, y, 2, "output"));
+  TPU_RETURN_IF_ERROR(pl_rank(call, ix, 2, "indices"));
+  if (!pl_float(x->dtype) && !pl_int(x->dtype)) return tpu_ku_unsupported_dtype(call, x->dtype);
+  if (y->dtype != x->dtype) return tpu_ku_unsupported_dtype(call, y->dtype);
+  if (ix->dtype != TPU_DTYPE_I64) return TPU_KU_INVALID(call, "indices must be int64, got %s", tpu_dtype_name(ix->dtype));
+  TPU_RETURN_IF_ERROR(pl_same(call, x, y, 2, "output", false));
+  TPU_RETURN_IF_ERROR(pl_same(call, y, ix, 2, "indices", true));
+  TPU_RETURN_IF_ERROR(pl_pair(call, 1, "kernel_size", 1, NULL, &a->kh, &a->kw));
+  int64_t k[2] = {a->kh, a->kw};
+  TPU_RETURN_IF_ERROR(pl_pair(call, 2, "stride", 1, k, &a->sh, &a->sw));
+  TPU_RETURN_IF_ERROR(pl_pair(call, 3, "padding", 0, NULL, &a->ph, &a->pw));
+  int64_t one[2] = {1, 1};
+  TPU_RETURN_IF_ERROR(pl_pair(call, 4, "dilation", 1, one, &a->dh, &a->dw));
+  if (a->ph * 2 > (a->kh - 1) * a->dh + 1 || a->pw * 2 > (a->kw - 1) * a->dw + 1)
+    return TPU_KU_INVALID(call, "pad should be at most half of effective kernel size");
+  pl_view(x, 2, &a->x);
+  pl_view(y, 2, &a->y);
+  pl_view(ix, 2, &a->ix);
+  return TPU_OK;
+}
+
+/* max_pool2d_with_indices_backward(grad_output, self, kernel_size, stride,
+ * padding, dilation, ceil_mode, indices): only the gradient, the indices and
+ * grad_input's shape matter. */
+static tpu_status_t pl_maxb_parse(const tpu_k_call_t* call, pl_args_t* a) {
+  memset(a, 0, sizeof(*a));
+  a->nsp = 2;
+  a->kd = a->sd = 1;
+  const tpu_tensor_t* g = tpu_ku_tensor(call, 0);
+  const tpu_tensor_t* x = tpu_ku_tensor(call, 1);
+  const tpu_tensor_t* ix = tpu_ku_tensor(call, 7);
+  if (call->num_outputs < 1) return TPU_KU_INVALID(call, "expected an output");
+  const tpu_tensor_t* gi = &call->outputs[0];
+  TPU_RETURN_IF_ERROR(pl_rank(call, g, 2, "grad_output"));
+  TPU_RETURN_IF_ERROR(pl_rank(call, x, 2, "input"));
+  TPU_RETURN_IF_ERROR(pl_rank(call, ix, 2, "indices"));
+  TPU_RETURN_IF_ERROR(pl_rank(call, gi, 2, "grad_input"));
+  if (!pl_float(g->dtype)) return tpu_ku_unsupported_dtype(call, g->dtype);
+  if (gi->dtype != g->dtype) return tpu_ku_unsupported_dtype(call, gi->dtype);
+  if (ix->dtype != TPU_DTYPE_I64) return TPU_KU_INVALID(call, "indices must be int64, got %s", tpu_dtype_name(ix->dtype));
+  TPU_RETURN_IF_ERROR(pl_same(call, x, gi, 2, "grad_input", true));
+  TPU_RETURN_IF_ERROR(pl_same(call, x, g, 2, "grad_output", false));
+  TPU_RETURN_IF_ERROR(pl_same(call, g, ix, 2, "indices", true));
+  pl_view(gi, 2, &a->x);
+  pl_view(g, 2, &a->y);
+  pl_view(ix, 2, &a->ix);
+  return TPU_OK;
+}
+
+static int64_t pl_planes(const pl_t* t, const tpu_tensor_t* src, int nsp) {
+  return src->ndim == nsp + 2 ? src->sizes[0] * t->C : t->C;
+}
+
+static int64_t pl_grain(int64_t per_plane) { return pl_max(1, 32768 / pl_max(1, per_plane)); }
+
+/* ---- entries ------------------------------------------------------------- */
+
+static tpu_status_t pl_avg_run_nsp(const tpu_k_call_t* call, int nsp) {
+  pl_args_t a;
+  TPU_RETURN_IF_ERROR(pl_avg_parse(call, false, nsp, &a));
+  const tpu_tensor_t* y = &call->outputs[0];
+  if (tpu_tensor_numel(y) == 0) return TPU_OK;
+  int64_t n = pl_planes(&a.y, y, a.nsp), g = pl_grain(a.y.D * a.y.H * a.y.W * a.kd * a.kh * a.kw);
+  tpu_parallel_fn_t fn = NULL;
+  switch (a.x.dt) {
+    case TPU_DTYPE_F32: fn = pl_avg_fwd_f32; break;
+    case TPU_DTYPE_F64: fn = pl_avg_fwd_f64; break;
+    case TPU_DTYPE_BF16: fn = pl_avg_fwd_bf16; break;
+    case TPU_DTYPE_F16: fn = pl_avg_fwd_f16; break;
+    case TPU_DTYPE_I64: fn = pl_avg_fwd_i64; break;
+    default: return tpu_ku_unsupported_dtype(call, a.x.dt);
+  }
+  tpu_parallel_for(call->pool, n, g, fn, &a);
+  return TPU_OK;
+}
+
+static tpu_status_t pl_avgb_run_nsp(const tpu_k_call_t* call, int nsp) {
+  pl_args_t a;
+  TPU_RETURN_IF_ERROR(pl_avg_parse(call, true, nsp, &a));
+  const tpu_tensor_t* gi = &call->outputs[0];
+  if (tpu_tensor_numel(gi) == 0) return TPU_OK;
+  int64_t n = pl_planes(&a.x, gi, a.nsp);
+  int64_t g = pl_grain(a.x.D * a.x.H * a.x.W * (a.kd / a.sd + 1) * (a.kh / a.sh + 1) * (a.kw / a.sw + 1));
+  tpu_parallel_fn_t fn = NULL;
+  switch (a.x.dt) {
+    case TPU_DTYPE_F32: fn = pl_avg_bwd_f32; break;
+    case TPU_DTYPE_F64: fn = pl_avg_bwd_f64; break;
+    case TPU_DTYPE_BF16: fn = pl_avg_bwd_bf16; break;
+    case TPU_DTYPE_F16: fn = pl_avg_bwd_f16; break;
+    case TPU_DTYPE_I64: fn = pl_avg_bwd_i64; break;
+    default: return tpu_ku_unsupported_dtype(call, a.x.dt);
+  }
+  tpu_parallel_for(call->pool, n, g, fn, &a);
+  return TPU_OK;
+}
+
+static tpu_status_t pl_avg_check(const tpu_k_call_t* call) {
+  pl_args_t a;
+  return pl_avg_parse(call, false, 2, &a);
+}
+static tpu_status_t pl_avg_run(const tpu_k_call_t* call) { return pl_avg_run_nsp(call, 2); }
+static tpu_status_t pl_avgb_check(const tpu_k_call_t* call) {
+  pl_args_t a;
+  return pl_avg_parse(call, true, 2, &a);
+}
+static tpu_status_t pl_avgb_run(const tpu_k_call_t* call) { return pl_avgb_run_nsp(call, 2); }
+static tpu_status_t pl_avg3_check(const tpu_k_call_t* call) {
+  pl_args_t a;
+  return pl_avg_parse(call, false, 3, &a);
+}
+static tpu_status_t pl_avg3_run(const tpu_k_call_t* call) { return pl_avg_run_nsp(call, 3); }
+static tpu_status_t pl_avg3b_check(const tpu_k_call_t* call) {
+  pl_args_t a;
+  return pl_avg_parse(call, true, 3, &a);
+}
+static tpu_status_t pl_avg3b_run(const tpu_k_call_t* call) { return pl_avgb_run_nsp(call, 3); }
+
+static tpu_status_t pl_max_check(const tpu_k_call_t* call) {
+  pl_args_t a;
+  return pl_max_parse(call, &a);
+}
+
+static tpu_status_t pl_max_run(const tpu_k_call_t* call) {
+  pl_args_t a;
+  TPU_RETURN_IF_ERROR(pl_max_parse(call, &a));
+  const tpu_tensor_t* y = &call->outputs[0];
+  if (tpu_tensor_numel(y) == 0) return TPU_OK;
+  int64_t n = pl_planes(&a.y, y, a.nsp), g = pl_grain(a.y.H * a.y.W * a.kh * a.kw);
+  tpu_parallel_fn_t fn = NULL;
+  switch (a.x.dt) {
+    case TPU_DTYPE_F32: fn = pl_max_fwd_f32; break;
+    case TPU_DTYPE_F64: fn = pl_max_fwd_f64; break;
+    case TPU_DTYPE_BF16: fn = pl_max_fwd_bf16; break;
+    case TPU_DTYPE_F16: fn = pl_max_fwd_f16; break;
+    case TPU_DTYPE_I64: fn = pl_max_fwd_i64; break;
+    case TPU_DTYPE_I32: fn = pl_max_fwd_i32; break;
+    case TPU_DTYPE_I16: fn = pl_max_fwd_i16; break;
+    case TPU_DTYPE_I8: fn = pl_max_fwd_i8; break;
+    case TPU_DTYPE_U8: fn = pl_max_fwd_u8; break;
+    default: return tpu_ku_unsupported_dtype(call, a.x.dt);
+  }
+  tpu_parallel_for(call->pool, n, g, fn, &a);
+  return TPU_OK;
+}
+
+static tpu_status_t pl_maxb_check(const tpu_k_call_t* call) {
+  pl_args_t a;
+  return pl_maxb_parse(call, &a);
+}
+
+static tpu_status_t pl_maxb_run(const tpu_k_call_t* call) {
+  pl_args_t a;
+  TPU_RETURN_IF_ERROR(pl_maxb_parse(call, &a));
+  const tpu_tensor_t* gi = &call->outputs[0];
+  if (tpu_tensor_numel(gi) == 0) return TPU_OK;
+  int64_t n = pl_planes(&a.x, gi, a.nsp), g = pl_grain(a.x.H * a.x.W + a.y.H * a.y.W);
+  tpu_parallel_fn_t fn = NULL;
+  switch (a.x.dt) {
+    case TPU_DTYPE_F32: fn = pl_max_bwd_f32; break;
+    case TPU_DTYPE_F64: fn = pl_max_bwd_f64; break;
+    case TPU_DTYPE_BF16: fn = pl_max_bwd_bf16; break;
+    case TPU_DTYPE_F16: fn = pl_max_bwd_f16; break;
+    default: return tpu_ku_unsupported_dtype(call, a.x.dt);
+  }
+  atomic_init(&a.bad_index, 0);
+  tpu_parallel_for(call->pool, n, g, fn, &a);
+  if (atomic_load(&a.bad_index))
+    return TPU_KU_INVALID(call, "an index is out of range of the input plane (%lld x %lld)", (long long)a.x.H,
+                          (long long)a.x.W);
+  return TPU_OK;
+}
+
+const tpu_k_entry_t tpu_k_pool_entries[] = {
+    {"aten::avg_pool2d", pl_avg_run, pl_avg_check, 0, NULL},
+    {"aten::avg_pool2d.out", pl_avg_run, pl_avg_check, 0, NULL},
+    {"aten::avg_pool2d_backward", pl_avgb_run, pl_avgb_check, 0, NULL},
+    {"aten::avg_pool2d_backward.grad_input", pl_avgb_run, pl_avgb_check, 0, NULL},
+    {"aten::avg_pool3d", pl_avg3_run, pl_avg3_check, 0, NULL},
+    {"aten::avg_pool3d.out", pl_avg3_run, pl_avg3_check, 0, NULL},
+    {"aten::avg_pool3d_backward", pl_avg3b_run, pl_avg3b_check, 0, NULL},
+    {"aten::avg_pool3d_backward.grad_input", pl_avg3b_run, pl_avg3b_check, 0, NULL},
+    {"aten::max_pool2d_with_indices", pl_max_run, pl_max_check, 0, NULL},
+    {"aten::max_pool2d_with_indices.out", pl_max_run, pl_max_check, 0, NULL},
+    {"aten::max_pool2d_with_indices_backward", pl_maxb_run, pl_maxb_check, 0, NULL},
+    {"aten::max_pool2d_with_indices_backward.grad_input", pl_maxb_run, pl_maxb_check, 0, NULL},
+};
+const size_t tpu_k_pool_count = sizeof(tpu_k_pool_entries) / sizeof(tpu_k_pool_entries[0]);
+
+#else /* PL_TEMPLATE_PASS: T storage, ACC accumulation */
+#ifndef RND /* rounding to T (bfloat16 / float16 only) */
+#define RND(v) (v)
+#endif
+
+#if defined(PL_FLOAT) || defined(PL_AVG_INT)
+static void SFX(pl_avg_fwd)(void* ctx, int64_t b, int64_t e) {
+  const pl_args_t* a = (const pl_args_t*)ctx;
+  const pl_t *X = &a->x, *Y = &a->y;
+  for (int64_t p = b; p < e; ++p) {
+    const T* x = (const T*)pl_plane(X, p);
+    T* y = (T*)pl_plane(Y, p);
+    for (int64_t od = 0; od < Y->D; ++od) {
+      for (int64_t oh = 0; oh < Y->H; ++oh) {
+        for (int64_t ow = 0; ow < Y->W; ++ow) {
+          int64_t w[6];
+          int64_t div = pl_avg_window(a, X, od, oh, ow, w);
+          ACC v = 0;
+          if (w[0] < w[1] && w[2] < w[3] && w[4] < w[5]) {
+            ACC sum = 0;
+            for (int64_t id = w[0]; id < w[1]; ++id)
+              for (int64_t ih = w[2]; ih < w[3]; ++ih)
+                for (int64_t iw = w[4]; iw < w[5]; ++iw) sum += LD(x[id * X->sd + ih * X->sh + iw * X->sw]);
+            v = sum / (ACC)div;
+          }
+          y[od * Y->sd + oh * Y->sh + ow * Y->sw] = ST(v);
+        }
+      }
+    }
+  }
+}
+
+/* a->x is grad_input (written), a->y grad_output. As the CPU, each
+ * contribution grad / divisor and each partial sum is rounded to T. */
+static void SFX(pl_avg_bwd)(void* ctx, int64_t b, int64_t e) {
+  const pl_args_t* a = (const pl_args_t*)ctx;
+  const pl_t *X = &a->x, *Y = &a->y;
+  for (int64_t p = b; p < e; ++p) {
+    T* gi = (T*)pl_plane(X, p);
+    const T* go = (const T*)pl_plane(Y, p);
+    for (int64_t id = 0; id < X->D; ++id) {
+      int64_t od0, od1;
+      pl_cover(id, a->kd, a->sd, a->pd, Y->D, &od0, &od1);
+      for (int64_t ih = 0; ih < X->H; ++ih) {
+        int64_t oh0, oh1;
+        pl_cover(ih, a->kh, a->sh, a->ph, Y->H, &oh0, &oh1);
+        for (int64_t iw = 0; iw < X->W; ++iw) {
+          int64_t ow0, ow1;
+          pl_cover(iw, a->kw, a->sw, a->pw, Y->W, &ow0, &ow1);
+          ACC acc = 0;
+          for (int64_t od = od0; od <= od1; ++od) {
+            for (int64_t oh = oh0; oh <= oh1; ++oh) {
+              for (int64_t ow = ow0; ow <= ow1; ++ow) {
+                int64_t w[6];
+                int64_t div = pl_avg_window(a, X, od, oh, ow, w);
+                acc = RND(acc + RND(LD(go[od * Y->sd + oh * Y->sh + ow * Y->sw]) / RND((ACC)div)));
+              }
+            }
+          }
+          gi[id * X->sd + ih * X->sh + iw * X->sw] = ST(acc);
+        }
+      }
+    }
+  }
+}
+#endif
+
+static void SFX(pl_max_fwd)(void* ctx, int64_t b, int64_t e) {
+  const pl_args_t* a = (const pl_args_t*)ctx;
+  const pl_t *X = &a->x, *Y = &a->y, *I = &a->ix;
+  for (int64_t p = b; p < e; ++p) {
+    const T* x = (const T*)pl_plane(X, p);
+    T* y = (T*)pl_plane(Y, p);
+    int64_t* ix = (int64_t*)pl_plane(I, p);
+    for (int64_t oh = 0; oh < Y->H; ++oh) {
+      int64_t h0 = oh * a->sh - a->ph;
+      int64_t h1 = pl_min(h0 + (a->kh - 1) * a->dh + 1, X->H);
+      while (h0 < 0) h0 += a->dh;
+      for (int64_t ow = 0; ow < Y->W; ++ow) {
+        int64_t w0 = ow * a->sw - a->pw;
+        int64_t w1 = pl_min(w0 + (a->kw - 1) * a->dw + 1, X->W);
+        while (w0 < 0) w0 += a->dw;
+        int64_t mi = h0 * X->W + w0;
+        ACC mv = LOWEST;
+        for (int64_t ih = h0; ih < h1; ih += a->dh) {
+          for (int64_t iw = w0; iw < w1; iw += a->dw) {
+            ACC v = LD(x[ih * X->sh + iw * X->sw]);
+            if (v > mv || ISNAN(v)) {
+              mv = v;
+              mi = ih * X->W + iw;
+            }
+          }
+        }
+        y[oh * Y->sh + ow * Y->sw] = ST(mv);
+        ix[oh * I->sh + ow * I->sw] = mi;
+      }
+    }
+  }
+}
+
+#ifdef PL_FLOAT
+/* a->x is grad_input (written), a->y grad_output, a->ix the indices. */
+static void SFX(pl_max_bwd)(void* ctx, int64_t b, int64_t e) {
+  pl_args_t* a = (pl_args_t*)ctx;
+  const pl_t *X = &a->x, *Y = &a->y, *I = &a->ix;
+  int64_t plane = X->H * X->W;
+  for (int64_t p = b; p < e; ++p) {
+    T* gi = (T*)pl_plane(X, p);
+    const T* go = (const T*)pl_plane(Y, p);
+    const int64_t* ix = (const int64_t*)pl_plane(I, p);
+    for (int64_t ih = 0; ih < X->H; ++ih)
+      for (int64_t iw = 0; iw < X->W; ++iw) gi[ih * X->sh + iw * X->sw] = ST((ACC)0);
+    for (int64_t oh = 0; oh < Y->H; ++oh) {
+      for (int64_t ow = 0; ow < Y->W; ++ow) {
+        int64_t k = ix[oh * I->sh + ow * I->sw];
+        if (k == -1) continue;
+        if (k < 0 || k >= plane) {
+          atomic_store(&a->bad_index, 1);
+          continue;
+        }
+        T* d = &gi[(k / X->W) * X->sh + (k % X->W) * X->sw];
+        *d = ST(LD(*d) + LD(go[oh * Y->sh + ow * Y->sw]));
+      }
+    }
+  }
+}
+#endif
+
+#undef SFX
+#undef T
+#undef ACC
+#undef LD
+#undef ST
+#undef RND
+#undef ISNAN
+#undef LOWEST
+#undef PL_FLOAT
+#undef PL_AVG_INT
+#endif /* PL_TEMPLATE_PASS */

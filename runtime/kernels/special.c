@@ -1,0 +1,476 @@
+/* special.c - kernel family "special" (see tpu/kernels.h for the ABI): the
+ * gamma-function family (lgamma, digamma, polygamma), erfc, erfcx, cosh,
+ * sinh and the modified Bessel functions i0, i0e, i1, i1e, as unary
+ * elementwise ops.
+ *
+ * Numerics follow PyTorch's CPU kernels: float32, float16 and bfloat16
+ * compute in float (the result rounded once to the output dtype; float16 and
+ * bfloat16 polygamma(n >= 2) round its zeta factor first, as the CPU does),
+ * float64 in double; erfcx of x >= 0 and the zeta sum always run in double
+ * (the CPU's accumulation type for float); integer and bool inputs are read as values of the output's dtype
+ * (PyTorch's meta functions give them a float32 output). digamma, trigamma
+ * and the Hurwitz zeta behind polygamma use the methods of the Cephes Math
+ * Library, as PyTorch's ATen/native/Math.h does (3-clause BSD, Stephen L.
+ * Moshier), so poles, infinities and NaNs come out as on the CPU. */
+#define _GNU_SOURCE /* lgammaf_r / lgamma_r: lgamma itself writes the global signgam */
+#include <math.h>
+#include <string.h>
+
+#include "kernels/kutil.h"
+
+#define SP_PI 3.14159265358979323846
+
+/* ---- digamma, trigamma, zeta --------------------------------------------- */
+
+/* psi(10) = H_9 - Euler's gamma */
+#define SP_PSI10 2.25175258906672110764
+
+/* Asymptotic series of digamma in z = 1/x^2, highest power first:
+ * B_2k / (2k) for k = 7 .. 1. */
+static const double sp_psi_series[7] = {1.0 / 12, -691.0 / 32760, 1.0 / 132, -1.0 / 240,
+                                        1.0 / 252, -1.0 / 120, 1.0 / 12};
+
+static float sp_digammaf(float x) {
+  if (x == 0.0f) return copysignf(INFINITY, -x);
+  if (x < 0.0f) {
+    if (x == truncf(x)) return NAN;
+    /* reflection; tan of pi times the fractional part (in double, as the CPU) */
+    double ip;
+    double fr = modf((double)x, &ip);
+    float refl = (float)(SP_PI / tan(SP_PI * fr));
+    return sp_digammaf(1.0f - x) - refl;
+  }
+  float acc = 0.0f;
+  for (; x < 10.0f; x += 1.0f) acc -= 1.0f / x;
+  if (x == 10.0f) return acc + (float)SP_PSI10;
+  float tail = 0.0f;
+  if (x < 1.0e17f) {
+    float z = 1.0f / (x * x), p = 0.0f;
+    for (int i = 0; i < 7; ++i) p = p * z + (float)sp_psi_series[i];
+    tail = z * p;
+  }
+  return acc + logf(x) - 0.5f / x - tail;
+}
+
+static double sp_digamma(double x) {
+  if (x == 0.0) return copysign(INFINITY, -x);
+  if (x < 0.0) {
+    if (x == trunc(x)) return NAN;
+    double ip;
+    double fr = modf(x, &ip);
+    return sp_digamma(1.0 - x) - SP_PI / tan(SP_PI * fr);
+  }
+  double acc = 0.0;
+  for (; x < 10.0; x += 1.0) acc -= 1.0 / x;
+  if (x == 10.0) return acc + SP_PSI10;
+  double tail = 0.0;
+  if (x < 1.0e17) {
+    double z = 1.0 / (x * x), p = 0.0;
+    for (int i = 0; i < 7; ++i) p = p * z + sp_psi_series[i];
+    tail = z * p;
+  }
+  return acc + log(x) - 0.5 / x - tail;
+}
+
+/* trigamma: reflection below 1/2, six recurrence steps, then the asymptotic
+ * series 1/x + 1/(2x^2) + 1/(6x^3) - 1/(30x^5) + 1/(42x^7). */
+static float sp_trigammaf(float x) {
+  float sign = 1.0f, acc = 0.0f;
+  if (x < 0.5f) {
+    sign = -1.0f;
+    float s = sinf((float)SP_PI * x);
+    acc -= ((float)SP_PI * (float)SP_PI) / (s * s);
+    x = 1.0f - x;
+  }
+  for (int i = 0; i < 6; ++i, x += 1.0f) acc += 1.0f / (x * x);
+  float w = 1.0f / (x * x);
+  acc += (1.0f + 1.0f / (2.0f * x) + w * (1.0f / 6 - w * (1.0f / 30 - w * (1.0f / 42)))) / x;
+  return sign * acc;
+}
+
+static double sp_trigamma(double x) {
+  double sign = 1.0, acc = 0.0;
+  if (x < 0.5) {
+    sign = -1.0;
+    double s = sin(SP_PI * x);
+    acc -= (SP_PI * SP_PI) / (s * s);
+    x = 1.0 - x;
+  }
+  for (int i = 0; i < 6; ++i, x += 1.0) acc += 1.0 / (x * x);
+  double w = 1.0 / (x * x);
+  acc += (1.0 + 1.0 / (2.0 * x) + w * (1.0 / 6 - w * (1.0 / 30 - w * (1.0 / 42)))) / x;
+  return sign * acc;
+}
+
+/* (2k)! / B_2k, k = 1 .. 12: the Euler-Maclaurin correction terms. */
+static const double sp_zeta_em[12] = {
+    12.0,
+    -720.0,
+    30240.0,
+    -1209600.0,
+    47900160.0,
+    -1.8924375803183791606e9,
+    7.47242496e10,
+    -2.950130727918164224e12,
+    1.1646782814350067249e14,
+    -4.5979787224074726105e15,
+    1.8152105401943546773e17,
+    -7.1661652561756670113e18,
+};
+
+/* Hurwitz zeta(s, q) = sum_{k >= 0} (k + q)^-s for s > 1, in double (the
+ * CPU's accumulation type for float too): direct terms until q + k > 9 and at
+ * least nine of them, then the Euler-Maclaurin tail. */
+static double sp_zeta(double s, double q) {
+  const double eps = 1.11022302462515654042e-16;
+  if (s == 1.0) return INFINITY;
+  if (s < 1.0) return NAN;
+  if (q <= 0.0) {
+    if (q == floor(q)) return INFINITY;
+    if (s != floor(s)) return NAN;
+  }
+  double sum = pow(q, -s), a = q, b = 0.0;
+  int i = 0;
+  while (i < 9 || a <= 9.0) {
+    ++i;
+    a += 1.0;
+    b = pow(a, -s);
+    sum += b;
+    if (-eps * sum < b && b < eps * sum) return sum;
+  }
+  const double w = a;
+  sum += b * w / (s - 1.0);
+  sum -= 0.5 * b;
+  double fac = 1.0, k = 0.0;
+  for (i = 0; i < 12; ++i) {
+    fac *= s + k;
+    b /= w;
+    double t = fac * b / sp_zeta_em[i];
+    sum += t;
+    if (fabs(t / sum) < eps) return sum;
+    k += 1.0;
+    fac *= s + k;
+    b /= w;
+    k += 1.0;
+  }
+  return sum;
+}
+
+/* polygamma(n, x) for n >= 2: (-1)^(n+1) n! zeta(n + 1, x). */
+static float sp_polygammaf(int64_t n, float x) {
+  if (n == 0) return sp_digammaf(x);
+  if (n == 1) return sp_trigammaf(x);
+  float sign = (n % 2) ? 1.0f : -1.0f;
+  float fact = expf(lgammaf_r((float)n + 1.0f, &(int){0}));
+  return sign * fact * (float)sp_zeta((double)(n + 1), (double)x);
+}
+
+static double sp_polygamma(int64_t n, double x) {
+  if (n == 0) return sp_digamma(x);
+  if (n == 1) return sp_trigamma(x);
+  double sign = (n % 2) ? 1.0 : -1.0;
+  double fact = exp(lgamma_r((double)n + 1.0, &(int){0}));
+  return sign * fact * sp_zeta((double)(n + 1), x);
+}
+
+/* float16/bfloat16 polygamma for n >= 2, as the CPU evaluates it: the zeta
+ * value rounded to the dtype before it is multiplied by n! (in float). */
+static float sp_round(int dt, float v) {
+  return dt == TPU_DTYPE_BF16 ? tpu_ku_bf16_to_f32(tpu_ku_f32_to_bf16(v)) : tpu_ku_f16_to_f32(tpu_ku_f32_to_f16(v));
+}
+
+static float sp_polygamma_reduced(int dt, int64_t n, float x) {
+  float np1 = sp_round(dt, sp_round(dt, (float)n) + 1.0f);
+  float fact = expf(lgammaf_r(np1, &(int){0}));
+  float z = sp_round(dt, (float)sp_zeta((double)sp_round(dt, (float)(n + 1)), (double)x));
+  return ((n % 2) ? 1.0f : -1.0f) * fact * z;
+}
+
+/* ---- erfcx ----------------------------------------------------------------
+ * erfcx(x) = exp(x^2) erfc(x). Below 26, exp(x^2) erfc(x) directly, with the
+ * rounding error of x^2 put back (exp(x2 + e) ~ exp(x2) (1 + e), e from an
+ * fma); from 26 on (where erfc nears underflow) the asymptotic series
+ * 1/(x sqrt(pi)) sum_k (-1)^k (2k-1)!! / (2x^2)^k, whose terms at x >= 26
+ * fall below double precision by k = 7. */
+static double sp_erfcx(double x) {
+  if (isnan(x)) return x;
+  if (x < 26.0) {
+    double x2 = x * x, e = fma(x, x, -x2);
+    double ex = exp(x2);
+    if (isinf(ex)) return INFINITY; /* x < -26.6: 2 exp(x^2) overflows */
+    return ex * erfc(x) * (1.0 + e);
+  }
+  if (isinf(x)) return 0.0;
+  double u = 1.0 / (2.0 * x * x), term = 1.0, sum = 1.0;
+  for (int k = 1; k <= 8; ++k) {
+    term *= -(2.0 * k - 1.0) * u;
+    sum += term;
+  }
+  return sum / (x * 1.7724538509055160273); /* sqrt(pi) */
+}
+
+/* float: the CPU evaluates negative arguments as 2 exp(x^2) - erfcx(-x) in
+ * float arithmetic (x^2 rounded to float: 1e-6 off at x = -8), which this
+ * follows; positive arguments through double. */
+static float sp_erfcxf(float x) {
+  if (!(x < 0.0f)) return (float)sp_erfcx((double)x);
+  if (x < -26.7f) return INFINITY;
+  float e2 = 2.0f * expf(x * x);
+  if (x < -6.1f) return e2;
+  return e2 - (float)sp_erfcx(-(double)x);
+}
+
+/* ---- modified Bessel functions of the first kind: i0, i0e, i1, i1e -------
+ * Chebyshev expansions of the Cephes Math Library (the coefficients are
+ * Cephes' data): exp(-x) I(x) on [0, 8] in y = x/2 - 2, exp(-x) sqrt(x) I(x)
+ * on (8, inf) in y = 32/x - 2. As on the CPU, float evaluates the series in
+ * float, and float i1/i1e use only the trailing 17 (resp. 7) coefficients. */
+static const double sp_i0_a[30] = {
+    -4.41534164647933937950E-18, 3.33079451882223809783E-17, -2.43127984654795469359E-16,
+    1.71539128555513303061E-15,  -1.16853328779934516808E-14, 7.67618549860493561688E-14,
+    -4.85644678311192946090E-13, 2.95505266312963983461E-12, -1.72682629144155570723E-11,
+    9.67580903537323691224E-11,  -5.18979560163526290666E-10, 2.65982372468238665035E-9,
+    -1.30002500998624804212E-8,  6.04699502254191894932E-8,  -2.67079385394061173391E-7,
+    1.11738753912010371815E-6,   -4.41673835845875056359E-6,  1.64484480707288970893E-5,
+    -5.75419501008210370398E-5,  1.88502885095841655729E-4,  -5.76375574538582365885E-4,
+    1.63947561694133579842E-3,   -4.32430999505057594430E-3,  1.05464603945949983183E-2,
+    -2.37374148058994688156E-2,  4.93052842396707084878E-2,  -9.49010970480476444210E-2,
+    1.71620901522208775349E-1,   -3.04682672343198398683E-1,  6.76795274409476084995E-1};
+static const double sp_i0_b[25] = {
+    -7.23318048787475395456E-18, -4.83050448594418207126E-18, 4.46562142029675999901E-17,
+    3.46122286769746109310E-17,  -2.82762398051658348494E-16, -3.42548561967721913462E-16,
+    1.77256013305652638360E-15,  3.81168066935262242075E-15,  -9.55484669882830764870E-15,
+    -4.15056934728722208663E-14, 1.54008621752140982691E-14,  3.85277838274214270114E-13,
+    7.18012445138366623367E-13,  -1.79417853150680611778E-12, -1.32158118404477131188E-11,
+    -3.14991652796324136454E-11, 1.18891471078464383424E-11,  4.94060238822496958910E-10,
+    3.39623202570838634515E-9,   2.26666899049817806459E-8,   2.04891858946906374183E-7,
+    2.89137052083475648297E-6,   6.88975834691682398426E-5,   3.36911647825569408990E-3,
+    8.04490411014108831608E-1};
+static const double sp_i1_a[29] = {
+    2.77791411276104639959E-18, -2.11142121435816608115E-17, 1.55363195773620046921E-16,
+    -1.10559694773538630805E-15, 7.60068429473540693410E-15, -5.04218550472791168711E-14,
+    3.22379336594557470981E-13, -1.98397439776494371520E-12, 1.17361862988909016308E-11,
+    -6.66348972350202774223E-11, 3.62559028155211703701E-10, -1.88724975172282928790E-9,
+    9.38153738649577178388E-9,  -4.44505912879632808065E-8, 2.00329475355213526229E-7,
+    -8.56872026469545474066E-7, 3.47025130813767847674E-6,  -1.32731636560394358279E-5,
+    4.78156510755005422638E-5,  -1.61760815825896745588E-4, 5.12285956168575772895E-4,
+    -1.51357245063125314899E-3, 4.15642294431288815669E-3,  -1.05640848946261981558E-2,
+    2.47264490306265168283E-2,  -5.29459812080949914269E-2, 1.02643658689847095384E-1,
+    -1.76416518357834055153E-1, 2.52587186443633654823E-1};
+static const double sp_i1_b[25] = {
+    7.51729631084210481353E-18,  4.41434832307170791151E-18,  -4.65030536848935832153E-17,
+    -3.20952592199342395980E-17, 2.96262899764595013876E-16,  3.30820231092092828324E-16,
+    -1.88035477551078244854E-15, -3.81440307243700780478E-15, 1.04202769841288027642E-14,
+    4.27244001671195135429E-14,  -2.10154184277266431302E-14, -4.08355111109219731823E-13,
+    -7.19855177624590851209E-13, 2.03562854414708950722E-12,  1.41258074366137813316E-11,
+    3.25260358301548823856E-11,  -1.89749581235054123450E-11, -5.58974346219658380687E-10,
+    -3.83538038596423702205E-9,  -2.63146884688951950684E-8,  -2.51223623787020892529E-7,
+    -3.88256480887769039346E-6,  -1.10588938762623716291E-4,  -9.76109749136146840777E-3,
+    7.78576235018280120474E-1};
+#define SP_LEN(a) ((int)(sizeof(a) / sizeof((a)[0])))
+
+/* Clenshaw recurrence of a Chebyshev series c[0..n), highest term first. */
+static double sp_cheb(double y, const double* c, int n) {
+  double b0 = c[0], b1 = 0.0, b2 = 0.0;
+  for (int i = 1; i < n; ++i) {
+    b2 = b1;
+    b1 = b0;
+    b0 = y * b1 - b2 + c[i];
+  }
+  return 0.5 * (b0 - b2);
+}
+
+static float sp_chebf(float y, const double* c, int n) {
+  float b0 = (float)c[0], b1 = 0.0f, b2 = 0.0f;
+  for (int i = 1; i < n; ++i) {
+    b2 = b1;
+    b1 = b0;
+    b0 = y * b1 - b2 + (float)c[i];
+  }
+  return 0.5f * (b0 - b2);
+}
+
+typedef enum { SP_BESSEL_I0, SP_BESSEL_I0E, SP_BESSEL_I1, SP_BESSEL_I1E } sp_bessel_t;
+
+static double sp_bessel(sp_bessel_t k, double v) {
+  double x = fabs(v), r;
+  bool one = k == SP_BESSEL_I1 || k == SP_BESSEL_I1E, scaled = k == SP_BESSEL_I0E || k == SP_BESSEL_I1E;
+  if (x <= 8.0) {
+    double c = one ? sp_cheb(x / 2.0 - 2.0, sp_i1_a, SP_LEN(sp_i1_a)) : sp_cheb(x / 2.0 - 2.0, sp_i0_a, SP_LEN(sp_i0_a));
+    if (!one) r = scaled ? c : exp(x) * c;
+    else r = scaled ? c * x : exp(x) * x * c;
+  } else {
+    double c = one ? sp_cheb(32.0 / x - 2.0, sp_i1_b, SP_LEN(sp_i1_b)) : sp_cheb(32.0 / x - 2.0, sp_i0_b, SP_LEN(sp_i0_b));
+    r = scaled ? c / sqrt(x) : exp(x) * c / sqrt(x);
+  }
+  return (one && v < 0.0) ? -r : r;
+}
+
+static float sp_besself(sp_bessel_t k, float v) {
+  float x = fabsf(v), r;
+  bool one = k == SP_BESSEL_I1 || k == SP_BESSEL_I1E, scaled = k == SP_BESSEL_I0E || k == SP_BESSEL_I1E;
+  if (x <= 8.0f) {
+    float y = x / 2.0f - 2.0f;
+    float c = one ? sp_chebf(y, sp_i1_a + 12, SP_LEN(sp_i1_a) - 12) : sp_chebf(y, sp_i0_a, SP_LEN(sp_i0_a));
+    if (!one) r = scaled ? c : expf(x) * c;
+    else r = scaled ? c * x : expf(x) * x * c;
+  } else {
+    float y = 32.0f / x - 2.0f;
+    float c = one ? sp_chebf(y, sp_i1_b + 18, SP_LEN(sp_i1_b) - 18) : sp_chebf(y, sp_i0_b, SP_LEN(sp_i0_b));
+    r = scaled ? c / sqrtf(x) : expf(x) * c / sqrtf(x);
+  }
+  return (one && v < 0.0f) ? -r : r;
+}
+
+/* ---- the unary driver ----------------------------------------------------- */
+
+typedef enum {
+  SP_LGAMMA, SP_DIGAMMA, SP_POLYGAMMA, SP_ERFC, SP_ERFCX, SP_COSH, SP_SINH,
+  SP_I0, SP_I0E, SP_I1, SP_I1E
+} sp_op_t;
+
+typedef struct {
+  sp_op_t op;
+  int64_t n; /* polygamma's order */
+  int dt_out, dt_in;
+  bool f64;
+} sp_un_t;
+
+static double sp_eval_f64(const sp_un_t* u, double x) {
+  switch (u->op) {
+    case SP_LGAMMA: return lgamma_r(x, &(int){0});
+    case SP_DIGAMMA: return sp_digamma(x);
+    case SP_POLYGAMMA: return sp_polygamma(u->n, x);
+    case SP_ERFC: return erfc(x);
+    case SP_ERFCX: return sp_erfcx(x);
+    case SP_COSH: return cosh(x);
+    case SP_SINH: return sinh(x);
+    case SP_I0: return sp_bessel(SP_BESSEL_I0, x);
+    case SP_I0E: return sp_bessel(SP_BESSEL_I0E, x);
+    case SP_I1: return sp_bessel(SP_BESSEL_I1, x);
+    case SP_I1E: return sp_bessel(SP_BESSEL_I1E, x);
+  }
+  return NAN;
+}
+
+static float sp_eval_f32(const sp_un_t* u, float x) {
+  switch (u->op) {
+    case SP_LGAMMA: return lgammaf_r(x, &(int){0});
+    case SP_DIGAMMA: return sp_digammaf(x);
+    case SP_POLYGAMMA: return sp_polygammaf(u->n, x);
+    case SP_ERFC: return erfcf(x);
+    case SP_ERFCX: return sp_erfcxf(x);
+    case SP_COSH: return coshf(x);
+    case SP_SINH: return sinhf(x);
+    case SP_I0: return sp_besself(SP_BESSEL_I0, x);
+    case SP_I0E: return sp_besself(SP_BESSEL_I0E, x);
+    case SP_I1: return sp_besself(SP_BESSEL_I1, x);
+    case SP_I1E: return sp_besself(SP_BESSEL_I1E, x);
+  }
+  return NAN;
+}
+
+static void sp_un_inner(void* ctx, char** p, const int64_t* st, int64_t n) {
+  const sp_un_t* u = (const sp_un_t*)ctx;
+  char* o = p[0];
+  const char* a = p[1];
+  if (u->f64) {
+    for (int64_t i = 0; i < n; ++i, o += st[0], a += st[1])
+      tpu_ku_store_f64(o, u->dt_out, sp_eval_f64(u, tpu_ku_load_f64(a, u->dt_in)));
+  } else if (u->op == SP_POLYGAMMA && u->n >= 2 && u->dt_out != TPU_DTYPE_F32) {
+    for (int64_t i = 0; i < n; ++i, o += st[0], a += st[1]) {
+      float x = (float)tpu_ku_load_f64(a, u->dt_in);
+      tpu_ku_store_f64(o, u->dt_out, (double)sp_polygamma_reduced(u->dt_out, u->n, x));
+    }
+  } else {
+    for (int64_t i = 0; i < n; ++i, o += st[0], a += st[1]) {
+      float x = (float)tpu_ku_load_f64(a, u->dt_in);
+      tpu_ku_store_f64(o, u->dt_out, (double)sp_eval_f32(u, x));
+    }
+  }
+}
+
+static const struct {
+  const char* prefix; /* the op's base name; overloads follow a '.' or '_' */
+  sp_op_t op;
+} kSpOps[] = {
+    {"aten::lgamma", SP_LGAMMA},       {"aten::digamma", SP_DIGAMMA}, {"aten::polygamma", SP_POLYGAMMA},
+    {"aten::special_erfcx", SP_ERFCX}, {"aten::erfc", SP_ERFC},       {"aten::cosh", SP_COSH},
+    {"aten::sinh", SP_SINH},           {"aten::i0", SP_I0},           {"aten::special_i0e", SP_I0E},
+    {"aten::special_i1", SP_I1},       {"aten::special_i1e", SP_I1E},
+};
+
+static tpu_status_t sp_un_setup(const tpu_k_call_t* call, sp_un_t* u, const tpu_tensor_t** ops) {
+  memset(u, 0, sizeof(*u));
+  bool found = false;
+  for (size_t i = 0; i < sizeof(kSpOps) / sizeof(kSpOps[0]) && !found; ++i) {
+    size_t len = strlen(kSpOps[i].prefix);
+    if (strncmp(call->op, kSpOps[i].prefix, len) == 0 &&
+        (call->op[len] == '\0' || call->op[len] == '.' || call->op[len] == '_')) {
+      u->op = kSpOps[i].op;
+      found = true;
+    }
+  }
+  if (!found) return TPU_KU_INVALID(call, "not a special-function op");
+  /* polygamma(int n, Tensor self), polygamma.out(int n, Tensor self, *, out),
+   * polygamma_(Tensor self, int n): the first tensor and the int argument. */
+  const tpu_tensor_t* a = NULL;
+  bool have_n = false;
+  for (int i = 0; i < call->num_args; ++i) {
+    if (!a && call->args[i].kind == TPU_K_TENSOR) a = call->args[i].v.tensor;
+    else if (!have_n && call->args[i].kind == TPU_K_INT) {
+      u->n = call->args[i].v.i;
+      have_n = true;
+    }
+  }
+  if (!a || call->num_outputs < 1) return TPU_KU_INVALID(call, "expected tensor arguments");
+  if (u->op == SP_POLYGAMMA) {
+    if (!have_n) return TPU_KU_INVALID(call, "expected the order n");
+    if (u->n < 0) return TPU_KU_INVALID(call, "polygamma(n, x) does not support negative n.");
+  }
+  const tpu_tensor_t* o = &call->outputs[0];
+  if (!tpu_dtype_is_floating((tpu_dtype_t)o->dtype)) return tpu_ku_unsupported_dtype(call, o->dtype);
+  if (tpu_dtype_size((tpu_dtype_t)a->dtype) <= 0) return tpu_ku_unsupported_dtype(call, a->dtype);
+  /* the CPU's erfcx has no float16/bfloat16 kernel */
+  if (u->op == SP_ERFCX && o->dtype != TPU_DTYPE_F32 && o->dtype != TPU_DTYPE_F64)
+    return tpu_ku_unsupported_dtype(call, o->dtype);
+  u->dt_out = o->dtype;
+  u->dt_in = a->dtype;
+  u->f64 = o->dtype == TPU_DTYPE_F64;
+  ops[0] = o;
+  ops[1] = a;
+  return TPU_OK;
+}
+
+static tpu_status_t sp_un_check(const tpu_k_call_t* call) {
+  sp_un_t u;
+  const tpu_tensor_t* ops[2];
+  TPU_RETURN_IF_ERROR(sp_un_setup(call, &u, ops));
+  tpu_ku_iter_t it;
+  return tpu_ku_iter_init(&it, 2, ops, call->op);
+}
+
+static tpu_status_t sp_un_run(const tpu_k_call_t* call) {
+  sp_un_t u;
+  const tpu_tensor_t* ops[2];
+  TPU_RETURN_IF_ERROR(sp_un_setup(call, &u, ops));
+  if (tpu_tensor_numel(ops[0]) == 0) return TPU_OK;
+  tpu_ku_iter_t it;
+  TPU_RETURN_IF_ERROR(tpu_ku_iter_init(&it, 2, ops, call->op));
+  tpu_ku_iter_parallel(&it, call->pool, u.op == SP_POLYGAMMA ? 1024 : 4096, sp_un_inner, &u);
+  return TPU_OK;
+}
+
+#define SP_E(name) {name, sp_un_run, sp_un_check, 0, NULL},
+#define SP_UNARY(n) SP_E("aten::" n) SP_E("aten::" n ".out") SP_E("aten::" n "_")
+
+const tpu_k_entry_t tpu_k_special_entries[] = {
+    SP_UNARY("lgamma") SP_UNARY("digamma") SP_UNARY("polygamma") SP_UNARY("erfc")
+    SP_UNARY("cosh") SP_UNARY("sinh")
+    SP_E("aten::special_erfcx") SP_E("aten::special_erfcx.out")
+    SP_UNARY("i0")
+    SP_E("aten::special_i0e") SP_E("aten::special_i0e.out")
+    SP_E("aten::special_i1") SP_E("aten::special_i1.out")
+    SP_E("aten::special_i1e") SP_E("aten::special_i1e.out")
+};
+const size_t tpu_k_special_count = sizeof(tpu_k_special_entries) / sizeof(tpu_k_special_entries[0]);
