@@ -275,10 +275,9 @@ static void test_errors(void) {
 }
 
 int main(void) {
-  CHECK_OK(tpu_threadpool_create(2, &g_pool));
+  if (!tku_start(2)) return 1;
   RUN_TEST(test_cases);
   RUN_TEST(test_generic_isa);
   RUN_TEST(test_errors);
-  tpu_threadpool_destroy(g_pool);
-  return TEST_REPORT();
+  return tku_finish();
 }

@@ -401,11 +401,7 @@ static void test_mask_and_empty(void) {
 }
 
 int main(void) {
-  tpu_status_t s = tpu_threadpool_create(3, &g_pool);
-  if (s) {
-    printf("pool: %s\n", tpu_status_message(s));
-    return 1;
-  }
+  if (!tku_start(3)) return 1;
   int all[5] = {TPU_DTYPE_F32, TPU_DTYPE_F64, TPU_DTYPE_BF16, TPU_DTYPE_F16, TPU_DTYPE_I64};
   RUN_TEST(test_errors);
   RUN_TEST(test_mask_and_empty);

@@ -449,7 +449,7 @@ static void test_fill_zero(void) {
 }
 
 int main(void) {
-  CHECK_OK(tpu_threadpool_create(3, &g_pool));
+  if (!tku_start(3)) return 1;
   RUN_TEST(test_dtype_basics);
   RUN_TEST(test_half_conversions);
   RUN_TEST(test_store_conversions);
@@ -459,6 +459,5 @@ int main(void) {
   RUN_TEST(test_copy_same_dtype);
   RUN_TEST(test_copy_conversions);
   RUN_TEST(test_fill_zero);
-  tpu_threadpool_destroy(g_pool);
-  return TEST_REPORT();
+  return tku_finish();
 }

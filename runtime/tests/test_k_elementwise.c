@@ -1218,7 +1218,7 @@ static void test_reduced_float_emulation(void) {
 }
 
 int main(void) {
-  CHECK_OK(tpu_threadpool_create(4, &g_pool));
+  if (!tku_start(4)) return 1;
   RUN_TEST(test_add_contiguous_alpha);
   RUN_TEST(test_broadcast);
   RUN_TEST(test_transposed_and_strided);
@@ -1241,6 +1241,5 @@ int main(void) {
   RUN_TEST(test_shifts);
   RUN_TEST(test_isin);
   RUN_TEST(test_reduced_float_emulation);
-  tpu_threadpool_destroy(g_pool);
-  return TEST_REPORT();
+  return tku_finish();
 }

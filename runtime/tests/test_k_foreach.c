@@ -118,14 +118,9 @@ static void test_out_of_place_run(void) {
 }
 
 int main(void) {
-  tpu_status_t s = tpu_threadpool_create(2, &g_pool);
-  if (s) {
-    printf("pool: %s\n", tpu_status_message(s));
-    return 1;
-  }
+  if (!tku_start(2)) return 1;
   RUN_TEST(test_every_list_entry_has_a_base);
   RUN_TEST(test_pieces_footprint_and_run);
   RUN_TEST(test_out_of_place_run);
-  tpu_threadpool_destroy(g_pool);
-  return TEST_REPORT();
+  return tku_finish();
 }

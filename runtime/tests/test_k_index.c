@@ -751,11 +751,7 @@ static void test_embedding_renorm(void) {
 }
 
 int main(void) {
-  tpu_status_t st = tpu_threadpool_create(2, &g_pool);
-  if (st) {
-    printf("pool: %s\n", tpu_status_message(st));
-    return 1;
-  }
+  if (!tku_start(2)) return 1;
   for (int round = 0; round < 2; ++round) {
     RUN_TEST(test_index_select);
     RUN_TEST(test_gather_scatter);

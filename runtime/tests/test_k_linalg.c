@@ -366,11 +366,7 @@ static void run_all(void) {
 }
 
 int main(void) {
-  tpu_status_t s = tpu_threadpool_create(2, &g_pool);
-  if (s) {
-    printf("pool: %s\n", tpu_status_message(s));
-    return 1;
-  }
+  if (!tku_start(2)) return 1;
   run_all();
   tpu_threadpool_destroy(g_pool);
   g_pool = NULL;

@@ -243,11 +243,7 @@ static void test_pointwise_losses(void) {
 }
 
 int main(void) {
-  tpu_status_t st = tpu_threadpool_create(2, &g_pool);
-  if (st) {
-    printf("pool: %s\n", tpu_status_message(st));
-    return 1;
-  }
+  if (!tku_start(2)) return 1;
   for (int round = 0; round < 2; ++round) { /* with a pool, then without */
     RUN_TEST(test_nll_forward_backward);
     RUN_TEST(test_nll2d);

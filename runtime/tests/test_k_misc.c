@@ -201,16 +201,11 @@ static void test_log_sigmoid(void) {
 }
 
 int main(void) {
-  tpu_status_t s = tpu_threadpool_create(2, &g_pool);
-  if (s) {
-    printf("pool: %s\n", tpu_status_message(s));
-    return 1;
-  }
+  if (!tku_start(2)) return 1;
   RUN_TEST(test_histc_float);
   RUN_TEST(test_histc_int);
   RUN_TEST(test_eye);
   RUN_TEST(test_erfinv);
   RUN_TEST(test_log_sigmoid);
-  tpu_threadpool_destroy(g_pool);
-  return TEST_REPORT();
+  return tku_finish();
 }

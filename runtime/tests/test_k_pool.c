@@ -246,17 +246,12 @@ static void test_avg3d(void) {
 }
 
 int main(void) {
-  tpu_status_t st = tpu_threadpool_create(2, &g_pool);
-  if (st) {
-    printf("pool: %s\n", tpu_status_message(st));
-    return 1;
-  }
+  if (!tku_start(2)) return 1;
   RUN_TEST(test_avg);
   RUN_TEST(test_avg_3d_int);
   RUN_TEST(test_max);
   RUN_TEST(test_max_int);
   RUN_TEST(test_empty_and_threads);
   RUN_TEST(test_avg3d);
-  tpu_threadpool_destroy(g_pool);
-  return TEST_REPORT();
+  return tku_finish();
 }

@@ -275,7 +275,7 @@ static void test_layouts_and_empty(void) {
 }
 
 int main(void) {
-  CHECK_OK(tpu_threadpool_create(4, &g_pool));
+  if (!tku_start(4)) return 1;
   RUN_TEST(test_entries_flagged);
   RUN_TEST(test_philox_known_answer);
   RUN_TEST(test_reproducible);
@@ -284,6 +284,5 @@ int main(void) {
   RUN_TEST(test_bernoulli);
   RUN_TEST(test_random_ints);
   RUN_TEST(test_layouts_and_empty);
-  tpu_threadpool_destroy(g_pool);
-  return TEST_REPORT();
+  return tku_finish();
 }

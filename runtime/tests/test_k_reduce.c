@@ -682,11 +682,7 @@ static void test_layer_norm(void) {
 }
 
 int main(void) {
-  tpu_status_t st = tpu_threadpool_create(2, &g_pool);
-  if (st) {
-    printf("pool: %s\n", tpu_status_message(st));
-    return 1;
-  }
+  if (!tku_start(2)) return 1;
   for (int round = 0; round < 2; ++round) {
     RUN_TEST(test_sums);
     RUN_TEST(test_scalar_reductions);

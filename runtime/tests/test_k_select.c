@@ -553,13 +553,12 @@ static void test_unique_consecutive(void) {
 }
 
 int main(void) {
-  CHECK_OK(tpu_threadpool_create(2, &g_pool));
+  if (!tku_start(2)) return 1;
   RUN_TEST(test_nonzero);
   RUN_TEST(test_masked);
   RUN_TEST(test_bincount);
   RUN_TEST(test_unique_flat);
   RUN_TEST(test_unique_dim);
   RUN_TEST(test_unique_consecutive);
-  tpu_threadpool_destroy(g_pool);
-  return TEST_REPORT();
+  return tku_finish();
 }

@@ -165,14 +165,9 @@ static void test_large(void) {
 }
 
 int main(void) {
-  tpu_status_t s = tpu_threadpool_create(2, &g_pool);
-  if (s) {
-    printf("pool: %s\n", tpu_status_message(s));
-    return 1;
-  }
+  if (!tku_start(2)) return 1;
   RUN_TEST(test_values);
   RUN_TEST(test_overloads_and_dtypes);
   RUN_TEST(test_large);
-  tpu_threadpool_destroy(g_pool);
-  return TEST_REPORT();
+  return tku_finish();
 }

@@ -190,6 +190,22 @@ static inline tpu_k_call_t mkcall(const char* name, int nargs, const tpu_k_value
   return tku_mkcall(name, nargs, args, nout, outs, g_pool);
 }
 
+/* A kernel test's main() starts with tku_start(threads): g_pool with that
+ * many workers (false, after saying why, if it cannot be made), and ends
+ * with `return tku_finish();`: the pool destroyed, the report's exit code. */
+static inline bool tku_start(int threads) {
+  tpu_status_t s = tpu_threadpool_create(threads, &g_pool);
+  if (s == TPU_OK) return true;
+  printf("pool: %s\n", tpu_status_message(s));
+  tpu_status_free(s);
+  return false;
+}
+static inline int tku_finish(void) {
+  tpu_threadpool_destroy(g_pool);
+  g_pool = NULL;
+  return TEST_REPORT();
+}
+
 /* Looks the op up, runs check() then run(); `seed`/`offset` feed random ops. */
 static inline tpu_status_t tku_call(const char* name, int nargs, const tpu_k_value_t* args, int nout,
                                     const tpu_tensor_t* outs, tpu_threadpool_t* pool, uint64_t seed,
