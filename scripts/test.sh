@@ -18,6 +18,11 @@ bash scripts/setup.sh
 # importlib_metadata, regex, requests, safetensors, filelock; huggingface_hub and
 # numpy also come with transformers): its pipelines and image processing import them.
 "$PY" -m pip install -q --disable-pip-version-check diffusers==0.42.1
+# Transformers' own multi-process test mixins (tensor and expert parallel; tests/test_hf_parallel.py):
+# its source distribution from PyPI holds them (pip's cache is reused); `parameterized` is their
+# one test-only dependency.
+"$PY" -m pip install -q --disable-pip-version-check --no-deps parameterized==0.9.0
+"$PY" tests/hf_distributed_testing_utils.py fetch >/dev/null
 
 echo "== C runtime tests (AddressSanitizer + UndefinedBehaviorSanitizer)"
 # The driver conformance suite runs on the pjrt driver too, on XLA's CPU plugin.

@@ -321,6 +321,7 @@ def test_transformers_testing_utils_use_device_spec():
         "assert torch.equal(a, b)\n"
         "tu.backend_empty_cache('tpu')\n"
         "print('count', tu.backend_device_count('tpu'))\n"
+        "print('single-process', 'tpu' in tu.SINGLE_PROCESS_DEVICES, spec.SINGLE_PROCESS_DEVICE)\n"
     )
     env = dict(os.environ, TRANSFORMERS_TEST_BACKEND="torch_tpu", TRANSFORMERS_TEST_DEVICE="tpu",
                TRANSFORMERS_TEST_DEVICE_SPEC=SPEC_FILE, TORCH_TPU_HOST_DEVICES="2")
@@ -328,6 +329,10 @@ def test_transformers_testing_utils_use_device_spec():
                        timeout=300)
     assert r.returncode == 0, r.stderr[-3000:]
     assert "count 2" in r.stdout
+    # This device's chips are not locked to one process (Transformers' list says so of Google's
+    # TPUs): its multi-process tests run here (tests/test_hf_parallel.py).
+    locked = torch_tpu._C.selected_driver() == "pjrt" and not torch.tpu.get_device_name(0).startswith("tpu on PJRT cpu")
+    assert f"single-process {locked} {locked}" in r.stdout, r.stdout
 
 
 if __name__ == "__main__":

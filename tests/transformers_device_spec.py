@@ -23,6 +23,19 @@ EMPTY_CACHE_FN = torch.tpu.empty_cache
 # backend_device_count(device): number of chips (TORCH_TPU_HOST_DEVICES virtual chips on the host driver)
 DEVICE_COUNT_FN = torch.tpu.device_count
 
-# Tests that would fork a subprocess per test run in-process on this device (Transformers
-# already treats "tpu" so; said explicitly here for older versions that read the flag).
-SINGLE_PROCESS_DEVICE = True
+# Whether each chip is locked to the process that opens it (Transformers then runs the tests that
+# would fork a subprocess per test in-process, and skips its multi-process tests: "Distributed tests
+# spawn one process per device"). Google's runtime locks a TPU chip to one process, and Transformers
+# 5.23 lists "tpu" so by default. This device locks nothing on the host driver or on the pjrt
+# driver with XLA's CPU plugin (every process has its own runtime and chips; torchrun's ranks each
+# use tpu:LOCAL_RANK), so there the spec takes "tpu" back out of that list; on real TPU chips (pjrt
+# with libtpu) it keeps it.
+SINGLE_PROCESS_DEVICE = (torch_tpu._C.selected_driver() == "pjrt"
+                         and not torch.tpu.get_device_name(0).startswith("tpu on PJRT cpu"))
+if not SINGLE_PROCESS_DEVICE:
+    # This file is imported by transformers.testing_utils while it initialises, after it defined the list.
+    import sys
+
+    _tu = sys.modules.get("transformers.testing_utils")
+    if _tu is not None:
+        _tu.SINGLE_PROCESS_DEVICES.discard(DEVICE_NAME)
