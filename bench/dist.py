@@ -95,3 +95,90 @@ def measure(quick=False, bw_gbs=None, log=print):
             log(f"  all_reduce {n >> 20} MiB, {name}: {t * 1e3:.2f} ms, bus {bus:.2f} GB/s"
                 + (f" ({bus / bw_gbs:.0%} of the read bandwidth)" if bw_gbs else ""))
     return rows
+
+
+# ---------------------------------------------------------------- tensor-parallel decode
+
+_TP_WORKER = r"""
+import datetime, json, os, sys, torch, torch.distributed as dist
+import torch_tpu
+from transformers import AutoModelForCausalLM
+from bench.models import decode
+path, steps = sys.argv[1], int(sys.argv[2])
+world = int(os.environ.get("WORLD_SIZE", "1"))
+if world > 1:
+    dist.init_process_group("tpu_dist", timeout=datetime.timedelta(seconds=300))
+    model = AutoModelForCausalLM.from_pretrained(path, tp_plan="auto")
+else:
+    model = AutoModelForCausalLM.from_pretrained(path, device_map="tpu")
+model.eval()
+assert next(model.parameters()).device.type == "tpu"
+best, mean = decode(model, "tpu", 1, steps, model.config.vocab_size)
+out = {"tok_s": best, "tok_s_mean": mean, "peak_bytes": torch.tpu.max_memory_allocated(),
+       "transport": torch_tpu.distributed.transport_stats() if world > 1 else None}
+if world == 1 or dist.get_rank() == 0:
+    print("RESULT " + json.dumps(out), flush=True)
+if world > 1:
+    dist.destroy_process_group()
+"""
+
+
+def _tp_run(path, world, steps, threads):
+    port = _port()
+    procs = []
+    for rank in range(world):
+        env = dict(os.environ, PYTHONPATH=ROOT, TORCH_TPU_NUM_THREADS=str(threads))
+        env.pop("TORCH_TPU_HOST_DEVICES", None)
+        if world > 1:
+            env.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world),
+                       LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(world))
+        procs.append(subprocess.Popen([sys.executable, "-c", _TP_WORKER, path, str(steps)], env=env,
+                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+    outs = []
+    for p in procs:
+        try:
+            outs.append(p.communicate(timeout=900))
+        except subprocess.TimeoutExpired:
+            for q in procs:
+                q.kill()
+            raise RuntimeError(f"bench tensor-parallel decode ({world} chips): timed out")
+    if any(p.returncode for p in procs):
+        raise RuntimeError(f"bench tensor-parallel decode ({world} chips) failed:\n"
+                           + "\n".join(e[-2000:] for _, e in outs))
+    line = [ln for ln in outs[0][0].splitlines() if ln.startswith("RESULT ")][-1]
+    return json.loads(line[len("RESULT "):])
+
+
+def tp_decode(quick=False, log=print):
+    """Greedy decode at batch 1 (bench.models.decode) of Qwen3-0.6B's architecture
+    (random weights, float32): one process on one chip with every core's threads,
+    against 2 processes loaded with `tp_plan="auto"` over tpu_dist (one chip and one
+    kernel thread each: the same cores in all), taking turns. Each step all-reduces
+    two 4 KiB activations per layer (attention and MLP row-wise projections)."""
+    import tempfile
+
+    import torch
+
+    from bench.models import qwen3_06b
+
+    cores = os.cpu_count() or 1
+    steps, chunks = (6, 1) if quick else (12, 2)
+    with tempfile.TemporaryDirectory() as tmp:
+        m = qwen3_06b(torch.float32)
+        m.save_pretrained(tmp)
+        whole = sum(p.numel() * p.element_size() for p in m.parameters())
+        del m
+        res = {1: [], 2: []}
+        for _ in range(chunks):
+            res[1].append(_tp_run(tmp, 1, steps, cores))
+            res[2].append(_tp_run(tmp, 2, steps, max(1, cores // 2)))
+    rows = []
+    one = max(r["tok_s"] for r in res[1])
+    for world in (1, 2):
+        best = max(res[world], key=lambda r: r["tok_s"])
+        rows.append({"chips": world, "tok_s": best["tok_s"], "vs_one_chip": best["tok_s"] / one,
+                     "peak_bytes_rank0": best["peak_bytes"], "model_bytes": whole, "transport": best["transport"]})
+        log(f"  tensor-parallel decode b1, Qwen3-0.6B arch f32, {world} chip(s): {best['tok_s']:.2f} tok/s "
+            f"({best['tok_s'] / one:.2f}x one chip), rank 0 peak {best['peak_bytes'] / 2**20:.0f} MiB "
+            f"of a {whole / 2**20:.0f} MiB model")
+    return rows

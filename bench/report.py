@@ -71,6 +71,15 @@ def sections(res):
                     [[f"{r['bytes'] >> 20} MiB", r["config"], _f(r["ms"], 2), _f(r["bus_gbs"], 2),
                       _f(r["vs_gloo_cpu"], 2), f"{r['of_memory_bw']:.0%}" if r.get("of_memory_bw") else "-"]
                      for r in ds]))
+    tp = res.get("dist_tp")
+    if tp:
+        out.append(("Tensor-parallel decode (Transformers tp_plan='auto' over tpu_dist)",
+                    "Qwen3-0.6B's architecture, random float32 weights, batch 1, greedy steps, fastest chunk; "
+                    "1 chip: one process with every core's kernel threads; 2 chips: two processes, one chip and "
+                    "cores/2 threads each; the two take turns; peak = rank 0's max_memory_allocated()",
+                    ["chips", "tok/s", "x one chip", "rank 0 peak MiB", "model MiB"],
+                    [[r["chips"], _f(r["tok_s"], 2), _f(r["vs_one_chip"], 2), _f(r["peak_bytes_rank0"] / 2**20),
+                      _f(r["model_bytes"] / 2**20)] for r in tp]))
     md = res.get("models")
     if md:
         out.append(("Models: eager tokens/s",

@@ -148,6 +148,8 @@ def main(argv=None):
         from . import dist
 
         res["dist"] = dist.measure(args.quick, bw_all, log=log)
+        log("[bench] tensor-parallel decode: 1 chip vs tp_plan='auto' on 2 chips (2 processes, tpu_dist)")
+        res["dist_tp"] = dist.tp_decode(args.quick, log=log)
         done("dist")
 
     if "machine" not in skip:
