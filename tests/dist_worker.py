@@ -240,11 +240,12 @@ def case_collectives():
 
 
 def case_shm():
-    """Collectives of >= 64 KiB between ranks on one host go through shared memory:
-    equal to gloo's, growing regions, reduce ops, dtypes, AVG, several tensors."""
+    """Larger collectives between ranks on one host through shared memory: equal to
+    gloo's, growing regions, reduce ops, dtypes, AVG, several tensors; none of them
+    (nor the agreement checks) goes through tpu_dist's Gloo."""
     from torch_tpu.distributed import transport_stats
     R = dist.ReduceOp
-    before = transport_stats()["shared_memory"]
+    before, gloo_before = transport_stats()["shared_memory"], transport_stats()["gloo"]
     for shape in ((128, 160), (300, 301)):  # the second grows the regions
         for dtype in (torch.float32, torch.bfloat16, torch.int64):
             for op in (R.SUM, R.MIN, R.MAX):
@@ -287,8 +288,17 @@ def case_shm():
         cm.wait()
         return ts
     against_gloo("shm all_reduce coalesced", coalesced, data((100, 100)), data((50, 300), salt=1))
+    def a2a(ts, g):  # uneven: rank r sends 100 (r + j + 1) rows to rank j
+        sent = [100 * (RANK + j + 1) for j in range(WORLD)]
+        got = [100 * (j + RANK + 1) for j in range(WORLD)]
+        out = torch.empty((sum(got), 50), device=ts[0].device)
+        dist.all_to_all_single(out, ts[0][:sum(sent)], got, sent, group=g)
+        return [out]
+    against_gloo("shm all_to_all_single uneven", a2a, data((100 * (2 * WORLD + WORLD * WORLD), 50)))
     used = transport_stats()["shared_memory"] - before
-    assert used >= 20, transport_stats()  # bfloat16 at 128x160 (40 KiB) stays on gloo
+    assert used >= 24, transport_stats()
+    if os.environ.get("TORCH_TPU_DIST_SHM", "1") != "0":
+        assert transport_stats()["gloo"] == gloo_before, transport_stats()
 
 
 def expect_error(fn, *words):
@@ -410,6 +420,64 @@ def case_dtensor():
     expect.sum().backward()
     for (n, p), (_, q) in zip(model.named_parameters(), ref.named_parameters()):
         torch.testing.assert_close(p.grad.full_tensor().cpu(), q.grad, rtol=1e-5, atol=1e-5, msg=n)
+
+
+def case_mesh2d():
+    """4 ranks: a 2x2 DeviceMesh ("dp", "tp"), its sub-groups, a 2-D sharded DTensor
+    redistributed over both dimensions, a group made by new_group([0, 3]), and a
+    Colwise/Rowwise MLP over "tp" whose gradients are averaged over "dp": equal
+    to one process on the whole batch."""
+    from torch import nn
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import Replicate, Shard, distribute_tensor
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+    import torch.distributed._functional_collectives as funcol
+
+    assert WORLD == 4
+    mesh = init_device_mesh("tpu", (2, 2), mesh_dim_names=("dp", "tp"))
+    dp_rank, tp_rank = divmod(RANK, 2)
+    tp_peers, dp_peers = [2 * dp_rank, 2 * dp_rank + 1], [tp_rank, 2 + tp_rank]
+    assert mesh["tp"].size() == 2 and mesh["dp"].size() == 2
+    assert mesh.get_local_rank("tp") == tp_rank and mesh.get_local_rank("dp") == dp_rank
+    x = torch.full((3,), float(RANK), device="tpu")
+    assert funcol.all_reduce(x, "sum", (mesh, 1)).cpu().tolist() == [float(sum(tp_peers))] * 3
+    assert funcol.all_reduce(x, "sum", (mesh, 0)).cpu().tolist() == [float(sum(dp_peers))] * 3
+    g = funcol.all_gather_tensor(x[:1], 0, (mesh, 0)).cpu().tolist()
+    assert g == [float(r) for r in dp_peers], g
+    y = x.clone()
+    dist.all_reduce(y, group=mesh.get_group("tp"), op=dist.ReduceOp.MAX)
+    assert y.cpu().tolist() == [float(max(tp_peers))] * 3
+
+    full = torch.arange(8.0 * 6).reshape(8, 6)
+    d = distribute_tensor(full.to("tpu"), mesh, [Shard(0), Shard(1)])
+    assert torch.equal(d.to_local().cpu(), full.chunk(2, 0)[dp_rank].chunk(2, 1)[tp_rank])
+    r = d.redistribute(mesh, [Replicate(), Shard(0)])
+    assert torch.equal(r.to_local().cpu(), full.chunk(2, 0)[tp_rank])
+    assert torch.equal(d.full_tensor().cpu(), full)
+
+    corner = dist.new_group([0, 3])
+    if RANK in (0, 3):
+        z = torch.full((2,), RANK + 1.0, device="tpu")
+        dist.all_reduce(z, group=corner)
+        assert z.cpu().tolist() == [5.0, 5.0], z
+
+    torch.manual_seed(0)
+    ref = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 8))
+    xs = torch.randn(4, 8)
+    model = parallelize_module(nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 8)).to("tpu"),
+                               mesh["tp"], {"0": ColwiseParallel(), "2": RowwiseParallel()})
+    with torch.no_grad():
+        for (_, p), (_, q) in zip(model.named_parameters(), ref.named_parameters()):
+            p.copy_(distribute_tensor(q.detach().to("tpu"), mesh["tp"], p.placements))
+    model(xs.chunk(2)[dp_rank].to("tpu")).pow(2).sum().backward()
+    ref(xs).pow(2).sum().backward()
+    for (n, p), (_, q) in zip(model.named_parameters(), ref.named_parameters()):
+        grad = p.grad.to_local()
+        dist.all_reduce(grad, group=mesh.get_group("dp"))  # the data-parallel sum of the batch halves
+        want = q.grad.chunk(2, 0)[tp_rank] if p.grad.placements[0] == Shard(0) else (
+            q.grad.chunk(2, 1)[tp_rank] if p.grad.placements[0] == Shard(1) else q.grad)
+        torch.testing.assert_close(grad.cpu(), want, rtol=1e-5, atol=1e-5, msg=n)
+    dist.barrier()
 
 
 def case_train():
@@ -677,5 +745,9 @@ if __name__ == "__main__":
     for name in cases:
         globals()["case_" + name]()
         print(f"PASS {name}", flush=True)
+    if BACKEND == "tpu_dist":
+        from torch_tpu.distributed import transport_stats
+
+        print(f"rank {RANK}: transport {transport_stats()}", flush=True)
     if dist.is_initialized():
         dist.destroy_process_group()

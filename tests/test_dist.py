@@ -98,6 +98,22 @@ def test_collectives_dtensor_errors():
     assert "rank 1 local 1 on tpu:1 of 2" in results[1][1], results[1][1]
 
 
+def test_mesh_2x2_four_processes():
+    """4 processes (one chip each): 2-D DeviceMesh, sub-groups, new_group, 2-D DTensor
+    redistribution, TP over one mesh dimension with DP over the other."""
+    results = ranks("tpu_dist", ["mesh2d"], world=4, TORCH_TPU_HOST_DEVICES=1)
+    check_passed(results, ["mesh2d"])
+
+
+def test_collectives_through_gloo():
+    """TORCH_TPU_DIST_SHM=0: the path groups spanning hosts take (tpu tensors staged
+    through host memory over Gloo's TCP), every collective and error case again."""
+    cases = ["collectives", "errors"]
+    results = ranks("tpu_dist", cases, TORCH_TPU_DIST_SHM=0)
+    check_passed(results, cases)
+    assert "transport {'shared_memory': 0," in results[0][1], results[0][1]
+
+
 def test_dead_rank_fails_within_timeout():
     t0 = time.time()
     results = ranks("tpu_dist", ["die"], DIST_TEST_TIMEOUT=10)
