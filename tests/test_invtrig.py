@@ -1,6 +1,7 @@
 """Inverse trigonometric and related pointwise ops with native kernels
 (runtime/kernels/elementwise.c): asin, acos, atan, asinh, acosh, atanh, atan2,
-angle, fmax, fmin. Each is compared with PyTorch's CPU result,
+angle, fmax, fmin; and cummax/cummin (their _cummax_helper/_cummin_helper in
+runtime/kernels/reduce.c). Each is compared with PyTorch's CPU result,
 functional, out= and in-place where ATen has them, on the dtypes the CPU
 accepts, with +-1, +-inf, NaN, signed zeros and large values among the
 inputs, strided and broadcast operands; none may reach the CPU fallback."""
@@ -147,3 +148,74 @@ def test_binary_mixed_dtypes_and_out(name, fn, inplace, float_only):
     fn(a.to("tpu"), b.to("tpu"), out=out)
     torch.testing.assert_close(out.cpu(), fn(a, b, out=torch.empty(a.shape, dtype=torch.float64)), equal_nan=True)
     assert_no_fallback(name)
+
+
+# ---- cummax / cummin -----------------------------------------------------------
+
+
+def _cum_inputs(dtype):
+    g = torch.Generator().manual_seed(1)
+    if dtype == torch.bool:
+        return torch.rand(5, 7, generator=g) > 0.5
+    if not dtype.is_floating_point:
+        return torch.randint(0 if dtype == torch.uint8 else -5, 6, (5, 7), generator=g, dtype=dtype)
+    x = (torch.randn(5, 7, generator=g, dtype=torch.float64) * 3).round()  # ties
+    x[1, 2] = float("nan")
+    x[3, 4:6] = float("nan")
+    x[2, 3] = -0.0
+    x[4, 0] = float("inf")
+    x[0, 5] = float("-inf")
+    return x.to(dtype)
+
+
+@pytest.mark.parametrize("dtype", FLOATS + INTS, ids=str)
+@pytest.mark.parametrize("fn", [torch.cummax, torch.cummin], ids=["cummax", "cummin"])
+def test_cummax_cummin(fn, dtype):
+    torch_tpu.reset_fallback_report()
+    x = _cum_inputs(dtype)
+    xt = x.to("tpu")
+    views = [(x, xt), (x.t(), xt.t()), (x[:, ::2], xt[:, ::2]), (x[0], xt[0]), (x[:0], xt[:0])]
+    for xc, xd in views:
+        for dim in range(-xc.dim(), xc.dim()):
+            want = fn(xc, dim)
+            got = fn(xd, dim)
+            torch.testing.assert_close(got.values.cpu(), want.values, equal_nan=True)
+            torch.testing.assert_close(got.indices.cpu(), want.indices)
+    # 0-dim, out=, and a large row (several pool workers)
+    s = x.flatten()[0]
+    torch.testing.assert_close(fn(s.to("tpu"), 0).values.cpu(), fn(s, 0).values)
+    v = torch.empty(0, dtype=dtype, device="tpu")
+    i = torch.empty(0, dtype=torch.long, device="tpu")
+    fn(xt, 1, out=(v, i))
+    want = fn(x, 1)
+    torch.testing.assert_close(v.cpu(), want.values, equal_nan=True)
+    torch.testing.assert_close(i.cpu(), want.indices)
+    big = x.flatten().repeat(600).reshape(600, 35)
+    for dim in range(big.dim()):
+        want = fn(big, dim)
+        got = fn(big.to("tpu"), dim)
+        torch.testing.assert_close(got.values.cpu(), want.values, equal_nan=True)
+        torch.testing.assert_close(got.indices.cpu(), want.indices)
+    assert_no_fallback("_cummax_helper", "_cummin_helper")
+
+
+def test_cummax_grad():
+    torch_tpu.reset_fallback_report()
+    x = torch.randn(4, 6, dtype=torch.float64)
+    xt = x.to("tpu").requires_grad_()
+    xc = x.clone().requires_grad_()
+    for fn in (torch.cummax, torch.cummin):
+        fn(xc, 1).values.sum().backward()
+        fn(xt, 1).values.sum().backward()
+    torch.testing.assert_close(xt.grad.cpu(), xc.grad)
+    assert_no_fallback("_cummax_helper", "_cummin_helper")
+
+
+def test_cummax_wrong_out_dtype_raises():
+    x = torch.randn(3, 4)
+    for dev in ("cpu", "tpu"):
+        with pytest.raises(RuntimeError):
+            torch.cummax(x.to(dev), 0, out=(torch.empty(0, device=dev, dtype=torch.float64),
+                                            torch.empty(0, device=dev, dtype=torch.long)))
+        with pytest.raises(RuntimeError):
+            torch.cummin(x.to(dev), 0, out=(torch.empty(0, device=dev), torch.empty(0, device=dev)))

@@ -1,7 +1,7 @@
 /* reduce.c - kernel family "reduce" (see tpu/kernels.h for the ABI):
  * sum/mean/prod/amax/amin/max/min/argmax/argmin/any/all/var/std/var_mean/
- * linalg_vector_norm/logsumexp, cumsum/cumprod, softmax/log_softmax and their
- * backward, layer norm (+ backward), fused RMS norm.
+ * linalg_vector_norm/logsumexp, cumsum/cumprod/cummax/cummin, softmax/log_softmax
+ * and their backward, layer norm (+ backward), fused RMS norm.
  *
  * A "plan" splits the input's dims into outer (kept) and reduced dims and
  * carries byte strides of several operands over both, coalesced. Reductions
@@ -1402,6 +1402,94 @@ static tpu_status_t rd_scan_exec(const tpu_k_call_t* call) {
   return TPU_OK;
 }
 
+/* _cummax_helper / _cummin_helper(self, values, indices, dim): the running
+ * extreme along dim and its index, as PyTorch's cummax_cummin_helper: a tie
+ * takes the later index (>=, <=); a NaN is taken and kept, each later NaN
+ * moving the index. values has self's dtype (the element's bytes are
+ * copied), indices int64; cummax/cummin size both and handle 0-dim and
+ * empty inputs before they call the helper. */
+typedef struct {
+  bool max, ints;
+  int dt;
+  const rd_plan_t* pl;
+} rd_cumext_t;
+
+typedef struct {
+  const rd_cumext_t* ce;
+  double d;
+  int64_t i, idx;
+  char cur[8];
+} rd_cumext_cc_t;
+
+static void rd_cumext_run(void* ctx, char* const* p, const int64_t* sb, int64_t n, int64_t flat0) {
+  rd_cumext_cc_t* c = (rd_cumext_cc_t*)ctx;
+  const rd_cumext_t* ce = c->ce;
+  const size_t es = tpu_dtype_size((tpu_dtype_t)ce->dt);
+  for (int64_t k = 0; k < n; ++k) {
+    const char* x = p[0] + k * sb[0];
+    bool take = flat0 + k == 0;
+    if (ce->ints) {
+      int64_t v = tpu_ku_load_i64(x, ce->dt);
+      take = take || (ce->max ? v >= c->i : v <= c->i);
+      if (take) c->i = v;
+    } else {
+      double v = tpu_ku_load_f64(x, ce->dt);
+      take = take || v != v || (c->d == c->d && (ce->max ? v >= c->d : v <= c->d));
+      if (take) c->d = v;
+    }
+    if (take) {
+      memcpy(c->cur, x, es);
+      c->idx = flat0 + k;
+    }
+    memcpy(p[1] + k * sb[1], c->cur, es);
+    *(int64_t*)(p[2] + k * sb[2]) = c->idx;
+  }
+}
+
+static void rd_cumext_row(void* ctx, char* const* base, int64_t o) {
+  const rd_cumext_t* ce = (const rd_cumext_t*)ctx;
+  rd_cumext_cc_t c;
+  memset(&c, 0, sizeof(c));
+  c.ce = ce;
+  rd_runs(ce->pl, base, 0, ce->pl->red.numel, rd_cumext_run, &c);
+  (void)o;
+}
+
+static tpu_status_t rd_cumext_check(const tpu_k_call_t* call) {
+  const tpu_tensor_t* in = tpu_ku_tensor(call, 0);
+  const tpu_tensor_t* vals = tpu_ku_tensor(call, 1);
+  const tpu_tensor_t* idx = tpu_ku_tensor(call, 2);
+  if (!in || !vals || !idx) return TPU_KU_INVALID(call, "expected self, values and indices");
+  if (!rd_dtype_ok(in->dtype)) return tpu_ku_unsupported_dtype(call, in->dtype);
+  if (vals->dtype != in->dtype || idx->dtype != TPU_DTYPE_I64)
+    return TPU_KU_INVALID(call, "expected values of dtype %s and int64 indices, got %s and %s",
+                          tpu_dtype_name((tpu_dtype_t)in->dtype), tpu_dtype_name((tpu_dtype_t)vals->dtype),
+                          tpu_dtype_name((tpu_dtype_t)idx->dtype));
+  if (!rd_same_shape(in, vals) || !rd_same_shape(in, idx))
+    return TPU_KU_INVALID(call, "values and indices must have the shape of self");
+  int32_t dim;
+  return rd_line_dim(call, in, 3, &dim);
+}
+
+static tpu_status_t rd_cumext_exec(const tpu_k_call_t* call) {
+  TPU_RETURN_IF_ERROR(rd_cumext_check(call));
+  const tpu_tensor_t* ops[3] = {tpu_ku_tensor(call, 0), tpu_ku_tensor(call, 1), tpu_ku_tensor(call, 2)};
+  const tpu_tensor_t* in = ops[0];
+  int32_t dim;
+  TPU_RETURN_IF_ERROR(rd_line_dim(call, in, 3, &dim));
+  if (tpu_tensor_numel(in) == 0) return TPU_OK;
+  rd_map_t maps[3] = {RD_MAP_SAME, RD_MAP_SAME, RD_MAP_SAME};
+  rd_plan_t pl;
+  rd_plan_init(&pl, in, in->ndim ? 1u << dim : 0u, 3, ops, maps, false);
+  rd_cumext_t ce;
+  ce.max = strstr(call->op, "cummax") != NULL;
+  ce.dt = in->dtype;
+  ce.ints = !rd_float_dt(in->dtype);
+  ce.pl = &pl;
+  rd_rows(&pl, call->pool, pl.red.numel, rd_cumext_row, &ce);
+  return TPU_OK;
+}
+
 /* softmax / log_softmax and backward. Float math (double for f64). */
 enum { SM_FWD, SM_LOGFWD, SM_BWD, SM_LOGBWD };
 
@@ -2127,6 +2215,8 @@ const tpu_k_entry_t tpu_k_reduce_entries[] = {
     {"aten::cumsum.out", rd_scan_exec, rd_scan_check, 0, NULL},
     {"aten::cumprod", rd_scan_exec, rd_scan_check, 0, NULL},
     {"aten::cumprod.out", rd_scan_exec, rd_scan_check, 0, NULL},
+    {"aten::_cummax_helper", rd_cumext_exec, rd_cumext_check, 0, NULL},
+    {"aten::_cummin_helper", rd_cumext_exec, rd_cumext_check, 0, NULL},
     {"aten::_softmax", rd_sm_exec, rd_sm_check, 0, NULL},
     {"aten::_softmax.out", rd_sm_exec, rd_sm_check, 0, NULL},
     {"aten::_log_softmax", rd_sm_exec, rd_sm_check, 0, NULL},

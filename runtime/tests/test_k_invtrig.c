@@ -1,6 +1,7 @@
 /* test_k_invtrig.c - asin, acos, atan, asinh, acosh, atanh, atan2, angle,
- * fmax, fmin (kernels/elementwise.c) against PyTorch CPU results (torch 2.15,
- * values printed with repr). */
+ * fmax, fmin (kernels/elementwise.c) and _cummax_helper / _cummin_helper
+ * (kernels/reduce.c) against PyTorch CPU results (torch 2.15, values printed
+ * with repr). */
 #define _POSIX_C_SOURCE 200809L
 #include <math.h>
 #include <stdio.h>
@@ -198,11 +199,90 @@ static void test_fmax_fmin_angle(void) {
   CHECK(tpu_ku_f16_to_f32(ah[0]) == 3.140625f && tpu_ku_f16_to_f32(ah[1]) == 0.0f && tpu_ku_f16_to_f32(ah[2]) == 0.0f);
 }
 
+/* _cummax_helper / _cummin_helper(self, values, indices, dim) */
+static void cumext(const char* op, const tpu_tensor_t* x, const tpu_tensor_t* v, const tpu_tensor_t* ix, int64_t dim) {
+  tpu_k_value_t a[4] = {vt(x), vt(v), vt(ix), vi(dim)};
+  CHECK_OK(call_op(op, 4, a, 0, NULL));
+}
+
+static void test_cummax_cummin(void) {
+  /* CPU: torch.cummax / torch.cummin of kc (float32 and float64, input strided) */
+  static const double kc[7] = {1.0, 3.0, 3.0, NAN, 2.0, NAN, 5.0};
+  static const double kcmax[7] = {1.0, 3.0, 3.0, NAN, NAN, NAN, NAN};
+  static const int64_t kcmax_i[7] = {0, 1, 2, 3, 3, 5, 5};
+  static const double kcmin[7] = {1.0, 1.0, 1.0, NAN, NAN, NAN, NAN};
+  static const int64_t kcmin_i[7] = {0, 0, 0, 3, 3, 5, 5};
+  /* ties take the later index; -0.0 and 0.0 tie: cummin keeps the later one's sign */
+  static const double kd[7] = {2.0, -0.0, 0.0, 1.0, -1.0, -1.0, 4.0};
+  static const double kdmax[7] = {2.0, 2.0, 2.0, 2.0, 2.0, 2.0, 4.0};
+  static const int64_t kdmax_i[7] = {0, 0, 0, 0, 0, 0, 6};
+  static const double kdmin[7] = {2.0, -0.0, 0.0, 0.0, -1.0, -1.0, -1.0};
+  static const int64_t kdmin_i[7] = {0, 1, 2, 2, 4, 5, 5};
+  int dts[4] = {TPU_DTYPE_F32, TPU_DTYPE_F64, TPU_DTYPE_BF16, TPU_DTYPE_F16};
+  for (int k = 0; k < 4; ++k) {
+    tt_t x = mk(dts[k], 7, 2), v = mk(dts[k], 7, 1), ix = mk(TPU_DTYPE_I64, 7, 1);
+    for (int pass = 0; pass < 4; ++pass) {
+      const double* in = pass < 2 ? kc : kd;
+      const double* wv = pass == 0 ? kcmax : pass == 1 ? kcmin : pass == 2 ? kdmax : kdmin;
+      const int64_t* wi = pass == 0 ? kcmax_i : pass == 1 ? kcmin_i : pass == 2 ? kdmax_i : kdmin_i;
+      for (int64_t i = 0; i < 7; ++i) setf(&x.t, i, in[i]);
+      cumext(pass % 2 ? "aten::_cummin_helper" : "aten::_cummax_helper", &x.t, &v.t, &ix.t, -1);
+      for (int64_t i = 0; i < 7; ++i)
+        CHECKF(same(getf(&v.t, i), wv[i], 0) && geti(&ix.t, i) == wi[i], "%s pass %d [%lld]: %g at %lld",
+               tpu_dtype_name(dts[k]), pass, (long long)i, getf(&v.t, i), (long long)geti(&ix.t, i));
+    }
+    fr(&x);
+    fr(&v);
+    fr(&ix);
+  }
+  /* int64 along dim 0 and int64 cummin along dim 1 of a transposed input;
+   * values beyond float's precision must still compare exactly */
+  static const int64_t kz[9] = {3, 1, 2, 1, 5, 2, 3, 0, 2};
+  static const int64_t kzmax0[9] = {3, 1, 2, 3, 5, 2, 3, 5, 2}, kzmax0_i[9] = {0, 0, 0, 0, 1, 1, 2, 1, 2};
+  static const int64_t kzmin1[9] = {3, 1, 1, 1, 1, 1, 3, 0, 0}, kzmin1_i[9] = {0, 1, 1, 0, 0, 0, 0, 1, 1};
+  int64_t s2[2] = {3, 3};
+  int perm[2] = {1, 0};
+  tt_t z = tku_alloc(TPU_DTYPE_I64, 2, s2, perm, 1, 0), zv = tku_alloc(TPU_DTYPE_I64, 2, s2, NULL, 1, 0);
+  tt_t zi = tku_alloc(TPU_DTYPE_I64, 2, s2, perm, 1, 0);
+  const int64_t big = (int64_t)1 << 60;
+  for (int64_t i = 0; i < 9; ++i) {
+    int64_t idx[2] = {i / 3, i % 3};
+    *(int64_t*)ep(&z.t, idx) = big + kz[i];
+  }
+  cumext("aten::_cummax_helper", &z.t, &zv.t, &zi.t, 0);
+  for (int64_t i = 0; i < 9; ++i)
+    CHECKF(geti(&zv.t, i) == big + kzmax0[i] && geti(&zi.t, i) == kzmax0_i[i], "int64 cummax [%lld]", (long long)i);
+  cumext("aten::_cummin_helper", &z.t, &zv.t, &zi.t, 1);
+  for (int64_t i = 0; i < 9; ++i)
+    CHECKF(geti(&zv.t, i) == big + kzmin1[i] && geti(&zi.t, i) == kzmin1_i[i], "int64 cummin [%lld]", (long long)i);
+  /* bool: CPU cummax([F, T, F, T]) = [F, T, T, T] at [0, 1, 1, 3]; cummin = all F at [0, 0, 2, 2] */
+  uint8_t bx[4] = {0, 1, 0, 1}, bv[4];
+  int64_t bi[4];
+  tpu_tensor_t tbx = T1(bx, TPU_DTYPE_BOOL, 4), tbv = T1(bv, TPU_DTYPE_BOOL, 4), tbi = T1(bi, TPU_DTYPE_I64, 4);
+  cumext("aten::_cummax_helper", &tbx, &tbv, &tbi, 0);
+  CHECK(bv[0] == 0 && bv[1] == 1 && bv[2] == 1 && bv[3] == 1 && bi[0] == 0 && bi[1] == 1 && bi[2] == 1 && bi[3] == 3);
+  cumext("aten::_cummin_helper", &tbx, &tbv, &tbi, 0);
+  CHECK(bv[0] == 0 && bv[1] == 0 && bv[2] == 0 && bv[3] == 0 && bi[0] == 0 && bi[1] == 0 && bi[2] == 2 && bi[3] == 2);
+  /* wrong dtypes and dims are refused */
+  tpu_k_value_t bad[4] = {vt(&z.t), vt(&zv.t), vt(&zv.t), vi(0)};
+  tpu_tensor_t zf = z.t;
+  zf.dtype = TPU_DTYPE_F64;
+  bad[1] = vt(&zf);
+  CHECK_STATUS(call_op("aten::_cummax_helper", 4, bad, 0, NULL), TPU_STATUS_INVALID_ARGUMENT, "values");
+  bad[1] = vt(&zv.t);
+  bad[3] = vi(2);
+  CHECK_STATUS(call_op("aten::_cummax_helper", 4, bad, 0, NULL), TPU_STATUS_OUT_OF_RANGE, "Dimension");
+  fr(&z);
+  fr(&zv);
+  fr(&zi);
+}
+
 int main(void) {
   if (!tku_start(3)) return 1;
   RUN_TEST(test_unary_values);
   RUN_TEST(test_unary_overloads);
   RUN_TEST(test_atan2);
   RUN_TEST(test_fmax_fmin_angle);
+  RUN_TEST(test_cummax_cummin);
   return tku_finish();
 }
