@@ -8,6 +8,7 @@ import pytest
 import torch
 
 import torch_tpu
+from pointwise_util import assert_no_fallback, check_out_and_inplace, inputs
 
 FLOATS = [torch.float32, torch.bfloat16, torch.float16, torch.float64]
 INTS = [torch.int64, torch.int32, torch.uint8, torch.bool]
@@ -30,22 +31,8 @@ EDGES = [0.0, -0.0, -1.0, -2.0, -3.0, -0.5, -2.5, -3.75, 0.5, 1.0, 1.5, 2.0, 1e-
          30.0, -30.0, 100.0, 1e4, 1e10, float("inf"), float("-inf"), float("nan")]
 
 
-def _inputs(dtype, seed=0):
-    g = torch.Generator().manual_seed(seed)
-    if dtype == torch.bool:
-        return torch.tensor([True, False, True])
-    if dtype == torch.uint8:
-        return torch.arange(0, 40, dtype=dtype)
-    if not dtype.is_floating_point:
-        return torch.arange(-6, 40, dtype=dtype)
-    r = torch.rand(300, generator=g, dtype=torch.float64) * 24 - 12
-    return torch.cat([torch.tensor(EDGES, dtype=torch.float64), r]).to(dtype)
-
-
-def _no_fallback(name):
-    rep = torch_tpu.fallback_report()
-    hits = {k: v for k, v in rep.items() if k.startswith(f"aten::{name}") or k.startswith(f"aten::{name}_")}
-    assert not hits, f"{name} fell back to the CPU: {hits}"
+def _inputs(dtype):
+    return inputs(dtype, EDGES, -12, 12)
 
 
 @pytest.mark.parametrize("dtype", FLOATS + INTS, ids=str)
@@ -65,20 +52,8 @@ def test_unary(name, fn, inplace, rejected, dtype):
     # strided input: against the contiguous CPU result (the CPU's own strided
     # float16/bfloat16 i0e takes a scalar path one ulp off its vectorized one)
     torch.testing.assert_close(fn(xt[::3]).cpu(), want[::3], equal_nan=True)
-    out = torch.empty(x.shape, dtype=want.dtype, device="tpu")
-    fn(xt, out=out)
-    torch.testing.assert_close(out.cpu(), want, equal_nan=True)
-    if inplace is not None:
-        if dtype.is_floating_point:
-            y = x.to("tpu")
-            getattr(y, inplace)()
-            torch.testing.assert_close(y.cpu(), want, equal_nan=True)
-        else:  # the float result cannot be written into an integer tensor
-            with pytest.raises(RuntimeError):
-                getattr(x.clone(), inplace)()
-            with pytest.raises(RuntimeError):
-                getattr(x.to("tpu"), inplace)()
-    _no_fallback(name)
+    check_out_and_inplace(fn, inplace, x, want)
+    assert_no_fallback(name)
 
 
 @pytest.mark.parametrize("name,fn,inplace,rejected", OPS, ids=[o[0] for o in OPS])
@@ -106,7 +81,7 @@ def test_polygamma(n, dtype):
         y = x.to("tpu")
         y.polygamma_(n)
         torch.testing.assert_close(y.cpu(), want, equal_nan=True)
-    _no_fallback("polygamma")
+    assert_no_fallback("polygamma")
 
 
 def test_polygamma_negative_order_raises():
@@ -127,7 +102,7 @@ def test_aliases_and_large():
     torch.testing.assert_close(torch.polygamma(3, xt.reshape(700, 100).t()).cpu(),
                                torch.polygamma(3, x.reshape(700, 100).t()), equal_nan=True)
     for name in ("lgamma", "digamma", "polygamma", "erfc", "special_erfcx"):
-        _no_fallback(name)
+        assert_no_fallback(name)
 
 
 def test_equal():
@@ -160,4 +135,4 @@ def test_equal():
         assert got == want, (x, y, got, want)
     t = nan.to("tpu")
     assert torch.equal(t, t) is torch.equal(nan, nan)
-    _no_fallback("equal")
+    assert_no_fallback("equal")

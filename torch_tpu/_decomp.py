@@ -198,8 +198,8 @@ def _lookup(name: str, overload: str):
 
 
 # Decompositions that do not give PyTorch's CPU answer for some inputs: those
-# calls take the CPU fallback instead. {op name: predicate(args) -> True to
-# decline}. Bilinear/bicubic upsampling of uint8 images: the CPU rounds its
+# calls take the CPU fallback instead. {op name, or "name.overload" for one
+# overload: predicate(args) -> True to decline}. Bilinear/bicubic upsampling of uint8 images: the CPU rounds its
 # own fixed-point way (off by one in 16% of the pixels otherwise).
 _DECLINE = {
     name: (lambda args: bool(args) and isinstance(args[0], torch.Tensor) and not args[0].dtype.is_floating_point)
@@ -221,11 +221,19 @@ _DECLINE.update({
 # step off in a few elements per thousand (tests/test_pool.py on pjrt). The C
 # kernel (staged through the host on a driver without host kernels) is the CPU's.
 _DECLINE["aten::max_pool2d_with_indices_backward"] = lambda args: args[0].dtype in (torch.bfloat16, torch.float16)
+# out= of the inverse trigonometric functions and fmax/fmin (kernels/elementwise.c):
+# the decomposition writes a float result into an integer out= the CPU rejects;
+# declined, so a driver without a lowering stages them through the host kernels.
+# Their functional and in-place forms decompose as before.
+_DECLINE.update({
+    f"aten::{name}.out": (lambda args: True)
+    for name in ("asin", "acos", "atan", "asinh", "acosh", "atanh", "fmax", "fmin")
+})
 
 
 def run(name: str, overload: str, args: tuple, kwargs: dict):
     """Runs `name.overload` by its decomposition, or returns NotImplemented."""
-    decline = _DECLINE.get(name)
+    decline = _DECLINE.get(f"{name}.{overload}") or _DECLINE.get(name)
     if decline is not None and decline(args):
         return NotImplemented
     op, fn = _lookup(name, overload)

@@ -43,6 +43,7 @@
 #define EW_2_SQRTPI 1.12837916709551257390
 #define EW_SQRT2 1.41421356237309504880
 #define EW_1_SQRT_2PI 0.39894228040143267794
+#define EW_PI 3.14159265358979323846
 
 typedef enum {
   OP_ADD, OP_SUB, OP_MUL, OP_DIV, OP_POW, OP_MAXIMUM, OP_MINIMUM,
@@ -54,6 +55,8 @@ typedef enum {
   OP_CLAMP, OP_CLAMP_MIN, OP_CLAMP_MAX,
   OP_NEG, OP_ABS, OP_SIGN, OP_RECIPROCAL, OP_SQRT, OP_RSQRT, OP_EXP, OP_EXP2, OP_EXPM1,
   OP_LOG, OP_LOG1P, OP_LOG2, OP_SIN, OP_COS, OP_TAN, OP_TANH, OP_SIGMOID, OP_ERF,
+  OP_ASIN, OP_ACOS, OP_ATAN, OP_ASINH, OP_ACOSH, OP_ATANH, OP_ATAN2, OP_ANGLE,
+  OP_FMAX, OP_FMIN, /* maximum/minimum ignoring NaN (as maximum/minimum for integers) */
   OP_FLOOR, OP_CEIL, OP_ROUND, OP_TRUNC, OP_ISNAN, OP_NAN_TO_NUM,
   OP_RELU, OP_GELU, OP_GELU_BWD, OP_SILU, OP_SILU_BWD, OP_SIGMOID_BWD, OP_TANH_BWD,
   OP_THRESHOLD, OP_THRESHOLD_BWD, OP_SOFTPLUS, OP_SOFTPLUS_BWD, OP_LEAKY_RELU,
@@ -109,6 +112,11 @@ static const ew_opinfo_t kOpInfo[OP_COUNT_] = {
     [OP_LOG2] = {1, 1, 1, EW_FLOAT}, [OP_SIN] = {1, 1, 1, EW_FLOAT},
     [OP_COS] = {1, 1, 1, EW_FLOAT}, [OP_TAN] = {1, 1, 1, EW_FLOAT},
     [OP_TANH] = {1, 1, 1, EW_FLOAT}, [OP_SIGMOID] = {1, 1, 1, EW_FLOAT},
+    [OP_ASIN] = {1, 1, 1, EW_FLOAT}, [OP_ACOS] = {1, 1, 1, EW_FLOAT},
+    [OP_ATAN] = {1, 1, 1, EW_FLOAT}, [OP_ASINH] = {1, 1, 1, EW_FLOAT},
+    [OP_ACOSH] = {1, 1, 1, EW_FLOAT}, [OP_ATANH] = {1, 1, 1, EW_FLOAT},
+    [OP_ATAN2] = {2, 2, 3, EW_FLOAT}, [OP_ANGLE] = {1, 1, 1, EW_FLOAT},
+    [OP_FMAX] = {2, 2, 3, 0},       [OP_FMIN] = {2, 2, 3, 0},
     [OP_ERF] = {1, 1, 1, EW_FLOAT}, [OP_FLOOR] = {1, 1, 1, EW_NOBOOL | EW_SAMEOUT},
     [OP_CEIL] = {1, 1, 1, EW_NOBOOL | EW_SAMEOUT},       [OP_ROUND] = {1, 1, 1, EW_NOBOOL | EW_SAMEOUT},
     [OP_TRUNC] = {1, 1, 1, EW_NOBOOL | EW_SAMEOUT},      [OP_ISNAN] = {1, 1, 1, EW_CMP},
@@ -449,8 +457,8 @@ static void ew_compute_i64(ew_ctx_t* c, int64_t* restrict o, const int64_t* rest
     case OP_POW: case OP_POW_SCALAR:
       for (i = 0; i < n; ++i) o[i] = ew_ipow(a[i], b[i]);
       break;
-    case OP_MAXIMUM: for (i = 0; i < n; ++i) o[i] = a[i] > b[i] ? a[i] : b[i]; break;
-    case OP_MINIMUM: for (i = 0; i < n; ++i) o[i] = a[i] < b[i] ? a[i] : b[i]; break;
+    case OP_MAXIMUM: case OP_FMAX: for (i = 0; i < n; ++i) o[i] = a[i] > b[i] ? a[i] : b[i]; break;
+    case OP_MINIMUM: case OP_FMIN: for (i = 0; i < n; ++i) o[i] = a[i] < b[i] ? a[i] : b[i]; break;
     case OP_EQ: for (i = 0; i < n; ++i) o[i] = a[i] == b[i]; break;
     case OP_NE: for (i = 0; i < n; ++i) o[i] = a[i] != b[i]; break;
     case OP_LT: for (i = 0; i < n; ++i) o[i] = a[i] < b[i]; break;
@@ -1101,7 +1109,9 @@ static tpu_status_t ew_isin_run(const tpu_k_call_t* call) {
   X(BXOR) X(BNOT) X(FMOD) X(REMAINDER) X(LERP) X(ADDCMUL) X(ADDCDIV) X(CLAMP)         \
   X(CLAMP_MIN) X(CLAMP_MAX) X(NEG) X(ABS) X(SIGN) X(RECIPROCAL) X(SQRT) X(RSQRT)      \
   X(EXP) X(EXP2) X(EXPM1) X(LOG) X(LOG1P) X(LOG2) X(SIN) X(COS) X(TAN) X(TANH)        \
-  X(SIGMOID) X(ERF) X(FLOOR) X(CEIL) X(ROUND) X(TRUNC) X(ISNAN) X(NAN_TO_NUM) X(RELU) \
+  X(SIGMOID) X(ERF) X(ASIN) X(ACOS) X(ATAN) X(ASINH) X(ACOSH) X(ATANH) X(ATAN2)       \
+  X(ANGLE) X(FMAX) X(FMIN) X(FLOOR) X(CEIL) X(ROUND) X(TRUNC) X(ISNAN) X(NAN_TO_NUM)  \
+  X(RELU)                                                                             \
   X(GELU) X(GELU_BWD) X(SILU) X(SILU_BWD) X(SIGMOID_BWD) X(TANH_BWD) X(THRESHOLD)     \
   X(THRESHOLD_BWD) X(SOFTPLUS) X(SOFTPLUS_BWD) X(LEAKY_RELU) X(LEAKY_RELU_BWD)        \
   X(HARDTANH) X(HARDTANH_BWD) X(MISH) X(MISH_BWD) X(ISINF) X(ISPOSINF) X(ISNEGINF)    \
@@ -1157,6 +1167,8 @@ const tpu_k_entry_t tpu_k_elementwise_entries[] = {
     E("aten::pow_.Tensor", POW) E("aten::pow_.Scalar", POW)
     E("aten::maximum", MAXIMUM) E("aten::maximum.out", MAXIMUM)
     E("aten::minimum", MINIMUM) E("aten::minimum.out", MINIMUM)
+    E("aten::fmax", FMAX) E("aten::fmax.out", FMAX) E("aten::fmin", FMIN) E("aten::fmin.out", FMIN)
+    E_UNARY("atan2", ATAN2) /* binary, but the same three overloads */
     E("aten::fmod.Tensor", FMOD) E("aten::fmod.Scalar", FMOD) E("aten::fmod.Tensor_out", FMOD)
     E("aten::fmod.Scalar_out", FMOD) E("aten::fmod_.Tensor", FMOD) E("aten::fmod_.Scalar", FMOD)
     E("aten::remainder.Tensor", REMAINDER) E("aten::remainder.Scalar", REMAINDER)
@@ -1200,6 +1212,9 @@ const tpu_k_entry_t tpu_k_elementwise_entries[] = {
     E_UNARY("exp", EXP) E_UNARY("exp2", EXP2) E_UNARY("expm1", EXPM1) E_UNARY("log", LOG)
     E_UNARY("log1p", LOG1P) E_UNARY("log2", LOG2) E_UNARY("sin", SIN) E_UNARY("cos", COS)
     E_UNARY("tan", TAN) E_UNARY("tanh", TANH) E_UNARY("sigmoid", SIGMOID) E_UNARY("erf", ERF)
+    E_UNARY("asin", ASIN) E_UNARY("acos", ACOS) E_UNARY("atan", ATAN) E_UNARY("asinh", ASINH)
+    E_UNARY("acosh", ACOSH) E_UNARY("atanh", ATANH)
+    E("aten::angle", ANGLE) E("aten::angle.out", ANGLE)
     E_UNARY("floor", FLOOR) E_UNARY("ceil", CEIL) E_UNARY("round", ROUND)
     E("aten::round.decimals", ROUND) E("aten::round.decimals_out", ROUND)
     E("aten::round_.decimals", ROUND)
@@ -1450,6 +1465,18 @@ static void EW_FN(ew_compute)(const ew_ctx_t* c, T* o, const T* a,
     case OP_TANH: for (i = 0; i < n; ++i) o[i] = tanh(a[i]); break;
     case OP_SIGMOID: for (i = 0; i < n; ++i) o[i] = one / (one + exp(-a[i])); break;
     case OP_ERF: for (i = 0; i < n; ++i) o[i] = erf(a[i]); break;
+    case OP_ASIN: for (i = 0; i < n; ++i) o[i] = asin(a[i]); break;
+    case OP_ACOS: for (i = 0; i < n; ++i) o[i] = acos(a[i]); break;
+    case OP_ATAN: for (i = 0; i < n; ++i) o[i] = atan(a[i]); break;
+    case OP_ASINH: for (i = 0; i < n; ++i) o[i] = asinh(a[i]); break;
+    case OP_ACOSH: for (i = 0; i < n; ++i) o[i] = acosh(a[i]); break;
+    case OP_ATANH: for (i = 0; i < n; ++i) o[i] = atanh(a[i]); break;
+    case OP_ATAN2: for (i = 0; i < n; ++i) o[i] = atan2(a[i], b[i]); break;
+    case OP_ANGLE: /* real input: pi below zero, else 0; NaN stays */
+      for (i = 0; i < n; ++i) o[i] = a[i] != a[i] ? a[i] : (a[i] < zero ? (T)EW_PI : zero);
+      break;
+    case OP_FMAX: for (i = 0; i < n; ++i) o[i] = fmax(a[i], b[i]); break;
+    case OP_FMIN: for (i = 0; i < n; ++i) o[i] = fmin(a[i], b[i]); break;
     case OP_FLOOR: for (i = 0; i < n; ++i) o[i] = floor(a[i]); break;
     case OP_CEIL: for (i = 0; i < n; ++i) o[i] = ceil(a[i]); break;
     case OP_ROUND: for (i = 0; i < n; ++i) o[i] = nearbyint(a[i]); break;

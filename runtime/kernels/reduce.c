@@ -1,7 +1,7 @@
 /* reduce.c - kernel family "reduce" (see tpu/kernels.h for the ABI):
  * sum/mean/prod/amax/amin/max/min/argmax/argmin/any/all/var/std/var_mean/
- * linalg_vector_norm/logsumexp, cumsum/cumprod, softmax/log_softmax and their
- * backward, layer norm (+ backward), fused RMS norm.
+ * linalg_vector_norm/logsumexp, median/nanmedian, cumsum/cumprod/cummax/cummin,
+ * softmax/log_softmax and their backward, layer norm (+ backward), fused RMS norm.
  *
  * A "plan" splits the input's dims into outer (kept) and reduced dims and
  * carries byte strides of several operands over both, coalesced. Reductions
@@ -1402,6 +1402,255 @@ static tpu_status_t rd_scan_exec(const tpu_k_call_t* call) {
   return TPU_OK;
 }
 
+/* _cummax_helper / _cummin_helper(self, values, indices, dim): the running
+ * extreme along dim and its index, as PyTorch's cummax_cummin_helper: a tie
+ * takes the later index (>=, <=); a NaN is taken and kept, each later NaN
+ * moving the index. values has self's dtype (the element's bytes are
+ * copied), indices int64; cummax/cummin size both and handle 0-dim and
+ * empty inputs before they call the helper. */
+typedef struct {
+  bool max, ints;
+  int dt;
+  const rd_plan_t* pl;
+} rd_cumext_t;
+
+typedef struct {
+  const rd_cumext_t* ce;
+  double d;
+  int64_t i, idx;
+  char cur[8];
+} rd_cumext_cc_t;
+
+static void rd_cumext_run(void* ctx, char* const* p, const int64_t* sb, int64_t n, int64_t flat0) {
+  rd_cumext_cc_t* c = (rd_cumext_cc_t*)ctx;
+  const rd_cumext_t* ce = c->ce;
+  const size_t es = tpu_dtype_size((tpu_dtype_t)ce->dt);
+  for (int64_t k = 0; k < n; ++k) {
+    const char* x = p[0] + k * sb[0];
+    bool take = flat0 + k == 0;
+    if (ce->ints) {
+      int64_t v = tpu_ku_load_i64(x, ce->dt);
+      take = take || (ce->max ? v >= c->i : v <= c->i);
+      if (take) c->i = v;
+    } else {
+      double v = tpu_ku_load_f64(x, ce->dt);
+      take = take || v != v || (c->d == c->d && (ce->max ? v >= c->d : v <= c->d));
+      if (take) c->d = v;
+    }
+    if (take) {
+      memcpy(c->cur, x, es);
+      c->idx = flat0 + k;
+    }
+    memcpy(p[1] + k * sb[1], c->cur, es);
+    *(int64_t*)(p[2] + k * sb[2]) = c->idx;
+  }
+}
+
+static void rd_cumext_row(void* ctx, char* const* base, int64_t o) {
+  const rd_cumext_t* ce = (const rd_cumext_t*)ctx;
+  rd_cumext_cc_t c;
+  memset(&c, 0, sizeof(c));
+  c.ce = ce;
+  rd_runs(ce->pl, base, 0, ce->pl->red.numel, rd_cumext_run, &c);
+  (void)o;
+}
+
+static tpu_status_t rd_cumext_check(const tpu_k_call_t* call) {
+  const tpu_tensor_t* in = tpu_ku_tensor(call, 0);
+  const tpu_tensor_t* vals = tpu_ku_tensor(call, 1);
+  const tpu_tensor_t* idx = tpu_ku_tensor(call, 2);
+  if (!in || !vals || !idx) return TPU_KU_INVALID(call, "expected self, values and indices");
+  if (!rd_dtype_ok(in->dtype)) return tpu_ku_unsupported_dtype(call, in->dtype);
+  if (vals->dtype != in->dtype || idx->dtype != TPU_DTYPE_I64)
+    return TPU_ERROR(TPU_STATUS_FAILED_PRECONDITION,
+                     "%s: expected values of dtype %s and int64 indices, got %s and %s", call->op,
+                     tpu_dtype_name((tpu_dtype_t)in->dtype), tpu_dtype_name((tpu_dtype_t)vals->dtype),
+                     tpu_dtype_name((tpu_dtype_t)idx->dtype));
+  if (!rd_same_shape(in, vals) || !rd_same_shape(in, idx))
+    return TPU_KU_INVALID(call, "values and indices must have the shape of self");
+  int32_t dim;
+  return rd_line_dim(call, in, 3, &dim);
+}
+
+static tpu_status_t rd_cumext_exec(const tpu_k_call_t* call) {
+  TPU_RETURN_IF_ERROR(rd_cumext_check(call));
+  const tpu_tensor_t* ops[3] = {tpu_ku_tensor(call, 0), tpu_ku_tensor(call, 1), tpu_ku_tensor(call, 2)};
+  const tpu_tensor_t* in = ops[0];
+  int32_t dim;
+  TPU_RETURN_IF_ERROR(rd_line_dim(call, in, 3, &dim));
+  if (tpu_tensor_numel(in) == 0) return TPU_OK;
+  rd_map_t maps[3] = {RD_MAP_SAME, RD_MAP_SAME, RD_MAP_SAME};
+  rd_plan_t pl;
+  rd_plan_init(&pl, in, in->ndim ? 1u << dim : 0u, 3, ops, maps, false);
+  rd_cumext_t ce;
+  ce.max = strstr(call->op, "cummax") != NULL;
+  ce.dt = in->dtype;
+  ce.ints = !rd_float_dt(in->dtype);
+  ce.pl = &pl;
+  rd_rows(&pl, call->pool, pl.red.numel, rd_cumext_row, &ce);
+  return TPU_OK;
+}
+
+/* median / nanmedian, of the whole input or along dim (values, indices):
+ * the lower median ((n - 1) / 2 in ascending order, n counting non-NaN
+ * elements for nanmedian). No scratch memory: a radix select over
+ * order-preserving 64-bit keys, one pass per 8-bit digit from the top (a
+ * 256-count histogram of the candidates that share the digits found so far;
+ * it stops early when one is left), then one pass for the first element with
+ * the found key. median of a row
+ * holding a NaN is its first NaN; nanmedian of an all-NaN row is NaN at
+ * index 0, as on the CPU. With ties the index is the first occurrence (the
+ * CPU's nth_element leaves it unspecified). */
+typedef struct {
+  bool nan_median; /* nanmedian */
+  bool with_idx;
+  int dt;
+  const rd_plan_t* pl;
+} rd_med_t;
+
+typedef struct {
+  const rd_med_t* md;
+  int pass; /* 0..7: histogram of digit 7 - pass; 8: find */
+  uint64_t prefix, mask;
+  int64_t count[256], nan, first_nan, found;
+  const char* at;
+} rd_med_cc_t;
+
+static inline bool rd_med_key(const char* x, int dt, uint64_t* key) {
+  if (rd_float_dt(dt)) {
+    double v = tpu_ku_load_f64(x, dt);
+    if (v != v) return false;
+    uint64_t b;
+    memcpy(&b, &v, 8);
+    *key = (b >> 63) ? ~b : b | (UINT64_C(1) << 63);
+  } else {
+    *key = (uint64_t)tpu_ku_load_i64(x, dt) ^ (UINT64_C(1) << 63);
+  }
+  return true;
+}
+
+static void rd_med_run(void* ctx, char* const* p, const int64_t* sb, int64_t n, int64_t flat0) {
+  rd_med_cc_t* c = (rd_med_cc_t*)ctx;
+  const int dt = c->md->dt;
+  const int shift = 56 - 8 * c->pass;
+  for (int64_t k = 0; k < n; ++k) {
+    const char* x = p[0] + k * sb[0];
+    uint64_t key;
+    if (!rd_med_key(x, dt, &key)) {
+      if (c->pass == 0 && c->nan++ == 0) c->first_nan = flat0 + k;
+      continue;
+    }
+    if ((key & c->mask) != c->prefix) continue;
+    if (c->pass < 8) {
+      c->count[(key >> shift) & 255]++;
+    } else if (!c->at) {
+      c->at = x;
+      c->found = flat0 + k;
+    }
+  }
+}
+
+static void rd_med_row(void* ctx, char* const* base, int64_t o) {
+  const rd_med_t* md = (const rd_med_t*)ctx;
+  const rd_plan_t* pl = md->pl;
+  const int64_t n = pl->red.numel;
+  rd_med_cc_t c;
+  memset(&c, 0, sizeof(c));
+  c.md = md;
+  int64_t rank = 0;
+  bool nan_result = false;
+  for (c.pass = 0; c.pass < 8; ++c.pass) {
+    memset(c.count, 0, sizeof(c.count));
+    rd_runs(pl, base, 0, n, rd_med_run, &c);
+    if (c.pass == 0) {
+      nan_result = c.nan == n || (c.nan > 0 && !md->nan_median);
+      if (nan_result) break;
+      rank = (n - c.nan - 1) / 2;
+    }
+    int b = 0;
+    for (; b < 255 && rank >= c.count[b]; ++b) rank -= c.count[b];
+    const int shift = 56 - 8 * c.pass;
+    c.prefix |= (uint64_t)b << shift;
+    c.mask |= (uint64_t)255 << shift;
+    if (c.count[b] == 1) break; /* one candidate left: the prefix finds it */
+  }
+  const size_t es = tpu_dtype_size((tpu_dtype_t)md->dt);
+  if (!nan_result) {
+    c.pass = 8;
+    rd_runs(pl, base, 0, n, rd_med_run, &c);
+  } else { /* a NaN: median's first one, nanmedian's all-NaN row at 0 */
+    c.found = md->nan_median ? 0 : c.first_nan;
+    int64_t idx[TPU_MAX_DIMS], off[RD_MAXOPS];
+    rd_unravel(&pl->red, pl->nops, c.found, idx, off);
+    c.at = base[0] + off[0];
+  }
+  memcpy(base[1], c.at, es);
+  if (md->with_idx) *(int64_t*)base[2] = c.found;
+  (void)o;
+}
+
+static tpu_status_t rd_med_check(const tpu_k_call_t* call) {
+  const tpu_tensor_t* in = tpu_ku_tensor(call, 0);
+  const bool with_idx = call->num_args > 1;
+  if (!in || call->num_outputs < (with_idx ? 2 : 1)) return TPU_KU_INVALID(call, "expected self and the outputs");
+  if (!rd_dtype_ok(in->dtype) || in->dtype == TPU_DTYPE_BOOL) return tpu_ku_unsupported_dtype(call, in->dtype);
+  /* dtype mismatches are RuntimeErrors on the CPU (checkSameType) */
+  if (call->outputs[0].dtype != in->dtype)
+    return TPU_ERROR(TPU_STATUS_FAILED_PRECONDITION, "%s: expected values of dtype %s, got %s", call->op,
+                     tpu_dtype_name((tpu_dtype_t)in->dtype), tpu_dtype_name((tpu_dtype_t)call->outputs[0].dtype));
+  if (!with_idx) {
+    if (tpu_tensor_numel(&call->outputs[0]) != 1) return TPU_KU_INVALID(call, "expected a 0-dim output");
+    return TPU_OK;
+  }
+  if (call->outputs[1].dtype != TPU_DTYPE_I64)
+    return TPU_ERROR(TPU_STATUS_FAILED_PRECONDITION, "%s: expected int64 indices, got %s", call->op,
+                     tpu_dtype_name((tpu_dtype_t)call->outputs[1].dtype));
+  int32_t dim;
+  TPU_RETURN_IF_ERROR(rd_line_dim(call, in, 1, &dim));
+  if (in->ndim > 0 && in->sizes[dim] == 0)
+    return TPU_ERROR(TPU_STATUS_OUT_OF_RANGE, "%s: median(): Expected reduction dim %d to have non-zero size.",
+                     call->op, dim);
+  for (int k = 0; k < 2; ++k) {
+    const tpu_tensor_t* t = &call->outputs[k];
+    bool keep = t->ndim == in->ndim && in->ndim > 0;
+    bool ok = keep || t->ndim == (in->ndim > 0 ? in->ndim - 1 : 0);
+    for (int32_t d = 0, j = 0; ok && d < in->ndim; ++d) {
+      if (d == dim && !keep) continue;
+      ok = t->sizes[j++] == (d == dim ? 1 : in->sizes[d]);
+    }
+    if (!ok) return TPU_KU_INVALID(call, "output %d has the wrong shape for dim %d", k, dim);
+  }
+  return TPU_OK;
+}
+
+static tpu_status_t rd_med_exec(const tpu_k_call_t* call) {
+  TPU_RETURN_IF_ERROR(rd_med_check(call));
+  const tpu_tensor_t* in = tpu_ku_tensor(call, 0);
+  rd_med_t md;
+  md.nan_median = strstr(call->op, "nanmedian") != NULL;
+  md.with_idx = call->num_args > 1;
+  md.dt = in->dtype;
+  const tpu_tensor_t* out = &call->outputs[0];
+  if (tpu_tensor_numel(in) == 0) { /* the whole input (a dim must be non-empty): NaN, as on the CPU */
+    if (rd_float_dt(md.dt)) tpu_ku_store_f64(out->data, md.dt, NAN);
+    else tpu_ku_store_i64(out->data, md.dt, INT64_MIN);
+    return TPU_OK;
+  }
+  uint32_t mask = in->ndim ? (uint32_t)((1ull << in->ndim) - 1) : 0u;
+  if (md.with_idx) {
+    int32_t dim;
+    TPU_RETURN_IF_ERROR(rd_line_dim(call, in, 1, &dim));
+    mask = in->ndim ? 1u << dim : 0u;
+  }
+  const tpu_tensor_t* ops[3] = {in, out, md.with_idx ? &call->outputs[1] : out};
+  rd_map_t maps[3] = {RD_MAP_SAME, RD_MAP_RED, RD_MAP_RED};
+  rd_plan_t pl;
+  rd_plan_init(&pl, in, mask, md.with_idx ? 3 : 2, ops, maps, false);
+  md.pl = &pl;
+  rd_rows(&pl, call->pool, pl.red.numel * 9, rd_med_row, &md);
+  return TPU_OK;
+}
+
 /* softmax / log_softmax and backward. Float math (double for f64). */
 enum { SM_FWD, SM_LOGFWD, SM_BWD, SM_LOGBWD };
 
@@ -2127,6 +2376,12 @@ const tpu_k_entry_t tpu_k_reduce_entries[] = {
     {"aten::cumsum.out", rd_scan_exec, rd_scan_check, 0, NULL},
     {"aten::cumprod", rd_scan_exec, rd_scan_check, 0, NULL},
     {"aten::cumprod.out", rd_scan_exec, rd_scan_check, 0, NULL},
+    {"aten::_cummax_helper", rd_cumext_exec, rd_cumext_check, 0, NULL},
+    {"aten::_cummin_helper", rd_cumext_exec, rd_cumext_check, 0, NULL},
+    {"aten::median", rd_med_exec, rd_med_check, 0, NULL},
+    {"aten::median.dim_values", rd_med_exec, rd_med_check, 0, NULL},
+    {"aten::nanmedian", rd_med_exec, rd_med_check, 0, NULL},
+    {"aten::nanmedian.dim_values", rd_med_exec, rd_med_check, 0, NULL},
     {"aten::_softmax", rd_sm_exec, rd_sm_check, 0, NULL},
     {"aten::_softmax.out", rd_sm_exec, rd_sm_check, 0, NULL},
     {"aten::_log_softmax", rd_sm_exec, rd_sm_check, 0, NULL},

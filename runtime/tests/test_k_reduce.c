@@ -1,4 +1,4 @@
-/* test_k_reduce.c - reductions, scans, softmax and norms against naive loops. */
+/* test_k_reduce.c - reductions, scans, medians, softmax and norms against naive loops. */
 #define _POSIX_C_SOURCE 200809L
 #include <float.h>
 #include <math.h>
@@ -504,6 +504,136 @@ static void test_scan(void) {
   fr(&in); fr(&ii); fr(&io);
 }
 
+/* ---- median / nanmedian ---------------------------------------------------------- */
+
+/* NaN matches NaN, anything else only itself. */
+static bool same_f(double got, double want) { return isnan(want) ? isnan(got) : got == want; }
+
+/* The lower median of v[0..n) (NaN last; nanmedian: of the non-NaN values)
+ * and the index of its first occurrence, as the kernel defines it. */
+static double ref_median(const double* v, int64_t n, bool nan_median, int64_t* at) {
+  int64_t nn = 0, first_nan = -1;
+  for (int64_t i = 0; i < n; ++i) {
+    if (isnan(v[i])) {
+      if (first_nan < 0) first_nan = i;
+    } else {
+      nn++;
+    }
+  }
+  if (nn == 0 || (first_nan >= 0 && !nan_median)) {
+    *at = nan_median ? 0 : first_nan;
+    return NAN;
+  }
+  int64_t rank = (nn - 1) / 2;
+  for (int64_t i = 0; i < n; ++i) { /* the element with `rank` smaller ones and more than rank - ties */
+    if (isnan(v[i])) continue;
+    int64_t below = 0, same = 0;
+    for (int64_t j = 0; j < n; ++j) {
+      if (isnan(v[j])) continue;
+      below += v[j] < v[i];
+      same += v[j] == v[i];
+    }
+    if (below <= rank && rank < below + same) {
+      for (int64_t j = 0; j < n; ++j)
+        if (v[j] == v[i]) {
+          *at = j;
+          return v[i];
+        }
+    }
+  }
+  *at = -1;
+  return NAN;
+}
+
+static void test_median(void) {
+  /* 5 x 37 float32 with ties and NaNs, transposed in memory; every dim, keepdim or not */
+  int64_t s2[2] = {5, 37};
+  int p2[2] = {1, 0};
+  tt_t in = mk(TPU_DTYPE_F32, 2, s2, p2);
+  for (int64_t i = 0; i < 5 * 37; ++i) setf(&in.t, i, floor(urand() * 6.0));
+  for (int64_t j = 0; j < 37; ++j) setf(&in.t, 2 * 37 + j, NAN); /* an all-NaN row */
+  setf(&in.t, 3, NAN);
+  setf(&in.t, 37 + 5, NAN);
+  setf(&in.t, 4 * 37 + 36, NAN);
+  double row[37];
+  for (int nanm = 0; nanm < 2; ++nanm) {
+    const char* op = nanm ? "aten::nanmedian.dim_values" : "aten::median.dim_values";
+    for (int dim = 0; dim < 2; ++dim) {
+      for (int keep = 0; keep < 2; ++keep) {
+        int64_t os[2];
+        int ond = red_shape(&in.t, 1u << dim, keep, os);
+        tt_t v = mk(TPU_DTYPE_F32, ond, os, NULL), ix = mk(TPU_DTYPE_I64, ond, os, NULL);
+        tpu_k_value_t a[5] = {vt(&in.t), vi(dim), vb(keep), vt(&v.t), vt(&ix.t)};
+        tpu_tensor_t outs[2] = {v.t, ix.t};
+        bool good = ok(call_op(op, 5, a, 2, outs));
+        int64_t rows = dim ? 5 : 37, len = dim ? 37 : 5;
+        for (int64_t r = 0; good && r < rows; ++r) {
+          for (int64_t k = 0; k < len; ++k) {
+            int64_t idx[2] = {dim ? r : k, dim ? k : r};
+            row[k] = get(&in.t, idx);
+          }
+          int64_t at;
+          double want = ref_median(row, len, nanm, &at);
+          good = same_f(getf(&v.t, r), want) && geti(&ix.t, r) == at;
+          CHECKF(good, "%s dim %d keep %d row %lld: %g at %lld, want %g at %lld", op, dim, keep, (long long)r,
+                 getf(&v.t, r), (long long)geti(&ix.t, r), want, (long long)at);
+        }
+        fr(&v);
+        fr(&ix);
+      }
+    }
+  }
+  /* the whole input: float64 and bfloat16 as float32 above, without the NaN row */
+  for (int64_t j = 0; j < 37; ++j) setf(&in.t, 2 * 37 + j, j % 7);
+  double all[5 * 37];
+  for (int64_t i = 0; i < 5 * 37; ++i) all[i] = getf(&in.t, i);
+  int dts[3] = {TPU_DTYPE_F32, TPU_DTYPE_F64, TPU_DTYPE_BF16};
+  for (int k = 0; k < 3; ++k) {
+    tt_t x = mk(dts[k], 2, s2, NULL), o = mk(dts[k], 0, NULL, NULL);
+    for (int64_t i = 0; i < 5 * 37; ++i) setf(&x.t, i, all[i]);
+    for (int nanm = 0; nanm < 2; ++nanm) {
+      tpu_k_value_t a[1] = {vt(&x.t)};
+      bool good = ok(call_op(nanm ? "aten::nanmedian" : "aten::median", 1, a, 1, &o.t));
+      int64_t at;
+      double want = ref_median(all, 5 * 37, nanm, &at);
+      CHECKF(good && same_f(getf(&o.t, 0), want), "%s median %d: %g want %g", tpu_dtype_name(dts[k]), nanm,
+             getf(&o.t, 0), want);
+    }
+    fr(&x);
+    fr(&o);
+  }
+  /* int64 past 2^53 compares exactly; CPU: torch.tensor([3, 1, 1, 2, 2]).median(0) = (2, 3) */
+  static const int64_t kv[5] = {3, 1, 1, 2, 2};
+  int64_t s1[1] = {5};
+  tt_t xi = mk(TPU_DTYPE_I64, 1, s1, NULL), vi0 = mk(TPU_DTYPE_I64, 0, NULL, NULL), ii0 = mk(TPU_DTYPE_I64, 0, NULL, NULL);
+  const int64_t big = (int64_t)1 << 60;
+  for (int i = 0; i < 5; ++i) ((int64_t*)xi.buf)[i] = big + kv[i];
+  tpu_k_value_t a[5] = {vt(&xi.t), vi(0), vb(false), vt(&vi0.t), vt(&ii0.t)};
+  tpu_tensor_t outs[2] = {vi0.t, ii0.t};
+  CHECK_OK(call_op("aten::median.dim_values", 5, a, 2, outs));
+  CHECK(*(int64_t*)vi0.buf == big + 2 && *(int64_t*)ii0.buf == 3);
+  /* an empty dim, bool and a values dtype other than self's are refused */
+  int64_t se[2] = {2, 0};
+  tt_t xe = mk(TPU_DTYPE_F32, 2, se, NULL);
+  tpu_k_value_t e[5] = {vt(&xe.t), vi(1), vb(false), vt(&vi0.t), vt(&ii0.t)};
+  tpu_tensor_t eo[2] = {vi0.t, ii0.t};
+  eo[0].dtype = TPU_DTYPE_F32;
+  eo[0].ndim = eo[1].ndim = 1;
+  eo[0].sizes[0] = eo[1].sizes[0] = 2;
+  CHECK_STATUS(call_op("aten::median.dim_values", 5, e, 2, eo), TPU_STATUS_OUT_OF_RANGE, "non-zero size");
+  tpu_tensor_t xb = xi.t;
+  xb.dtype = TPU_DTYPE_BOOL;
+  tpu_k_value_t b[1] = {vt(&xb)};
+  tpu_tensor_t bo = vi0.t;
+  bo.dtype = TPU_DTYPE_BOOL;
+  CHECK_STATUS(call_op("aten::median", 1, b, 1, &bo), TPU_STATUS_UNIMPLEMENTED, "bool");
+  tpu_k_value_t c[1] = {vt(&xi.t)};
+  tpu_tensor_t co = vi0.t;
+  co.dtype = TPU_DTYPE_F64;
+  CHECK_STATUS(call_op("aten::nanmedian", 1, c, 1, &co), TPU_STATUS_FAILED_PRECONDITION, "values");
+  fr(&in); fr(&xi); fr(&vi0); fr(&ii0); fr(&xe);
+}
+
 static void test_softmax(void) {
   int64_t s3[3] = {3, 4, 257};
   int p3[3] = {0, 2, 1};
@@ -691,6 +821,7 @@ int main(void) {
     RUN_TEST(test_var_norm_lse);
     RUN_TEST(test_empty);
     RUN_TEST(test_scan);
+    RUN_TEST(test_median);
     RUN_TEST(test_softmax);
     RUN_TEST(test_layer_norm);
     tpu_threadpool_destroy(g_pool);

@@ -240,4 +240,29 @@ static inline bool ok(tpu_status_t s) {
   return false;
 }
 
+/* Runs `op` on `nlead` leading arguments `lead` (polygamma's n; none: 0,
+ * NULL) and a 1-d tensor of dtype `dt` holding in[0..n), n <= 8, into an
+ * output of that dtype. True when result i is want[i] exactly (NaN matches
+ * NaN); otherwise prints what came out. */
+static inline bool tku_unary_exact(const char* op, int nlead, const tpu_k_value_t* lead, int dt,
+                                   const double* in, const double* want, int64_t n) {
+  if (n > 8 || nlead > 3) return false;
+  tt_t x = tku_alloc(dt, 1, &n, NULL, 1, 0), o = tku_alloc(dt, 1, &n, NULL, 1, 0);
+  for (int64_t i = 0; i < n; ++i) setf(&x.t, i, in[i]);
+  tpu_k_value_t args[4];
+  for (int j = 0; j < nlead; ++j) args[j] = lead[j];
+  args[nlead] = vt(&x.t);
+  bool good = ok(call_op(op, nlead + 1, args, 1, &o.t));
+  for (int64_t i = 0; good && i < n; ++i) {
+    double got = getf(&o.t, i);
+    if (!(got == want[i] || (isnan(got) && isnan(want[i])))) {
+      printf("  %s %s [%lld]: got %.17g, want %.17g\n", op, tpu_dtype_name(dt), (long long)i, got, want[i]);
+      good = false;
+    }
+  }
+  fr(&x);
+  fr(&o);
+  return good;
+}
+
 #endif /* TPU_TESTS_TEST_KERNEL_UTIL_H_ */
