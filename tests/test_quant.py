@@ -133,3 +133,66 @@ def test_smollm2_quantized_path_matches_dequantized(smollm2_gguf):
     torch.testing.assert_close(logits, ref_logits, rtol=0, atol=1e-3)
     assert torch_tpu.fallback_report() == {} or "tpu::q_linear" not in torch_tpu.fallback_report()
 
+
+def test_smollm2_gguf_loader_matches_transformers_path(smollm2_gguf):
+    """torch_tpu.gguf_load (the main job's loader) gives the model Transformers' load plus
+    quantize_from_gguf gives: same config, modules, tensors, logits and greedy tokens."""
+    import transformers
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from torch_tpu import gguf_load
+
+    transformers.logging.set_verbosity_error()
+    d, gguf_file = smollm2_gguf
+    ref_tok = AutoTokenizer.from_pretrained(d, gguf_file=gguf_file)
+    ref = AutoModelForCausalLM.from_pretrained(d, gguf_file=gguf_file, device_map="tpu",
+                                               dtype=torch.float32).eval()
+    ref_report = quant.quantize_from_gguf(ref, os.path.join(d, gguf_file))
+    tok, model, report = gguf_load.load_gguf(d, gguf_file, "tpu", torch.float32)
+
+    assert report["swapped"] == ref_report["swapped"] == {"Q4_1": 210, "Q8_0": 1} and not report["kept"]
+    assert report["bytes"] == ref_report["bytes"] and report["float_bytes"] == ref_report["float_bytes"]
+    assert type(tok) is type(ref_tok)
+    assert tok.backend_tokenizer.to_str() == ref_tok.backend_tokenizer.to_str()
+    assert tok.init_kwargs == ref_tok.init_kwargs and tok.special_tokens_map == ref_tok.special_tokens_map
+    assert tok.chat_template == ref_tok.chat_template
+    # Transformers records the GGUF file as a quantization config (its quantizer dequantized
+    # it); the fast loader sets no quantizer
+    want = ref.config.to_dict()
+    assert want.pop("quantization_config")["gguf_file"] == gguf_file
+    assert model.config.to_dict() == want
+    assert model.generation_config.to_dict() == ref.generation_config.to_dict()
+    assert not model.training
+    assert {n: type(m) for n, m in model.named_modules()} == {n: type(m) for n, m in ref.named_modules()}
+
+    tensors = dict(model.named_parameters()) | dict(model.named_buffers())
+    ref_tensors = dict(ref.named_parameters()) | dict(ref.named_buffers())
+    assert tensors.keys() == ref_tensors.keys()
+    for name, t in tensors.items():  # every tensor on the device, none left on meta, equal to the reference's
+        assert t.device.type == "tpu", (name, t.device)
+        r = ref_tensors[name]
+        assert t.dtype == r.dtype and t.requires_grad == r.requires_grad, name
+        assert torch.equal(t.cpu(), r.cpu()), name
+
+    inputs = tok("The future of AI is", return_tensors="pt").to("tpu")
+    with torch.no_grad():
+        logits = model(**inputs).logits.cpu()
+        ref_logits = ref(**inputs).logits.cpu()
+        got = model.generate(**inputs, max_new_tokens=12, do_sample=False).cpu()
+        want = ref.generate(**inputs, max_new_tokens=12, do_sample=False).cpu()
+    torch.testing.assert_close(logits, ref_logits, rtol=1e-6, atol=1e-6)
+    assert got.tolist() == want.tolist()
+
+
+def test_gguf_loader_declines_what_it_does_not_handle(tmp_path):
+    gguf = pytest.importorskip("gguf")
+    from torch_tpu import gguf_load
+
+    path = tmp_path / "tiny.gguf"
+    w = gguf.GGUFWriter(str(path), "gpt2")
+    w.add_tensor("token_embd.weight", np.zeros((8, 4), dtype=np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    with pytest.raises(gguf_load.Unsupported, match="architecture 'gpt2'"):
+        gguf_load.load_gguf(str(tmp_path), "tiny.gguf", "tpu")
