@@ -68,7 +68,7 @@ def sections(res):
                     "stock Gloo on CPU tensors' time over this row's (higher is better); the configurations' "
                     "process pairs take turns",
                     ["size", "transport", "ms", "bus GB/s", "x gloo (CPU)", "of read bandwidth"],
-                    [[f"{r['bytes'] >> 20} MiB", r["config"], _f(r["ms"], 2), _f(r["bus_gbs"], 2),
+                    [[f"{r['bytes'] >> 20} MiB" if r["bytes"] >= 1 << 20 else f"{r['bytes'] >> 10} KiB", r["config"], _f(r["ms"], 2), _f(r["bus_gbs"], 2),
                       _f(r["vs_gloo_cpu"], 2), f"{r['of_memory_bw']:.0%}" if r.get("of_memory_bw") else "-"]
                      for r in ds]))
     tp = res.get("dist_tp")
@@ -78,7 +78,7 @@ def sections(res):
                     "1 chip: one process with every core's kernel threads; 2 chips: two processes, one chip and "
                     "cores/2 threads each; the two take turns; peak = rank 0's max_memory_allocated()",
                     ["chips", "tok/s", "x one chip", "rank 0 peak MiB", "model MiB"],
-                    [[r["chips"], _f(r["tok_s"], 2), _f(r["vs_one_chip"], 2), _f(r["peak_bytes_rank0"] / 2**20),
+                    [[str(r["chips"]), _f(r["tok_s"], 2), _f(r["vs_one_chip"], 2), _f(r["peak_bytes_rank0"] / 2**20),
                       _f(r["model_bytes"] / 2**20)] for r in tp]))
     md = res.get("models")
     if md:
