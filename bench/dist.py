@@ -52,28 +52,37 @@ def _port():
         return s.getsockname()[1]
 
 
-def _run(backend, device, extra, reps, sizes):
+def _launch(code, args, world, what, env_extra, timeout):
+    """Runs `code` in `world` processes (ranks on 127.0.0.1 when world > 1); rank 0's
+    "RESULT <json>" line, parsed."""
     port = _port()
     procs = []
-    for rank in range(2):
-        env = dict(os.environ, PYTHONPATH=ROOT, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank),
-                   WORLD_SIZE="2", LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE="2", TORCH_TPU_NUM_THREADS="1", **extra)
+    for rank in range(world):
+        env = dict(os.environ, PYTHONPATH=ROOT, **env_extra)
         env.pop("TORCH_TPU_HOST_DEVICES", None)
-        procs.append(subprocess.Popen([sys.executable, "-c", _WORKER, backend, device, str(reps),
-                                       ",".join(map(str, sizes))], env=env, stdout=subprocess.PIPE,
+        if world > 1:
+            env.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world),
+                       LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(world))
+        procs.append(subprocess.Popen([sys.executable, "-c", code, *args], env=env, stdout=subprocess.PIPE,
                                       stderr=subprocess.PIPE, text=True))
     outs = []
     for p in procs:
         try:
-            outs.append(p.communicate(timeout=600))
+            outs.append(p.communicate(timeout=timeout))
         except subprocess.TimeoutExpired:
             for q in procs:
                 q.kill()
-            raise RuntimeError(f"bench dist ({backend}): timed out")
+            raise RuntimeError(f"bench {what}: timed out")
     if any(p.returncode for p in procs):
-        raise RuntimeError(f"bench dist ({backend}) failed:\n" + "\n".join(e[-2000:] for _, e in outs))
+        raise RuntimeError(f"bench {what} failed:\n" + "\n".join(e[-2000:] for _, e in outs))
     line = [ln for ln in outs[0][0].splitlines() if ln.startswith("RESULT ")][-1]
-    return {int(k): v for k, v in json.loads(line[len("RESULT "):]).items()}
+    return json.loads(line[len("RESULT "):])
+
+
+def _run(backend, device, extra, reps, sizes):
+    res = _launch(_WORKER, [backend, device, str(reps), ",".join(map(str, sizes))], 2, f"dist ({backend})",
+                  dict(extra, TORCH_TPU_NUM_THREADS="1"), 600)
+    return {int(k): v for k, v in res.items()}
 
 
 def _size(n):
@@ -128,29 +137,8 @@ if world > 1:
 
 
 def _tp_run(path, world, steps, threads):
-    port = _port()
-    procs = []
-    for rank in range(world):
-        env = dict(os.environ, PYTHONPATH=ROOT, TORCH_TPU_NUM_THREADS=str(threads))
-        env.pop("TORCH_TPU_HOST_DEVICES", None)
-        if world > 1:
-            env.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world),
-                       LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(world))
-        procs.append(subprocess.Popen([sys.executable, "-c", _TP_WORKER, path, str(steps)], env=env,
-                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
-    outs = []
-    for p in procs:
-        try:
-            outs.append(p.communicate(timeout=900))
-        except subprocess.TimeoutExpired:
-            for q in procs:
-                q.kill()
-            raise RuntimeError(f"bench tensor-parallel decode ({world} chips): timed out")
-    if any(p.returncode for p in procs):
-        raise RuntimeError(f"bench tensor-parallel decode ({world} chips) failed:\n"
-                           + "\n".join(e[-2000:] for _, e in outs))
-    line = [ln for ln in outs[0][0].splitlines() if ln.startswith("RESULT ")][-1]
-    return json.loads(line[len("RESULT "):])
+    return _launch(_TP_WORKER, [path, str(steps)], world, f"tensor-parallel decode ({world} chips)",
+                   {"TORCH_TPU_NUM_THREADS": str(threads)}, 900)
 
 
 def tp_decode(quick=False, log=print):
