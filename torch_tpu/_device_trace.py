@@ -116,9 +116,15 @@ def _dump(trace, path):
         raise
 
 
+# Microseconds of tolerance when a queue time is placed inside a CPU op: the two come
+# from different clocks (the runtime's, and the profiler's, joined by a measured offset),
+# and a work queued as its op ends can land a few microseconds past the op's end.
+_SLACK_US = 5.0
+
+
 def _innermost_ops(cpu_ops, queries):
     """For each (tid, ts) query, the innermost CPU op event on thread tid whose
-    [ts, ts + dur] contains ts (None if none). Ops of a thread nest."""
+    [ts, ts + dur + _SLACK_US] contains ts (None if none). Ops of a thread nest."""
     by_tid = {}
     for e in cpu_ops:
         by_tid.setdefault(e["tid"], []).append(e)
@@ -137,7 +143,7 @@ def _innermost_ops(cpu_ops, queries):
                     stack.pop()
                 stack.append(op)
                 j += 1
-            while stack and stack[-1]["ts"] + stack[-1].get("dur", 0) < ts:
+            while stack and stack[-1]["ts"] + stack[-1].get("dur", 0) + _SLACK_US < ts:
                 stack.pop()
             answers[i] = stack[-1] if stack else None
     return answers
