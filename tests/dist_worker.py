@@ -295,8 +295,39 @@ def case_shm():
         dist.all_to_all_single(out, ts[0][:sum(sent)], got, sent, group=g)
         return [out]
     against_gloo("shm all_to_all_single uneven", a2a, data((100 * (2 * WORLD + WORLD * WORLD), 50)))
+
+    def a2a_list(ts, g):  # uneven list form (gloo's needs equal sizes: compare with its single form)
+        ins = [ts[0][: 10 * (RANK + j + 1)] for j in range(WORLD)]
+        outs = [torch.empty((10 * (r + RANK + 1), 40), device=ts[0].device) for r in range(WORLD)]
+        if g is None:
+            dist.all_to_all(outs, ins, group=g)
+            return outs
+        flat = torch.empty((sum(o.shape[0] for o in outs), 40))
+        dist.all_to_all_single(flat, torch.cat(ins), [o.shape[0] for o in outs], [i.shape[0] for i in ins], group=g)
+        return list(flat.split([o.shape[0] for o in outs]))
+    against_gloo("shm all_to_all uneven", a2a_list, data((10 * (2 * WORLD + 1), 40)))
+
+    def rs_list(ts, g):
+        out = torch.empty((70, 33), device=ts[0].device)
+        dist.reduce_scatter(out, list(ts[0].chunk(WORLD)), op=R.MAX, group=g)
+        return [out]
+    against_gloo("shm reduce_scatter (list)", rs_list, data((70 * WORLD, 33)))
+
+    def ag_rs_coalesced(ts, g):  # the forms FSDP2 and DTensor issue
+        gathered = [torch.empty((WORLD * t.shape[0],) + t.shape[1:], device=t.device) for t in ts]
+        with dist._coalescing_manager(group=g, async_ops=True) as cm:
+            for o, t in zip(gathered, ts):
+                dist.all_gather_into_tensor(o, t, group=g)
+        cm.wait()
+        scattered = [torch.empty_like(t) for t in ts]
+        with dist._coalescing_manager(group=g, async_ops=True) as cm:
+            for o, t in zip(scattered, gathered):
+                dist.reduce_scatter_tensor(o, t, group=g)
+        cm.wait()
+        return gathered + scattered
+    against_gloo("shm all_gather/reduce_scatter coalesced", ag_rs_coalesced, data((100, 70)), data((33,), salt=1))
     used = transport_stats()["shared_memory"] - before
-    assert used >= 24, transport_stats()
+    assert used >= 28, transport_stats()
     if os.environ.get("TORCH_TPU_DIST_SHM", "1") != "0":
         assert transport_stats()["gloo"] == gloo_before, transport_stats()
 

@@ -107,6 +107,46 @@ def init_process_group(timeout_s=LIMIT):
     dist.init_process_group(get_distributed_backend(device_type), timeout=datetime.timedelta(seconds=timeout_s))
 
 
+def _get_distributed_device_type():
+    """The device the distributed tests run on: TRANSFORMERS_TEST_DEVICE, else the
+    current accelerator, else the CPU."""
+    import torch
+
+    name = os.environ.get("TRANSFORMERS_TEST_DEVICE")
+    if not name:
+        acc = torch.accelerator.current_accelerator()
+        name = acc.type if acc is not None else "cpu"
+    return torch.device(name).type
+
+
+def _get_distributed_backend():
+    from transformers.distributed.utils import get_distributed_backend
+
+    return get_distributed_backend(_get_distributed_device_type())
+
+
+def _get_rank_device(rank):
+    import torch
+
+    kind = _get_distributed_device_type()
+    return torch.device("cpu") if kind == "cpu" else torch.device(kind, rank)
+
+
+def _set_rank_device(rank):
+    import torch
+
+    if _get_distributed_device_type() != "cpu":
+        torch.accelerator.set_device_index(rank)
+
+
+def _start_rank_processes(fn, args=(), nprocs=1, limit=LIMIT):
+    """torch.multiprocessing.spawn's contract for the FSDP mixin: fn(rank, *args) in
+    nprocs fresh processes, which create their process group themselves (fn's
+    wrapper joins the caller's TCPStore). The environment of the ranks is the one
+    run_distributed gives."""
+    _run_ranks(nprocs, fn, args, limit, init_group=False)
+
+
 def _free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -123,12 +163,12 @@ def run_distributed(world_size, limit=LIMIT):
     return wrap
 
 
-def _run_ranks(world_size, func, args, limit):
+def _run_ranks(world_size, func, args, limit, init_group=True):
     port = _free_port()
     with tempfile.TemporaryDirectory() as tmp:
         payload = os.path.join(tmp, "call.pkl")
         with open(payload, "wb") as f:
-            pickle.dump(tests_dir(), f)
+            pickle.dump((tests_dir(), init_group), f)
             pickle.dump((func, args), f)
         procs = []
         for rank in range(world_size):

@@ -34,6 +34,7 @@ from transformers import (  # noqa: E402
 )
 
 from transformers_tests.test_expert_parallel_mixin import ExpertParallelTesterMixin  # noqa: E402
+from transformers_tests.test_fsdp_mixin import FSDPTesterMixin  # noqa: E402
 from transformers_tests.test_tensor_parallel_mixin import TensorParallelTesterMixin  # noqa: E402
 
 
@@ -66,3 +67,11 @@ class Qwen3MoeParallelTest(TensorParallelTesterMixin, ExpertParallelTesterMixin,
     all_model_classes = (Qwen3MoeModel, Qwen3MoeForCausalLM)
     model_tester = TinyTester(Qwen3MoeConfig, Qwen3MoeForCausalLM, intermediate_size=37, moe_intermediate_size=16,
                               num_experts=4, num_experts_per_tok=2, decoder_sparse_step=1, **COMMON)
+
+
+class Qwen3FsdpTest(FSDPTesterMixin, unittest.TestCase):
+    model_tester = Qwen3ParallelTest.model_tester
+
+
+class Qwen3MoeFsdpTest(FSDPTesterMixin, unittest.TestCase):
+    model_tester = Qwen3MoeParallelTest.model_tester

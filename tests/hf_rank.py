@@ -2,12 +2,14 @@
 
     python tests/hf_rank.py CALL.pkl
 
-CALL.pkl holds two pickles: the Transformers tests directory, then (func, args).
-The test package is made importable before the second is read (func is pickled
-by reference to a module in it); func(RANK, *args) runs, then the process group
-is destroyed. The process group is created first, as the mixins expect: the backend
+CALL.pkl holds two pickles: (the Transformers tests directory, whether to create
+the process group), then (func, args). The test package is made importable before
+the second is read (func is pickled by reference to a module in it); func(RANK,
+*args) runs, then the process group is destroyed. For the tensor- and expert-
+parallel mixins the process group is created first, as they expect: the backend
 Transformers maps the test device to (TRANSFORMERS_TEST_DEVICE: "tpu" -> "tpu_dist"),
-with LOCAL_RANK's chip current. Exit 0 on return, 1 with the traceback on an exception.
+with LOCAL_RANK's chip current; the FSDP mixin's func creates (and destroys) its
+own. Exit 0 on return, 1 with the traceback on an exception.
 """
 import os
 import pickle
@@ -18,18 +20,29 @@ import hf_distributed_testing_utils as hdu
 
 if __name__ == "__main__":
     with open(sys.argv[1], "rb") as f:
-        hdu.install_package(pickle.load(f))
+        tests, init_group = pickle.load(f)
+        hdu.install_package(tests)
         func, args = pickle.load(f)
     rank = int(os.environ["RANK"])
+    import torch.distributed as dist
+
+    made = []  # the backend of every default group this rank creates, read once it exists
+    _init = dist.init_process_group
+
+    def _recording_init(*a, **k):
+        _init(*a, **k)
+        made.append(dist.get_backend())
+
+    dist.init_process_group = _recording_init
     try:
-        hdu.init_process_group()
+        if init_group:
+            hdu.init_process_group()
         func(rank, *args)
     except BaseException:
         traceback.print_exc()
         sys.stdout.flush()
         os._exit(1)
     import torch
-    import torch.distributed as dist
 
     if os.environ.get("TRANSFORMERS_TEST_DEVICE") == "tpu":
         # The test really ran on the device: its process group is tpu_dist, which carried
@@ -38,7 +51,7 @@ if __name__ == "__main__":
 
         moved = sum(torch_tpu.distributed.transport_stats().values())
         peak = torch.tpu.max_memory_allocated()
-        backend = dist.get_backend() if dist.is_initialized() else None
+        backend = ",".join(made) or None
         print(f"rank {rank}: backend {backend}, {moved} tpu_dist collectives "
               f"{torch_tpu.distributed.transport_stats()}, chip peak {peak} bytes", flush=True)
         if backend != "tpu_dist" or moved == 0 or peak == 0:

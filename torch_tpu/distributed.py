@@ -762,6 +762,10 @@ class ProcessGroupTPU(_c10d.Backend):
 
     def allgather_coalesced(self, output_lists, input_tensors, opts):
         def launch(job):
+            if self._shm is not None:
+                for outs, t in zip(output_lists, input_tensors):
+                    self._shm.all_gather([job.direct(o, reads=False) for o in outs], job.direct(t, writes=False))
+                return None, None
             return self._gloo.allgather_coalesced([[job.write(o) for o in outs] for outs in output_lists],
                                                   [job.read(t) for t in input_tensors], opts), None
 
@@ -788,6 +792,10 @@ class ProcessGroupTPU(_c10d.Backend):
 
     def all_gather_single_coalesced(self, outputs, inputs, opts):
         def launch(job):
+            if self._shm is not None:
+                for o, i in zip(outputs, inputs):
+                    self._shm.all_gather(job.direct(o, reads=False), job.direct(i, writes=False))
+                return None, None
             return self._gloo.all_gather_single_coalesced([job.write(o) for o in outputs],
                                                           [job.read(i) for i in inputs], opts), None
 
@@ -809,8 +817,15 @@ class ProcessGroupTPU(_c10d.Backend):
                             op=opts.reduceOp, shape=outputs[0].shape, local_error=next(filter(None, errors), None))
 
     def reduce_scatter(self, output_tensors, input_lists, opts):
+        def run(hs, ins, o):
+            if self._shm is None:
+                return self._gloo.reduce_scatter(hs, ins, o)
+            for h, ts in zip(hs, ins):  # each rank's list, laid end to end as reduce_scatter_tensor's input
+                self._shm.reduce_scatter(h, torch.cat([t.reshape(-1) for t in ts]), o.reduceOp)
+            return None
+
         return self._reduce_scatter(
-            "reduce_scatter", lambda hs, ins, o: self._gloo.reduce_scatter(hs, ins, o), output_tensors,
+            "reduce_scatter", run, output_tensors,
             lambda job: [[job.read(t) for t in ts] for ts in input_lists], opts,
             [self._check_parts("reduce_scatter", ts, o, o.dtype) for o, ts in zip(output_tensors, input_lists)])
 
@@ -829,8 +844,16 @@ class ProcessGroupTPU(_c10d.Backend):
 
     def reduce_scatter_single_coalesced(self, outputs, inputs, opts):
         name = "reduce_scatter_tensor_coalesced"
+
+        def run(hs, ins, o):
+            if self._shm is None:
+                return self._gloo.reduce_scatter_single_coalesced(hs, ins, o)
+            for h, i in zip(hs, ins):
+                self._shm.reduce_scatter(h, i, o.reduceOp)
+            return None
+
         return self._reduce_scatter(
-            name, self._gloo.reduce_scatter_single_coalesced, outputs, lambda job: [job.read(i) for i in inputs], opts,
+            name, run, outputs, lambda job: [job.read(i) for i in inputs], opts,
             [self._check_whole(name, i, o) for o, i in zip(outputs, inputs)])
 
     def alltoall(self, output_tensors, input_tensors, opts):
@@ -842,8 +865,11 @@ class ProcessGroupTPU(_c10d.Backend):
             flat_in = torch.cat([job.read(t).reshape(-1) for t in input_tensors])
             flat_out = torch.empty(sum(got), dtype=flat_in.dtype)
             hs = [job.write(o) for o in output_tensors]
-            work = self._gloo.all_to_all_single(flat_out, flat_in, got, sent, opts)
-            return work, lambda: [h.view(-1).copy_(piece) for h, piece in zip(hs, flat_out.split(got))]
+            scatter = lambda: [h.view(-1).copy_(piece) for h, piece in zip(hs, flat_out.split(got))]  # noqa: E731
+            if self._shm is not None and job.rows is not None:  # the split table comes with the agreement
+                self._shm.all_to_all(flat_out, flat_in, [row[_HEAD:_HEAD + self._size_] for row in job.rows])
+                return None, scatter
+            return self._gloo.all_to_all_single(flat_out, flat_in, got, sent, opts), scatter
 
         err = self._bad("all_to_all", len(output_tensors) != self._size_ or len(input_tensors) != self._size_,
                         f"{len(input_tensors)} inputs and {len(output_tensors)} outputs for a group of {self._size_}")
