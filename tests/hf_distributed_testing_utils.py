@@ -15,14 +15,18 @@ build/transformers-tests/<version>/; `install_package()` makes that directory
 importable as the package `transformers_tests`, with this module as its
 `distributed_testing_utils`, in the pytest process and in every rank.
 
-`run_distributed(world_size)(func)(*args)` runs func(rank, *args) in world_size
+`run_distributed(world_size)(func)(*args)` (the tensor- and expert-parallel
+mixins' launcher) runs func(rank, *args) in world_size
 fresh processes (tests/hf_rank.py) rendezvousing on 127.0.0.1 as torchrun's
 ranks do (RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, MASTER_ADDR/PORT: each
 process then has LOCAL_WORLD_SIZE chips and uses tpu:LOCAL_RANK), each in a
 process group of the backend Transformers maps the test device to ("tpu" ->
 "tpu_dist", "cpu" -> "gloo"; init_process_group below). Any rank failing, or
 the ranks running past LIMIT seconds (all are then killed), fails the caller
-with every rank's output.
+with every rank's output. The FSDP mixin's launcher, `_start_rank_processes(fn,
+args, nprocs)`, is the same without the process group (its wrapper joins the
+caller's TCPStore and makes its own), with `_get_distributed_device_type`,
+`_get_distributed_backend`, `_get_rank_device` and `_set_rank_device`.
 """
 import glob
 import importlib.util
