@@ -8,6 +8,7 @@ BACKEND "none": the worker creates no process group (Accelerate's or Transformer
 cases create their own); without RANK and WORLD_SIZE it is one process alone.
 """
 import datetime
+import gc
 import os
 import sys
 import time
@@ -763,6 +764,17 @@ def case_trainer():
     print(f"rank {RANK}: trainer world {args.world_size}, losses {[h['loss'] for h in logs]}", flush=True)
 
 
+def thread_names():
+    names = []
+    for t in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{t}/comm") as f:
+                names.append(f.read().strip())
+        except OSError:  # the thread ended meanwhile
+            pass
+    return names
+
+
 TIMEOUT = float(os.environ.get("DIST_TEST_TIMEOUT", "60"))
 GLOO = None
 BACKEND = sys.argv[1] if len(sys.argv) > 1 else ""
@@ -781,4 +793,12 @@ if __name__ == "__main__":
 
         print(f"rank {RANK}: transport {transport_stats()}", flush=True)
     if dist.is_initialized():
+        GLOO = None
         dist.destroy_process_group()
+        gc.collect()  # the Gloo group made above: frames of caught errors may still refer to it
+    if BACKEND == "tpu_dist":
+        # No Gloo worker thread may outlive the groups: one left to the interpreter's
+        # finalization can abort the process at exit (see ProcessGroupTPU._release_gloo).
+        left = [n for n in thread_names() if n == "pt_gloo_runloop"]
+        assert not left, f"rank {RANK}: {len(left)} Gloo worker threads after destroy_process_group"
+        print(f"rank {RANK}: no Gloo worker thread left", flush=True)
