@@ -63,9 +63,13 @@ def fallback_summary(report):
     return ", ".join(f"{k.replace('aten::', '')}×{v}" for k, v in items)
 
 
+# (dtype, torch.set_float32_matmul_precision value) per GEMM row; "medium" lets float32
+# products use bfloat16 operands, on tpu (runtime/kernels/linalg.c) and in stock torch.
+GEMM_VARIANTS = ((torch.float32, "highest"), (torch.float32, "medium"), (torch.bfloat16, "highest"))
+
+
 def gemm(peak_gflops, quick=False, log=print):
     rows = []
-    dtypes = (torch.float32, torch.bfloat16)
     min_time, repeats = (0.04, 3) if quick else (0.06, 5)
     gen = torch.Generator().manual_seed(0)
     for model, layer, K, N in GEMM_SHAPES:
@@ -74,9 +78,11 @@ def gemm(peak_gflops, quick=False, log=print):
         ms = LM_HEAD_M if layer == "lm_head" else GEMM_M
         if quick:
             ms = tuple(m for m in ms if m in (1, 64))
-        for dtype in dtypes:
+        for dtype, precision in GEMM_VARIANTS:
             w = torch.randn(N, K, generator=gen).to(dtype) * K ** -0.5
             wt = w.to("tpu")
+            name = str(dtype).replace("torch.", "") + ("/medium" if precision == "medium" else "")
+            torch.set_float32_matmul_precision(precision)
             for M in ms:
                 x = torch.randn(M, K, generator=gen).to(dtype)
                 xt = x.to("tpu")
@@ -91,7 +97,7 @@ def gemm(peak_gflops, quick=False, log=print):
                 wbytes = N * K * w.element_size()
                 row = {
                     "model": model, "layer": layer, "M": M, "K": K, "N": N,
-                    "dtype": str(dtype).replace("torch.", ""),
+                    "dtype": name,
                     "tpu_gflops": g_tpu, "cpu_gflops": g_cpu, "ratio": g_tpu / g_cpu,
                     "tpu_pct_peak": 100 * g_tpu / peak_gflops if peak_gflops else None,
                     "cpu_pct_peak": 100 * g_cpu / peak_gflops if peak_gflops else None,
@@ -104,6 +110,7 @@ def gemm(peak_gflops, quick=False, log=print):
                     f"tpu {g_tpu:7.1f}  cpu {g_cpu:7.1f} GFLOP/s  ratio {row['ratio']:.2f}"
                     + (f"  fallbacks: {fallback_summary(fb)}" if fb else ""))
             del w, wt
+            torch.set_float32_matmul_precision("highest")
     return rows
 
 

@@ -361,20 +361,15 @@ def test_precision():
     assert {p.name for p in P} == {"DEFAULT", "HIGH", "HIGHEST"}
     from torch_tpu._google.modes import current_precision
 
-    a = torch.randn(64, 64, dtype=torch.float64)
-    b = torch.randn(64, 64, dtype=torch.float64)
-    ref = a @ b
-    prev = torch.get_float32_matmul_precision()
-    try:
-        torch.set_float32_matmul_precision("medium")
-        with torch.tpu.precision(P.DEFAULT):
-            assert current_precision() is P.DEFAULT
-            got = (a.float().to(DEV) @ b.float().to(DEV)).cpu().double()
-        # documented: float32 products stay float32 for every setting (a bf16 product would be ~1e-2 off)
-        torch.testing.assert_close(got, ref, atol=1e-4, rtol=1e-4)
-    finally:
-        torch.set_float32_matmul_precision(prev)
-    assert current_precision() is None
+    from torch_tpu import _bridge
+
+    # what each mode does to the products: tests/test_matmul_precision.py
+    with torch.tpu.precision(P.DEFAULT):
+        assert current_precision() is P.DEFAULT and _bridge.bf16_products() == 1
+        with torch.tpu.precision(P.HIGHEST):
+            assert current_precision() is P.HIGHEST and _bridge.bf16_products() == 0
+        assert current_precision() is P.DEFAULT and _bridge.bf16_products() == 1
+    assert current_precision() is None and _bridge.bf16_products() == -1
     with pytest.raises(ValueError, match="expected torch.tpu.Precision"):
         with torch.tpu.precision("HIGH"):
             pass

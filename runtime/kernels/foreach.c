@@ -212,6 +212,7 @@ static tpu_status_t fe_piece(const tpu_k_list_op_t* op, const tpu_k_call_t* c, i
   p->call.num_outputs = 1;
   p->call.outputs = &p->out;
   p->call.pool = c->pool;
+  p->call.flags = c->flags;
   return TPU_OK;
 }
 

@@ -31,6 +31,8 @@ void tpu_k_avx2_gemv_nk(int64_t nn, int64_t kc, const void* b, int dt, int64_t l
                         const float* x, float* acc);
 void tpu_k_avx2_gemv_kn(int64_t nn, int64_t kc, const void* b, int dt, int64_t ldb,
                         const float* x, float* acc);
+/* arch/x86_64/elementwise_avx2.c */
+void tpu_k_avx2_f32_to_bf16(uint16_t* restrict o, const float* restrict a, int64_t n);
 #else
 #define LA_X86 0
 #endif
@@ -661,6 +663,73 @@ static void la_bf16_run(la_gemm_t* g, tpu_threadpool_t* pool, int nthreads) {
 
 #endif /* LA_BF16DP */
 
+/* ---- float32 products with bfloat16 operands ----------------------------------------
+ * Under TPU_K_CALL_BF16_PRODUCTS (torch.set_float32_matmul_precision("medium"),
+ * torch.tpu.precision(DEFAULT)) an f32 x f32 product rounds A and B to bf16
+ * copies and takes the bf16 x bf16 path above: f32 accumulation, and alpha,
+ * beta, the bias and C stay f32, as a TPU's default precision multiplies.
+ * Rounding costs one pass over A and B, which pays only where the product is
+ * compute bound: both M and N at least LA_BF16_ROUND_MIN (bench section
+ * "matmul precision"); smaller products stay f32, as do CPUs without
+ * AVX512_BF16 (the setting permits bf16, it does not require it). */
+#if LA_BF16DP
+
+enum { LA_BF16_ROUND_MIN = 64 };
+
+/* Copies lines of `src` (rows, or columns when by_cols) to bf16, line t of the
+ * flattened batch at dst + t * len. */
+typedef struct {
+  la_mat_t src;
+  uint16_t* dst;
+  int64_t lines, len;
+  bool by_cols;
+} la_round_t;
+
+static void la_round_par(void* ctx, int64_t begin, int64_t end) {
+  const la_round_t* r = (const la_round_t*)ctx;
+  for (int64_t t = begin; t < end; ++t) {
+    int64_t bi = t / r->lines, l = t % r->lines;
+    const float* p = (const float*)(r->by_cols ? la_at(&r->src, bi, 0, l) : la_at(&r->src, bi, l, 0));
+    int64_t step = r->by_cols ? r->src.rs : r->src.cs;
+    uint16_t* o = r->dst + t * r->len;
+    if (step == 1) {
+      tpu_k_avx2_f32_to_bf16(o, p, r->len);
+    } else {
+      for (int64_t i = 0; i < r->len; ++i) o[i] = tpu_ku_f32_to_bf16(p[i * step]);
+    }
+  }
+}
+
+static void la_round(la_mat_t* m, int64_t batch, int64_t rows, int64_t cols, bool by_cols, uint16_t* dst,
+                     tpu_threadpool_t* pool) {
+  la_round_t r = {*m, dst, by_cols ? cols : rows, by_cols ? rows : cols, by_cols};
+  int64_t grain = 1 + 16384 / (r.len + 1);
+  tpu_parallel_for(pool, batch * r.lines, grain, la_round_par, &r);
+  m->p = (const char*)dst;
+  m->dt = TPU_DTYPE_BF16;
+  m->es = 2;
+  m->bs = rows * cols;
+  m->rs = by_cols ? 1 : cols;
+  m->cs = by_cols ? rows : 1;
+}
+
+/* Rounds g's operands when the call permits it and it pays; returns the copies
+ * to free after the product (NULL: g unchanged). */
+static uint16_t* la_round_operands(const tpu_k_call_t* call, la_gemm_t* g) {
+  if (!(call->flags & TPU_K_CALL_BF16_PRODUCTS) || g->a.dt != TPU_DTYPE_F32 || g->b.dt != TPU_DTYPE_F32 ||
+      g->M < LA_BF16_ROUND_MIN || g->N < LA_BF16_ROUND_MIN || g->K < 2 || !tpu_ku_use_avx512bf16())
+    return NULL;
+  int64_t na = g->M * g->K, nb = g->K * g->N;
+  uint16_t* buf = (uint16_t*)malloc(sizeof(uint16_t) * (size_t)(g->batch * (na + nb)));
+  if (!buf) return NULL; /* f32 is within the permission */
+  la_round(&g->a, g->batch, g->M, g->K, false, buf, call->pool);
+  /* B keeps its orientation: a transposed weight (linear()) stays K-contiguous. */
+  la_round(&g->b, g->batch, g->K, g->N, g->b.rs == 1 && g->b.cs != 1, buf + g->batch * na, call->pool);
+  return buf;
+}
+
+#endif /* LA_BF16DP */
+
 /* ---- exported tile core (kernels/gemm.h) -------------------------------------------- */
 
 bool tpu_k_gemm_use_avx2(void) { return la_use_avx2(); }
@@ -829,7 +898,13 @@ static tpu_status_t la_run(const tpu_k_call_t* call) {
       }
     }
   }
+#if LA_BF16DP
+  uint16_t* rounded = la_round_operands(call, &g);
+#endif
   la_gemm_run(&g, call->pool);
+#if LA_BF16DP
+  free(rounded);
+#endif
   return TPU_OK;
 }
 

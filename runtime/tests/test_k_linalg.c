@@ -74,6 +74,42 @@ static void test_mm(int dt, int64_t M, int64_t K, int64_t N, bool ta, bool tb, b
   fr(&a); fr(&b); fr(&c);
 }
 
+/* TPU_K_CALL_BF16_PRODUCTS on f32 x f32 (addmm with a row bias): with AVX512_BF16 and M, N >= 64
+ * the result is the product of the operands rounded to bf16 (f32 accumulation, exact bias),
+ * measurably away from the f32 product; otherwise the f32 product. */
+static void test_bf16_products(int64_t M, int64_t K, int64_t N, bool ta, bool tb) {
+  int tp[2] = {1, 0};
+  int64_t sa[2] = {M, K}, sb[2] = {K, N}, sc[2] = {M, N}, sbias[1] = {N};
+  tt_t a = mk(TPU_DTYPE_F32, 2, sa, ta ? tp : NULL), b = mk(TPU_DTYPE_F32, 2, sb, tb ? tp : NULL);
+  tt_t ra = mk(TPU_DTYPE_F32, 2, sa, NULL), rb = mk(TPU_DTYPE_F32, 2, sb, NULL);
+  tt_t c = mk(TPU_DTYPE_F32, 2, sc, NULL), bias = mk(TPU_DTYPE_F32, 1, sbias, NULL);
+  fill(&a, 1.0, false);
+  fill(&b, 1.0, false);
+  fill(&bias, 1.0, false);
+  for (int64_t i = 0; i < M; ++i)
+    for (int64_t k = 0; k < K; ++k) {
+      int64_t ix[2] = {i, k};
+      set(&ra.t, ix, tpu_ku_bf16_to_f32(tpu_ku_f32_to_bf16((float)get(&a.t, ix))));
+    }
+  for (int64_t k = 0; k < K; ++k)
+    for (int64_t j = 0; j < N; ++j) {
+      int64_t ix[2] = {k, j};
+      set(&rb.t, ix, tpu_ku_bf16_to_f32(tpu_ku_f32_to_bf16((float)get(&b.t, ix))));
+    }
+  tpu_k_value_t args[5] = {vt(&bias.t), vt(&a.t), vt(&b.t), vd(1.0), vd(1.0)};
+  const tpu_k_entry_t* e = tpu_k_lookup("aten::addmm");
+  tpu_k_call_t call = mkcall("aten::addmm", 5, args, 1, &c.t);
+  call.flags = TPU_K_CALL_BF16_PRODUCTS;
+  bool s = ok(e->check(&call)) && ok(e->run(&call));
+  bool rounds = tpu_ku_use_avx512bf16() && M >= 64 && N >= 64;
+  double to_rounded = max_err_vs_ref(&ra.t, &rb.t, &bias.t, 1, 1, &c.t, 2);
+  double to_exact = max_err_vs_ref(&a.t, &b.t, &bias.t, 1, 1, &c.t, 2);
+  CHECKF(s && (rounds ? to_rounded < 1e-6 && to_exact > 1e-4 : to_exact < 1e-6),
+         "bf16 products M=%lld K=%lld N=%lld ta=%d tb=%d rounds=%d: err vs rounded %g, vs exact %g",
+         (long long)M, (long long)K, (long long)N, ta, tb, rounds, to_rounded, to_exact);
+  fr(&a); fr(&b); fr(&ra); fr(&rb); fr(&c); fr(&bias);
+}
+
 static void test_addmm(int dt, int64_t M, int64_t K, int64_t N, int bias_nd, double alpha, double beta,
                        bool nan_bias, bool tb) {
   int tp[2] = {1, 0};
@@ -363,6 +399,10 @@ static void run_all(void) {
   test_dot();
   test_errors();
   test_empty();
+  test_bf16_products(96, 200, 80, false, false);
+  test_bf16_products(64, 130, 70, true, true);
+  test_bf16_products(130, 64, 100, false, true);
+  test_bf16_products(32, 300, 128, false, false); /* too few rows: f32 */
 }
 
 int main(void) {

@@ -10,12 +10,17 @@ What they mean here (see the README, "Google's TorchTPU API"):
   caused it; it goes through a Python dispatch mode, so it is slow. DEFER_AND_FUSE
   is accepted and runs like DEFER_NEVER (eager ops are not fused here; fusion is
   torch.compile(backend="tpu")'s job); results are the same.
-- Precision: the C kernels compute float32 matrix products in float32 for every
-  Precision and every torch.set_float32_matmul_precision setting. Both are
-  permissions to go faster with less precision, not requirements (StableHLO
-  leaves DEFAULT and HIGH to the backend; PyTorch's "high"/"medium" "may" use
-  TF32/bf16), so full float32 is within each contract. precision() records the
-  mode (current_precision()) and validates it.
+- Precision: float32 matrix products (mm, addmm, bmm, baddbmm and the ops
+  built on them, as issued eagerly) round their operands to bfloat16 and
+  accumulate in float32 where torch.set_float32_matmul_precision("medium") or a
+  precision(Precision.DEFAULT) block allows it, as a TPU's default precision
+  does; "high"/"highest" and Precision.HIGH/HIGHEST compute in float32 (TF32
+  does not exist here and bf16x3 is slower than float32 on these kernels, so
+  float32 is the faster way to meet HIGH's contract). A precision() block wins
+  over the global setting on its thread. bfloat16 products are used only where
+  they pay (both sides of the product at least 64, a CPU with AVX512_BF16);
+  other products stay float32, which each setting permits. Graphs compiled by
+  torch.compile(backend="tpu") compute in float32 whatever the setting.
 - allow_excess_precision: stored, default False. bf16/f16 chains here, fused or
   not, round every intermediate to its dtype, which is what False gives; True
   permits extra precision without requiring it.
@@ -137,16 +142,22 @@ def current_precision():
 @contextlib.contextmanager
 def precision(mode):
     """Runs the block with matrix-product precision `mode` (a
-    torch.tpu.Precision); float32 products stay float32 here for every mode."""
+    torch.tpu.Precision) on this thread: DEFAULT lets float32 products use
+    bfloat16 operands, HIGH and HIGHEST keep them float32 (module docstring)."""
     if not isinstance(mode, Precision):
         raise ValueError(f"torch.tpu.precision: expected torch.tpu.Precision.DEFAULT, HIGH or HIGHEST, got {mode!r}")
+    from torch_tpu import _bridge
+
     if not hasattr(_PRECISION, "stack"):
         _PRECISION.stack = []
+    before = _bridge.bf16_products()
     _PRECISION.stack.append(mode)
+    _bridge.set_bf16_products(1 if mode is Precision.DEFAULT else 0)
     try:
         yield
     finally:
         _PRECISION.stack.pop()
+        _bridge.set_bf16_products(before)
 
 
 _EXCESS = {"value": False}

@@ -130,7 +130,17 @@ typedef struct tpu_k_call_t {
    * tpu_k_random_counters(call) values (see below). */
   uint64_t rng_seed;
   uint64_t rng_offset;
+  uint32_t flags;               /* TPU_K_CALL_* below; 0: strict */
 } tpu_k_call_t;
+
+/* tpu_k_call_t.flags: permissions the caller captured when the op was issued
+ * (a kernel may ignore them). */
+enum {
+  /* float32 matrix products may round their operands to bfloat16 and
+   * accumulate in float32 (torch.set_float32_matmul_precision("medium"),
+   * torch.tpu.precision(Precision.DEFAULT)). */
+  TPU_K_CALL_BF16_PRODUCTS = 1u << 0,
+};
 
 typedef tpu_status_t (*tpu_k_fn_t)(const tpu_k_call_t* call);
 /* Bytes of every defined tensor of `call` (tensor arguments, members of

@@ -80,6 +80,12 @@ void submit_kernel(const char* name, c10::ArrayRef<c10::IValue> args, const std:
 // already being decomposed on this thread. decompose.cpp.
 bool run_decomposition(const c10::OperatorHandle& op, torch::jit::Stack* stack);
 
+// float32 matrix products of the ops this thread issues: 1 may use bfloat16
+// operands, 0 stay float32, -1 (default) as torch.get_float32_matmul_precision()
+// says ("medium": bfloat16). torch.tpu.precision() sets it for its block.
+void set_bf16_products(int mode);
+int bf16_products();
+
 // Allocates a new tpu tensor.
 at::Tensor empty_strided_tpu(c10::IntArrayRef size, c10::IntArrayRef stride,
                              c10::ScalarType dtype, c10::DeviceIndex index);

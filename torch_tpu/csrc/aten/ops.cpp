@@ -103,12 +103,23 @@ struct DriverDeclined : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+thread_local int tls_bf16_products = -1;  // -1: torch.get_float32_matmul_precision() decides
+
+// The permissions of a call, captured when it is issued (tpu_k_call_t.flags).
+uint32_t issue_flags() {
+  bool bf16 = tls_bf16_products >= 0
+                  ? tls_bf16_products != 0
+                  : at::globalContext().float32MatmulPrecision() == at::Float32MatmulPrecision::MEDIUM;
+  return bf16 ? TPU_K_CALL_BF16_PRODUCTS : 0u;
+}
+
 // Validates synchronously, then queues the kernel on `index`'s device.
 void submit(std::unique_ptr<Work> w, const char* op, c10::DeviceIndex index) {
   w->call.op = op;
   w->call.args = w->values.data();
   w->call.num_args = static_cast<int32_t>(w->values.size());
   w->call.pool = tpu_runtime_threadpool();
+  w->call.flags = issue_flags();
   if (w->entry->check) {
     tpu_status_t st = w->entry->check(&w->call);
     if (st != TPU_OK) throw_for_op(st, op);
@@ -204,6 +215,9 @@ void check_dtype_allowed(c10::ScalarType dtype, const char* op = nullptr) {
 }
 
 }  // namespace
+
+void set_bf16_products(int mode) { tls_bf16_products = mode < 0 ? -1 : mode != 0; }
+int bf16_products() { return tls_bf16_products; }
 
 at::Tensor empty_strided_tpu(c10::IntArrayRef size, c10::IntArrayRef stride, c10::ScalarType dtype,
                              c10::DeviceIndex index) {
@@ -1137,6 +1151,7 @@ void run_staged(const c10::OperatorHandle& op, const OpPlan& plan, torch::jit::S
   w->call.args = w->values.data();
   w->call.num_args = static_cast<int32_t>(w->values.size());
   w->call.pool = tpu_runtime_threadpool();
+  w->call.flags = issue_flags();
   if (plan.entry->flags & TPU_K_FLAG_RANDOM) {
     reserve_random(gen, index, tpu_k_random_counters(&w->call), &w->call.rng_seed, &w->call.rng_offset);
   }
