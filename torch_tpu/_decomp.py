@@ -221,14 +221,6 @@ _DECLINE.update({
 # step off in a few elements per thousand (tests/test_pool.py on pjrt). The C
 # kernel (staged through the host on a driver without host kernels) is the CPU's.
 _DECLINE["aten::max_pool2d_with_indices_backward"] = lambda args: args[0].dtype in (torch.bfloat16, torch.float16)
-# out= of the inverse trigonometric functions and fmax/fmin (kernels/elementwise.c):
-# the decomposition writes a float result into an integer out= the CPU rejects;
-# declined, so a driver without a lowering stages them through the host kernels.
-# Their functional and in-place forms decompose as before.
-_DECLINE.update({
-    f"aten::{name}.out": (lambda args: True)
-    for name in ("asin", "acos", "atan", "asinh", "acosh", "atanh", "fmax", "fmin")
-})
 
 
 def run(name: str, overload: str, args: tuple, kwargs: dict):
@@ -253,10 +245,22 @@ def run(name: str, overload: str, args: tuple, kwargs: dict):
     if len(res) != len(dst):
         raise RuntimeError(f"{op}: its decomposition returned {len(res)} tensors for {len(dst)} out= arguments")
     for d, r in zip(dst, res):
+        # PyTorch's out= rule (TensorIterator's, and torch._prims_common.can_safe_cast_to
+        # in its refs' out wrapper): no float result into an integer out=, no complex into
+        # a real one, nothing but bool into a bool one.
+        if not torch.can_cast(r.dtype, d.dtype):
+            raise RuntimeError(f"{op}: result type {_type_name(r.dtype)} can't be cast to the desired output "
+                               f"type {_type_name(d.dtype)}")
+    for d, r in zip(dst, res):
         if d.shape != r.shape:
             d.resize_(r.shape)
         d.copy_(r)
     return dst[0] if len(dst) == 1 else tuple(dst)
+
+
+def _type_name(dtype) -> str:
+    """ATen's name of a dtype, as its errors print it (Float, Long, BFloat16, ...)."""
+    return torch.empty((), dtype=dtype, device="meta").type().rsplit(".", 1)[-1].replace("Tensor", "")
 
 
 _OUT_NAMES: dict = {}
