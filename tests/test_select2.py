@@ -1,0 +1,198 @@
+"""kthvalue, mode and the tie indices of median/nanmedian on native kernels
+(runtime/kernels/reduce.c) against PyTorch's CPU, element for element:
+values and indices, ties and NaN included (the kernels replay the CPU's
+quickselect, std::sort and nth_element orders), every dtype the CPU accepts,
+0-dim inputs, size-1 and 0-size dims, strided and transposed views, keepdim,
+negative dims, out= and its checks. None may reach the CPU fallback."""
+import pytest
+import torch
+
+import torch_tpu
+from pointwise_util import assert_no_fallback
+
+FLOATS = [torch.float32, torch.bfloat16, torch.float16, torch.float64]
+INTS = [torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8]
+NAN = float("nan")
+
+
+def _inputs(dtype, shape=(6, 11), seed=0):
+    """Few distinct values (ties everywhere); floats with NaN, +-inf and -0.0."""
+    g = torch.Generator().manual_seed(seed)
+    if dtype == torch.bool:
+        return torch.randint(0, 2, shape, generator=g).bool()
+    if not dtype.is_floating_point:
+        lo = 0 if dtype == torch.uint8 else -3
+        return torch.randint(lo, 4, shape, generator=g, dtype=dtype)
+    x = torch.randint(-3, 4, shape, generator=g).double()
+    x[x == 0] = -0.0  # half the zeros negative
+    x.view(-1)[::5] = 0.0
+    x[1, 3] = NAN
+    x[2, :] = NAN  # an all-NaN row
+    x[4, ::2] = NAN
+    x[0, 0], x[0, 1] = float("inf"), float("-inf")
+    return x.to(dtype)
+
+
+def _views(x):
+    return [x, x.t(), x[:, ::3], x[1:2], x[0], x[0, 0]]
+
+
+def _same(got, want):
+    assert got.values.dtype == want.values.dtype and got.indices.dtype == torch.int64
+    torch.testing.assert_close(got.values.cpu(), want.values, equal_nan=True, rtol=0, atol=0)
+    assert torch.equal(got.indices.cpu(), want.indices), (got.indices.cpu(), want.indices)
+
+
+def _dims(x):
+    return range(-max(x.dim(), 1), max(x.dim(), 1))
+
+
+@pytest.mark.parametrize("dtype", FLOATS + INTS, ids=str)
+def test_kthvalue(dtype):
+    torch_tpu.reset_fallback_report()
+    for x in _views(_inputs(dtype)):
+        for dim in _dims(x):
+            n = x.shape[dim] if x.dim() else 1
+            for k in range(1, n + 1):
+                for keepdim in (False, True):
+                    _same(torch.kthvalue(x.to("tpu"), k, dim, keepdim), torch.kthvalue(x, k, dim, keepdim))
+    big = _inputs(dtype, (300, 257), seed=1)  # long rows (the quickselect's partitions) and many rows
+    for dim, k in ((0, 1), (0, 150), (1, 129), (1, 257), (-1, 40)):
+        _same(big.to("tpu").kthvalue(k, dim), big.kthvalue(k, dim))
+    # out=, resized from empty; the default dim
+    x = _inputs(dtype)
+    v = torch.empty(0, dtype=dtype, device="tpu")
+    i = torch.empty(0, dtype=torch.long, device="tpu")
+    r = torch.kthvalue(x.to("tpu"), 3, out=(v, i))
+    assert r.values is v and r.indices is i
+    _same(r, torch.kthvalue(x, 3))
+    assert_no_fallback("kthvalue")
+
+
+@pytest.mark.parametrize("dtype", FLOATS + INTS + [torch.bool], ids=str)
+def test_mode(dtype):
+    torch_tpu.reset_fallback_report()
+    for x in _views(_inputs(dtype)):
+        for dim in _dims(x):
+            for keepdim in (False, True):
+                _same(torch.mode(x.to("tpu"), dim, keepdim), torch.mode(x, dim, keepdim))
+    big = _inputs(dtype, (300, 257), seed=1)  # rows past 16 take the introsort path
+    for dim in (0, 1):
+        _same(big.to("tpu").mode(dim), big.mode(dim))
+    x = _inputs(dtype)
+    _same(x.to("tpu").mode(), x.mode())
+    v = torch.empty(0, dtype=dtype, device="tpu")
+    i = torch.empty(0, dtype=torch.long, device="tpu")
+    r = torch.mode(x.to("tpu"), 0, True, out=(v, i))
+    assert r.values is v and r.indices is i
+    _same(r, torch.mode(x, 0, True))
+    assert_no_fallback("mode")
+
+
+def test_tie_orders_match_the_cpu():
+    """The indices the CPU's algorithms leave for equal values."""
+    torch_tpu.reset_fallback_report()
+    for n in (1, 2, 3, 10, 16, 17, 40, 100, 1000):
+        ones = torch.ones(n)
+        t = ones.to("tpu")
+        for k in sorted({1, min(2, n), (n + 1) // 2, n}):
+            _same(t.kthvalue(k), ones.kthvalue(k))
+        _same(t.mode(0), ones.mode(0))
+        _same(t.median(0), ones.median(0))
+        _same(t.nanmedian(0), ones.nanmedian(0))
+    g = torch.Generator().manual_seed(3)
+    for trial in range(40):  # sorted, reversed and random rows of few values, NaN among them
+        n = int(torch.randint(1, 200, (1,), generator=g))
+        x = torch.randint(0, 4, (n,), generator=g).double()
+        if trial % 3 == 0:
+            x = x.sort().values
+        elif trial % 3 == 1:
+            x = x.sort(descending=True).values
+        if trial % 2:
+            x[torch.randint(0, n, (max(n // 7, 1),), generator=g)] = NAN
+        t = x.to("tpu")
+        k = int(torch.randint(1, n + 1, (1,), generator=g))
+        _same(t.kthvalue(k), x.kthvalue(k))
+        _same(t.mode(), x.mode())
+        _same(t.median(0), x.median(0))
+        _same(t.nanmedian(0), x.nanmedian(0))
+    assert_no_fallback("kthvalue", "mode", "median", "nanmedian")
+
+
+@pytest.mark.parametrize("dtype", FLOATS + INTS, ids=str)
+def test_median_indices_are_the_cpus(dtype):
+    torch_tpu.reset_fallback_report()
+    for x in _views(_inputs(dtype, (9, 13))):
+        for dim in _dims(x):
+            for keepdim in (False, True):
+                _same(torch.median(x.to("tpu"), dim, keepdim), torch.median(x, dim, keepdim))
+                _same(torch.nanmedian(x.to("tpu"), dim, keepdim), torch.nanmedian(x, dim, keepdim))
+    assert_no_fallback("median", "nanmedian")
+
+
+def test_empty_and_zero_dim():
+    torch_tpu.reset_fallback_report()
+    s = torch.tensor(5.0)
+    _same(s.to("tpu").kthvalue(1), s.kthvalue(1))
+    _same(s.to("tpu").kthvalue(1, 0, True), s.kthvalue(1, 0, True))
+    _same(s.to("tpu").mode(), s.mode())
+    _same(s.to("tpu").mode(-1, True), s.mode(-1, True))
+    e = torch.empty(3, 0)
+    _same(e.to("tpu").kthvalue(1, 0), e.kthvalue(1, 0))  # reduces a non-empty dim: empty result
+    _same(e.to("tpu").mode(0, True), e.mode(0, True))
+    _same(torch.empty(0, 3).to("tpu").mode(1), torch.empty(0, 3).mode(1))
+    assert_no_fallback("kthvalue", "mode")
+
+
+def _sync(r):
+    """Data-dependent errors of queued kernels surface when the result is read."""
+    for t in r if isinstance(r, tuple) else (r,):
+        if isinstance(t, torch.Tensor):
+            t.cpu()
+
+
+def _raises_as_cpu(fn, x, exc, match):
+    with pytest.raises(exc, match=match):
+        _sync(fn(x))
+    with pytest.raises(exc, match=match):
+        _sync(fn(x.to("tpu")))
+
+
+def test_errors_as_on_the_cpu():
+    # kthvalue of an empty dim: the CPU's IndexError; on tpu PyTorch's meta function
+    # (torch._meta_registrations.kthvalue_meta), which runs first, checks k first.
+    for x, dim in ((torch.empty(3, 0), 1), (torch.empty(0), 0)):
+        with pytest.raises(IndexError, match=rf"kthvalue\(\): Expected reduction dim {dim}"):
+            x.kthvalue(1, dim)
+        with pytest.raises(RuntimeError, match=rf"kthvalue\(\): selected number k out of range for dimension {dim}"):
+            x.to("tpu").kthvalue(1, dim)
+    _raises_as_cpu(lambda x: x.mode(1), torch.empty(3, 0), IndexError, r"mode\(\): Expected reduction dim 1")
+    _raises_as_cpu(lambda x: x.mode(), torch.empty(0), IndexError, r"mode\(\): Expected reduction dim 0")
+    for k in (0, 4, -1):
+        _raises_as_cpu(lambda x: x.kthvalue(k), torch.ones(3), RuntimeError, "out of range")
+    _raises_as_cpu(lambda x: torch.tensor(5.0, device=x.device).kthvalue(2), torch.ones(1), RuntimeError,
+                   "out of range")
+    _raises_as_cpu(lambda x: x.kthvalue(1, 2), torch.ones(3, 4), IndexError, "out of range")
+    _raises_as_cpu(lambda x: x.mode(-3), torch.ones(3, 4), IndexError, "out of range")
+    _raises_as_cpu(lambda x: x.kthvalue(1), torch.ones(3, dtype=torch.bool), NotImplementedError, "(?i)bool")
+
+    def wrong_dtype(op, values_dtype, index_dtype):
+        def f(x):
+            out = (torch.empty(0, dtype=values_dtype, device=x.device),
+                   torch.empty(0, dtype=index_dtype, device=x.device))
+            return torch.kthvalue(x, 1, out=out) if op == "kthvalue" else torch.mode(x, out=out)
+        return f
+    for op in ("kthvalue", "mode"):
+        _raises_as_cpu(wrong_dtype(op, torch.float64, torch.long), torch.ones(3), RuntimeError, "")
+        _raises_as_cpu(wrong_dtype(op, torch.float32, torch.int32), torch.ones(3), RuntimeError, "")
+
+
+def test_gradients():
+    torch_tpu.reset_fallback_report()
+    x = torch.randn(5, 7, dtype=torch.float64)
+    xc, xt = x.clone().requires_grad_(), x.to("tpu").requires_grad_()
+    for t in (xc, xt):
+        (t.kthvalue(3, 1).values.sum() + t.mode(0).values.sum()).backward()
+    torch.testing.assert_close(xt.grad.cpu(), xc.grad)
+    assert_no_fallback("kthvalue", "mode")
+
