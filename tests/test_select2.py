@@ -196,3 +196,147 @@ def test_gradients():
     torch.testing.assert_close(xt.grad.cpu(), xc.grad)
     assert_no_fallback("kthvalue", "mode")
 
+
+# ---- searchsorted / bucketize ----------------------------------------------------------
+
+def _sorted_rows(dtype, shape, seed=0):
+    """Sorted rows with repeats; floats end in inf and NaN (NaN sorts last)."""
+    g = torch.Generator().manual_seed(seed)
+    if not dtype.is_floating_point:
+        lo = 0 if dtype == torch.uint8 else -6
+        return torch.randint(lo, 7, shape, generator=g).sort(-1).values.to(dtype)
+    x = torch.randint(-6, 7, shape, generator=g).double() / 2
+    x[..., -2] = float("inf")
+    x[..., -1] = NAN
+    return x.sort(-1).values.to(dtype)
+
+
+def _values(dtype, shape, seed=1):
+    g = torch.Generator().manual_seed(seed)
+    if not dtype.is_floating_point:
+        lo = 0 if dtype == torch.uint8 else -8
+        return torch.randint(lo, 9, shape, generator=g).to(dtype)
+    x = torch.randint(-16, 17, shape, generator=g).double() / 4
+    x.view(-1)[::7] = NAN
+    x.view(-1)[3::11] = float("-inf")
+    return x.to(dtype)
+
+
+def _same_t(got, want):
+    assert got.dtype == want.dtype and got.shape == want.shape
+    assert torch.equal(got.cpu(), want), (got.cpu(), want)
+
+
+SIDES = [dict(), dict(right=True), dict(side="left"), dict(side="right"), dict(side="right", right=True)]
+
+
+@pytest.mark.parametrize("dtype", FLOATS + INTS, ids=str)
+def test_searchsorted(dtype):
+    torch_tpu.reset_fallback_report()
+    b1 = _sorted_rows(dtype, (12,))
+    bn = _sorted_rows(dtype, (3, 4, 9))
+    v = _values(dtype, (3, 4, 5))
+    cases = [(b1, v), (b1, v.transpose(0, 2)), (b1, v[0, 0]), (b1, v[:, :, :0]), (bn, v), (bn, v[:, :, ::2]),
+             (bn.transpose(0, 1).contiguous().transpose(0, 1), v), (b1[:1], v), (b1[::2], v[1])]
+    for b, x in cases:
+        for kw in SIDES:
+            for out_int32 in (False, True):
+                want = torch.searchsorted(b, x, out_int32=out_int32, **kw)
+                _same_t(torch.searchsorted(b.to("tpu"), x.to("tpu"), out_int32=out_int32, **kw), want)
+                out = torch.empty(0, dtype=want.dtype, device="tpu")
+                r = torch.searchsorted(b.to("tpu"), x.to("tpu"), out_int32=out_int32, out=out, **kw)
+                assert r is out
+                _same_t(out, want)
+    # sorter: the boundaries in a scrambled order
+    for b, x in ((b1, v), (bn, v)):
+        perm = torch.argsort(torch.rand(b.shape, generator=torch.Generator().manual_seed(2)), -1)
+        scrambled = b.gather(-1, perm)
+        sorter = torch.sort(scrambled, dim=-1, stable=True).indices
+        for kw in SIDES:
+            want = torch.searchsorted(scrambled, x, sorter=sorter, **kw)
+            _same_t(torch.searchsorted(scrambled.to("tpu"), x.to("tpu"), sorter=sorter.to("tpu"), **kw), want)
+    # Scalars
+    for s in (0, 1, -1, 2.5, 3, True, float("nan"), float("inf")):
+        if dtype == torch.uint8 and isinstance(s, int) and s < 0:
+            continue
+        for kw in SIDES:
+            _same_t(torch.searchsorted(b1.to("tpu"), s, **kw), torch.searchsorted(b1, s, **kw))
+    assert_no_fallback("searchsorted")
+
+
+@pytest.mark.parametrize("dtype", FLOATS + INTS, ids=str)
+def test_bucketize(dtype):
+    torch_tpu.reset_fallback_report()
+    b = _sorted_rows(dtype, (10,))
+    v = _values(dtype, (4, 6))
+    for x in (v, v.t(), v[0, 0], v[:0]):
+        for right in (False, True):
+            for out_int32 in (False, True):
+                want = torch.bucketize(x, b, right=right, out_int32=out_int32)
+                _same_t(torch.bucketize(x.to("tpu"), b.to("tpu"), right=right, out_int32=out_int32), want)
+                out = torch.empty(0, dtype=want.dtype, device="tpu")
+                torch.bucketize(x.to("tpu"), b.to("tpu"), right=right, out_int32=out_int32, out=out)
+                _same_t(out, want)
+    for s in (0, 2, 1.25, float("nan")):
+        _same_t(torch.bucketize(s, b.to("tpu")), torch.bucketize(s, b))
+    assert_no_fallback("bucketize")
+
+
+def test_searchsorted_mixed_dtypes():
+    """Both sides are compared in torch.result_type(boundaries, values), as on the CPU."""
+    torch_tpu.reset_fallback_report()
+    f32 = torch.tensor([0.1, 0.2, 0.3])
+    big = torch.tensor([16777216, 16777217, 16777218])
+    cases = [
+        (f32, torch.tensor([0.1], dtype=torch.float64)),   # compared in float64
+        (f32, torch.tensor(0.1, dtype=torch.float64)),     # a 0-dim value: float32
+        (big, torch.tensor([16777217.0])),                 # int64 boundaries rounded to float32
+        (big, torch.tensor(16777217)),
+        (torch.tensor([1, 2, 3], dtype=torch.uint8), torch.tensor([-1, 2], dtype=torch.int8)),  # int16
+        (torch.tensor([1, 2, 300]), torch.tensor(300, dtype=torch.int64).to(torch.int16)),
+        (torch.tensor([1, 2, 3], dtype=torch.int8), torch.tensor(258)),  # a 0-dim int64 wraps into int8
+        (f32.half(), torch.tensor([0.1, 0.2]).bfloat16()),  # float32
+        (f32, torch.tensor([True, False])),
+        (torch.tensor([1, 2, 3]), torch.tensor([2.5, 1.0])),
+    ]
+    for b, x in cases:
+        for kw in (dict(), dict(right=True)):
+            _same_t(torch.searchsorted(b.to("tpu"), x.to("tpu"), **kw), torch.searchsorted(b, x, **kw))
+    for b, s in ((f32, 0.1), (big, 16777217), (big, 16777217.0), (torch.tensor([1, 2, 3]), 2.5),
+                 (f32.half(), 0.1), (f32.bfloat16(), 0.2), (torch.tensor([0, 1], dtype=torch.uint8), True)):
+        for kw in (dict(), dict(right=True)):
+            _same_t(torch.searchsorted(b.to("tpu"), s, **kw), torch.searchsorted(b, s, **kw))
+            _same_t(torch.bucketize(s, b.to("tpu"), **kw), torch.bucketize(s, b, **kw))
+    assert_no_fallback("searchsorted", "bucketize")
+
+
+def test_searchsorted_errors_as_on_the_cpu():
+    b = torch.tensor([1.0, 2.0, 3.0])
+    x = torch.tensor([2.0])
+    ss = torch.searchsorted
+
+    def both(fn, exc, match):
+        for d in ("cpu", "tpu"):
+            with pytest.raises(exc, match=match):
+                _sync(fn(d))
+    both(lambda d: ss(b.to(d), x.to(d), side="left", right=True), RuntimeError, "opposites")
+    both(lambda d: ss(b.to(d), x.to(d), side="middle"), RuntimeError, "side can only be")
+    both(lambda d: ss(b.to(d), x.to(d), sorter=torch.tensor([0, 1, 5], device=d)), RuntimeError,
+         "sorter index out of range")
+    both(lambda d: ss(b.to(d), x.to(d), sorter=torch.tensor([0, 1, -1], device=d)), RuntimeError,
+         "sorter index out of range")
+    both(lambda d: ss(b.to(d), x.to(d), sorter=torch.tensor([0, 1, 2], dtype=torch.int32, device=d)), RuntimeError,
+         "long dtype")
+    both(lambda d: ss(b.to(d), x.to(d), sorter=torch.tensor([0, 1], device=d)), RuntimeError, "same size")
+    both(lambda d: ss(torch.ones(2, 3, device=d), torch.ones(3, 2, device=d)), RuntimeError, "first N-1 dimensions")
+    both(lambda d: ss(torch.tensor(1.0, device=d), torch.ones(3, device=d)), RuntimeError, "dimension")
+    both(lambda d: ss(b.to(d), x.to(d), out=torch.empty(1, dtype=torch.int32, device=d)), RuntimeError,
+         "dtype is wrong")
+    both(lambda d: ss(b.to(d), x.to(d), out_int32=True, out=torch.empty(1, dtype=torch.int64, device=d)),
+         RuntimeError, "dtype is wrong")
+    both(lambda d: ss(b.to(d), x.to(d), out=torch.empty(1, device=d)), RuntimeError, "")
+    both(lambda d: torch.bucketize(x.to(d), torch.ones(2, 3, device=d)), RuntimeError, "1 dimension")
+    both(lambda d: torch.bucketize(x.to(d), torch.tensor(1.0, device=d)), RuntimeError, "1 dimension")
+    both(lambda d: ss(torch.tensor([False, True], device=d), torch.tensor([True], device=d)), NotImplementedError,
+         "(?i)bool")
+

@@ -1,7 +1,7 @@
 /* index.c - kernel family "index" (see tpu/kernels.h for the ABI):
  * index_select, gather, scatter(_add), advanced indexing (index.Tensor,
  * index_put_), embedding backward, cat/stack, flip/roll, triu/tril,
- * arange/linspace, repeat_interleave, sort, topk.
+ * arange/linspace, repeat_interleave, sort, topk, searchsorted/bucketize.
  *
  * Index tensors are validated in a first pass (nothing is read out of bounds;
  * an out-of-range index returns OUT_OF_RANGE naming the op, the index and the
@@ -2151,6 +2151,242 @@ static tpu_status_t ix_sort_run(const tpu_k_call_t* call) {
   return TPU_OK;
 }
 
+/* ---- searchsorted / bucketize ---------------------------------------------------- */
+
+/* searchsorted.Tensor(_out) / .Scalar(_out): (sorted_sequence, self, out_int32, right, side, sorter);
+ * bucketize.Tensor(_out) / .Scalar(_out): (self, boundaries, out_int32, right).
+ * As PyTorch's CPU kernel: both sides are cast to torch.result_type(boundaries,
+ * values) (a 0-dim tensor or a Scalar joins by category only), then
+ * lower_bound (`!(b >= v)` moves right) or upper_bound (`!(b > v)`) over each
+ * row of boundaries (the 1-D boundaries, or the row sharing the value's leading
+ * indices), read through sorter when given; NaN sorts after every number. */
+static int ix_cat(int dt) { return dt == TPU_DTYPE_BOOL ? 0 : tpu_dtype_is_floating((tpu_dtype_t)dt) ? 2 : 1; }
+
+/* torch.promote_types over the dtypes kernels take */
+static int ix_promote(int a, int b) {
+  if (a == b) return a;
+  int ca = ix_cat(a), cb = ix_cat(b);
+  if (ca != cb) return ca > cb ? a : b;
+  if (ca == 1) {
+    if ((a == TPU_DTYPE_U8 && b == TPU_DTYPE_I8) || (a == TPU_DTYPE_I8 && b == TPU_DTYPE_U8)) return TPU_DTYPE_I16;
+    if (a == TPU_DTYPE_U8) return b;
+    if (b == TPU_DTYPE_U8) return a;
+    return tpu_dtype_size((tpu_dtype_t)a) > tpu_dtype_size((tpu_dtype_t)b) ? a : b;
+  }
+  if ((a == TPU_DTYPE_F16 && b == TPU_DTYPE_BF16) || (a == TPU_DTYPE_BF16 && b == TPU_DTYPE_F16)) return TPU_DTYPE_F32;
+  return tpu_dtype_size((tpu_dtype_t)a) > tpu_dtype_size((tpu_dtype_t)b) ? a : b;
+}
+
+typedef struct {
+  const tpu_tensor_t *bnd, *val, *out, *sorter;
+  const tpu_k_value_t* scalar; /* the .Scalar value, else NULL */
+  int cdt;                     /* common dtype */
+  bool right, ints;
+  int64_t m, nb, lines;        /* values per row, boundaries per row, rows */
+} ix_ss_t;
+
+/* Element x of dtype sdt as the common dtype holds it: exact int64 for an
+ * integer common type, else a double holding the rounded value (integers
+ * convert through float for the 32/16-bit float types, as static_cast does). */
+static inline double ix_ss_f(const ix_ss_t* c, double d, bool from_int, int64_t i) {
+  switch (c->cdt) {
+    case TPU_DTYPE_F64: return from_int ? (double)i : d;
+    case TPU_DTYPE_F32: return from_int ? (double)(float)i : (double)(float)d;
+    case TPU_DTYPE_F16: return tpu_ku_f16_to_f32(tpu_ku_f32_to_f16(from_int ? (float)i : (float)d));
+    default: return tpu_ku_bf16_to_f32(tpu_ku_f32_to_bf16(from_int ? (float)i : (float)d));
+  }
+}
+
+/* A wider 0-dim value or a Scalar wraps into an integer common type, as .to() does. */
+static inline int64_t ix_ss_wrap(const ix_ss_t* c, int64_t i) {
+  char tmp[8];
+  tpu_ku_store_i64(tmp, c->cdt, i);
+  return tpu_ku_load_i64(tmp, c->cdt);
+}
+
+static inline void ix_ss_load(const ix_ss_t* c, const char* p, int dt, double* f, int64_t* i) {
+  if (!tpu_dtype_is_floating((tpu_dtype_t)dt)) {
+    *i = tpu_ku_load_i64(p, dt);
+    if (!c->ints) {
+      *f = ix_ss_f(c, 0, true, *i);
+    } else if (dt != c->cdt) {
+      *i = ix_ss_wrap(c, *i);
+    }
+  } else {
+    *f = ix_ss_f(c, tpu_ku_load_f64(p, dt), false, 0);
+  }
+}
+
+static int64_t ix_ss_find(const ix_ss_t* c, const char* b, int64_t bs, const char* so, int64_t sos, double vf,
+                          int64_t vi) {
+  int64_t lo = 0, hi = c->nb;
+  const int bdt = c->bnd->dtype;
+  while (lo < hi) {
+    const int64_t mid = lo + ((hi - lo) >> 1);
+    const int64_t at = so ? *(const int64_t*)(so + mid * sos) : mid;
+    double bf = 0;
+    int64_t bi = 0;
+    ix_ss_load(c, b + at * bs, bdt, &bf, &bi);
+    bool go_right = c->ints ? (c->right ? !(bi > vi) : !(bi >= vi)) : (c->right ? !(bf > vf) : !(bf >= vf));
+    if (go_right) lo = mid + 1;
+    else hi = mid;
+  }
+  return lo;
+}
+
+static void ix_ss_body(void* ctx, int64_t r0, int64_t r1) {
+  const ix_ss_t* c = (const ix_ss_t*)ctx;
+  const tpu_tensor_t* v = c->val;
+  const int32_t vnd = v ? v->ndim : 0;
+  const bool nd_bnd = c->bnd->ndim > 1;
+  const int64_t bes = (int64_t)ix_es(c->bnd), ves = v ? (int64_t)ix_es(v) : 0, oes = (int64_t)ix_es(c->out);
+  const int64_t bs = c->bnd->strides[c->bnd->ndim - 1] * bes;
+  const int64_t sos = c->sorter ? c->sorter->strides[c->sorter->ndim - 1] * 8 : 0;
+  const int64_t vs = vnd ? v->strides[vnd - 1] * ves : 0, os = vnd ? c->out->strides[vnd - 1] * oes : 0;
+  for (int64_t r = r0; r < r1; ++r) {
+    int64_t vo = 0, oo = 0, bo = 0, so = 0, rem = r;
+    for (int32_t d = vnd - 2; d >= 0; --d) {
+      int64_t i = rem % v->sizes[d];
+      rem /= v->sizes[d];
+      vo += i * v->strides[d] * ves;
+      oo += i * c->out->strides[d] * oes;
+      if (nd_bnd) {
+        bo += i * c->bnd->strides[d] * bes;
+        if (c->sorter) so += i * c->sorter->strides[d] * 8;
+      }
+    }
+    const char* b = (const char*)c->bnd->data + bo;
+    const char* sp = c->sorter ? (const char*)c->sorter->data + so : NULL;
+    for (int64_t k = 0; k < c->m; ++k) {
+      double vf = 0;
+      int64_t vi = 0;
+      if (c->scalar) {
+        const tpu_k_value_t* sv = c->scalar;
+        if (sv->kind == TPU_K_DOUBLE) vf = ix_ss_f(c, sv->v.d, false, 0);
+        else if (c->ints) vi = ix_ss_wrap(c, sv->kind == TPU_K_BOOL ? sv->v.b : sv->v.i);
+        else vf = ix_ss_f(c, 0, true, sv->kind == TPU_K_BOOL ? sv->v.b : sv->v.i);
+      } else {
+        ix_ss_load(c, (const char*)v->data + vo + k * vs, v->dtype, &vf, &vi);
+      }
+      int64_t pos = ix_ss_find(c, b, bs, sp, sos, vf, vi);
+      char* o = (char*)c->out->data + oo + k * os;
+      if (c->out->dtype == TPU_DTYPE_I32) *(int32_t*)o = (int32_t)pos;
+      else *(int64_t*)o = pos;
+    }
+  }
+}
+
+/* Scalar values: the dtype a Scalar of this kind joins result_type with */
+static int ix_scalar_dt(const tpu_k_value_t* sv, int other) {
+  int sdt = sv->kind == TPU_K_DOUBLE ? TPU_DTYPE_F32 : sv->kind == TPU_K_BOOL ? TPU_DTYPE_BOOL : TPU_DTYPE_I64;
+  return ix_cat(sdt) > ix_cat(other) ? sdt : other;
+}
+
+static tpu_status_t ix_ss_setup(const tpu_k_call_t* call, ix_ss_t* c) {
+  memset(c, 0, sizeof(*c));
+  const bool bucketize = strstr(call->op, "bucketize") != NULL;
+  const int bi = bucketize ? 1 : 0, vi = bucketize ? 0 : 1;
+  c->bnd = tpu_ku_tensor(call, bi);
+  c->val = tpu_ku_tensor(call, vi);
+  if (!c->val) c->scalar = &call->args[vi];
+  if (!c->bnd || (!c->val && c->scalar->kind != TPU_K_INT && c->scalar->kind != TPU_K_DOUBLE &&
+                  c->scalar->kind != TPU_K_BOOL) || call->num_outputs < 1)
+    return TPU_KU_INVALID(call, "expected boundaries, values and an output");
+  c->out = &call->outputs[0];
+  const bool out_int32 = tpu_ku_bool(call, 2, false);
+  bool right = tpu_ku_bool(call, 3, false);
+  const char* side = bucketize ? NULL : tpu_ku_string(call, 4, NULL);
+  c->sorter = bucketize || tpu_ku_is_none(call, 5) ? NULL : tpu_ku_tensor(call, 5);
+  const char* fn = bucketize ? "torch.bucketize()" : "torch.searchsorted()";
+  if (c->bnd->ndim == 0)
+    return TPU_ERROR(TPU_STATUS_FAILED_PRECONDITION,
+                     bucketize ? "%s: boundaries tensor must be 1 dimension, but got dim(0)"
+                               : "%s: torch.searchsorted(): boundaries tensor should have positive dimension, but got 0 dimension",
+                     call->op);
+  if (bucketize && c->bnd->ndim != 1)
+    return TPU_ERROR(TPU_STATUS_FAILED_PRECONDITION, "%s: boundaries tensor must be 1 dimension, but got dim(%d)",
+                     call->op, (int)c->bnd->ndim);
+  if (side && strcmp(side, "left") != 0 && strcmp(side, "right") != 0)
+    return TPU_ERROR(TPU_STATUS_FAILED_PRECONDITION, "%s: %s: side can only be 'left' or 'right' but got %s", call->op,
+                     fn, side);
+  if (side && strcmp(side, "left") == 0 && right)
+    return TPU_ERROR(TPU_STATUS_FAILED_PRECONDITION,
+                     "%s: %s: side and right can't be set to opposites, got side of left while right was True",
+                     call->op, fn);
+  if (side) right = strcmp(side, "right") == 0;
+  c->right = right;
+  if (c->out->dtype != (out_int32 ? TPU_DTYPE_I32 : TPU_DTYPE_I64))
+    return TPU_ERROR(TPU_STATUS_FAILED_PRECONDITION,
+                     "%s: %s: output tensor's dtype is wrong, it can only be Int(int32) or Long(int64) depending on "
+                     "whether out_int32 flag is True, but we got output tensor's dtype %s and out_int32 flag is %s",
+                     call->op, fn, tpu_dtype_name((tpu_dtype_t)c->out->dtype), out_int32 ? "True" : "False");
+  const int32_t vnd = c->val ? c->val->ndim : 0;
+  if (c->bnd->ndim > 1) {
+    bool ok = c->bnd->ndim == vnd;
+    for (int32_t d = 0; ok && d + 1 < vnd; ++d) ok = c->bnd->sizes[d] == c->val->sizes[d];
+    if (!ok)
+      return TPU_ERROR(TPU_STATUS_FAILED_PRECONDITION,
+                       "%s: %s: boundaries tensor should be 1 dimension or the first N-1 dimensions of boundaries "
+                       "tensor and input value tensor must match", call->op, fn);
+  }
+  if (c->out->ndim != vnd) return TPU_KU_INVALID(call, "the output must have the values' shape");
+  for (int32_t d = 0; d < vnd; ++d)
+    if (c->out->sizes[d] != c->val->sizes[d]) return TPU_KU_INVALID(call, "the output must have the values' shape");
+  c->nb = c->bnd->sizes[c->bnd->ndim - 1];
+  if (c->sorter) {
+    if (c->sorter->dtype != TPU_DTYPE_I64)
+      return TPU_ERROR(TPU_STATUS_FAILED_PRECONDITION,
+                       "%s: %s: sorter must be a tensor of long dtype but got dtype %s", call->op, fn,
+                       tpu_dtype_name((tpu_dtype_t)c->sorter->dtype));
+    bool same = c->sorter->ndim == c->bnd->ndim;
+    for (int32_t d = 0; same && d < c->bnd->ndim; ++d) same = c->sorter->sizes[d] == c->bnd->sizes[d];
+    if (!same)
+      return TPU_ERROR(TPU_STATUS_FAILED_PRECONDITION, "%s: %s: boundary and sorter must have the same size", call->op,
+                       fn);
+  }
+  int cdt;
+  if (c->scalar) cdt = ix_scalar_dt(c->scalar, c->bnd->dtype);
+  else if (vnd == 0) cdt = ix_cat(c->val->dtype) > ix_cat(c->bnd->dtype) ? ix_promote(c->bnd->dtype, c->val->dtype)
+                                                                           : c->bnd->dtype;
+  else cdt = ix_promote(c->bnd->dtype, c->val->dtype);
+  if (cdt == TPU_DTYPE_BOOL || !ix_dtype_ok(cdt) || !ix_dtype_ok(c->bnd->dtype) ||
+      (c->val && !ix_dtype_ok(c->val->dtype)))
+    return tpu_ku_unsupported_dtype(call, cdt);
+  if (c->scalar) TPU_RETURN_IF_ERROR(tpu_ku_check_scalar_fits(call, vi, cdt));
+  c->cdt = cdt;
+  c->ints = ix_cat(cdt) == 1;
+  c->m = vnd ? c->val->sizes[vnd - 1] : 1;
+  int64_t nv = c->val ? tpu_tensor_numel(c->val) : 1;
+  c->lines = c->m ? nv / c->m : 0;
+  return TPU_OK;
+}
+
+static tpu_status_t ix_ss_check(const tpu_k_call_t* call) {
+  ix_ss_t c;
+  return ix_ss_setup(call, &c);
+}
+
+static tpu_status_t ix_ss_run(const tpu_k_call_t* call) {
+  ix_ss_t c;
+  TPU_RETURN_IF_ERROR(ix_ss_setup(call, &c));
+  if (c.sorter) { /* the CPU checks every sorter index, even with no values */
+    const tpu_tensor_t* so = c.sorter;
+    int64_t n = tpu_tensor_numel(so), idx[TPU_MAX_DIMS] = {0};
+    for (int64_t e = 0; e < n; ++e) {
+      int64_t off = 0;
+      for (int32_t d = 0; d < so->ndim; ++d) off += idx[d] * so->strides[d];
+      int64_t s = ((const int64_t*)so->data)[off];
+      if (s < 0 || s >= c.nb)
+        return TPU_ERROR(TPU_STATUS_FAILED_PRECONDITION, "%s: torch.searchsorted(): sorter index out of range",
+                         call->op);
+      for (int32_t d = so->ndim - 1; d >= 0 && ++idx[d] == so->sizes[d]; --d) idx[d] = 0;
+    }
+  }
+  if (c.lines == 0 || c.m == 0) return TPU_OK;
+  tpu_parallel_for(call->pool, c.lines, 16384 / (c.m * 8 + 1) + 1, ix_ss_body, &c);
+  return TPU_OK;
+}
+
 const tpu_k_entry_t tpu_k_index_entries[] = {
     {"aten::index_select", ix_select_run, ix_select_check, 0, NULL},
     {"aten::index_select.out", ix_select_run, ix_select_check, 0, NULL},
@@ -2219,5 +2455,13 @@ const tpu_k_entry_t tpu_k_index_entries[] = {
     {"aten::sort.values_stable", ix_sort_run, ix_sort_check, 0, NULL},
     {"aten::topk", ix_sort_run, ix_sort_check, 0, NULL},
     {"aten::topk.values", ix_sort_run, ix_sort_check, 0, NULL},
+    {"aten::searchsorted.Tensor", ix_ss_run, ix_ss_check, 0, NULL},
+    {"aten::searchsorted.Tensor_out", ix_ss_run, ix_ss_check, 0, NULL},
+    {"aten::searchsorted.Scalar", ix_ss_run, ix_ss_check, 0, NULL},
+    {"aten::searchsorted.Scalar_out", ix_ss_run, ix_ss_check, 0, NULL},
+    {"aten::bucketize.Tensor", ix_ss_run, ix_ss_check, 0, NULL},
+    {"aten::bucketize.Tensor_out", ix_ss_run, ix_ss_check, 0, NULL},
+    {"aten::bucketize.Scalar", ix_ss_run, ix_ss_check, 0, NULL},
+    {"aten::bucketize.Scalar_out", ix_ss_run, ix_ss_check, 0, NULL},
 };
 const size_t tpu_k_index_count = sizeof(tpu_k_index_entries) / sizeof(tpu_k_index_entries[0]);

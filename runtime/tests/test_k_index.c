@@ -750,6 +750,89 @@ static void test_embedding_renorm(void) {
   fr(&w); fr(&idx); fr(&before);
 }
 
+/* ---- searchsorted / bucketize, put_, index_reduce -------------------------------- */
+
+/* Naive lower/upper bound of v in b[0..n) (NaN last, as `!(b >= v)` walks). */
+static int64_t ref_bound(const double* b, int64_t n, double v, bool right) {
+  int64_t k = 0;
+  while (k < n && (right ? !(b[k] > v) : !(b[k] >= v))) ++k;
+  return k;
+}
+
+static void test_searchsorted(void) {
+  /* 2 rows of 9 sorted boundaries (repeats, inf, NaN), values 2 x 3 x 5 transposed in memory */
+  static const double row[9] = {-2, -1, -1, 0, 0.5, 0.5, 3, INFINITY, NAN};
+  int64_t bs[2] = {2, 9}, vs3[2] = {2, 15};
+  tt_t b = mk(TPU_DTYPE_F32, 2, bs, NULL);
+  for (int64_t r = 0; r < 2; ++r)
+    for (int64_t k = 0; k < 9; ++k) setf(&b.t, r * 9 + k, row[k] + (r && k < 7 ? 1 : 0));
+  int perm[2] = {1, 0};
+  tt_t v = mk(TPU_DTYPE_F64, 2, vs3, perm);
+  for (int64_t i = 0; i < 30; ++i) setf(&v.t, i, i % 7 == 0 ? NAN : floor(urand() * 8.0) / 2);
+  for (int right = 0; right < 2; ++right) {
+    for (int nd = 1; nd <= 2; ++nd) {
+      tt_t o = mk(TPU_DTYPE_I64, 2, vs3, NULL);
+      tpu_tensor_t bt = b.t;
+      if (nd == 1) { /* the first row as 1-D boundaries */
+        bt.ndim = 1;
+        bt.sizes[0] = 9;
+        bt.strides[0] = 1;
+      }
+      tpu_k_value_t a[7] = {vt(&bt), vt(&v.t), vb(false), vb(right), vn(), vn(), vt(&o.t)};
+      bool good = ok(call_op("aten::searchsorted.Tensor", 6, a, 1, &o.t));
+      for (int64_t i = 0; good && i < 30; ++i) {
+        double br[9];
+        int64_t r = nd == 2 ? i / 15 : 0;
+        for (int64_t k = 0; k < 9; ++k) br[k] = getf(&b.t, r * 9 + k);
+        /* float32 boundaries, float64 values: compared in float64 */
+        good = geti(&o.t, i) == ref_bound(br, 9, getf(&v.t, i), right);
+        CHECKF(good, "searchsorted nd %d right %d value %lld (%g): %lld", nd, right, (long long)i, getf(&v.t, i),
+               (long long)geti(&o.t, i));
+      }
+      fr(&o);
+    }
+  }
+  /* side="right" with a sorter over scrambled boundaries, int32 out; bucketize of a Scalar */
+  int64_t s1[1] = {5}, s0[1] = {3};
+  tt_t sb = mk(TPU_DTYPE_I64, 1, s1, NULL), so = mk(TPU_DTYPE_I64, 1, s1, NULL);
+  static const int64_t scr[5] = {7, 1, 5, 3, 5}, ord[5] = {1, 3, 2, 4, 0};
+  for (int k = 0; k < 5; ++k) ((int64_t*)sb.buf)[k] = scr[k], ((int64_t*)so.buf)[k] = ord[k];
+  tt_t sv = mk(TPU_DTYPE_I16, 1, s0, NULL), o32 = mk(TPU_DTYPE_I32, 1, s0, NULL);
+  static const int16_t q[3] = {5, 0, 8};
+  for (int k = 0; k < 3; ++k) ((int16_t*)sv.buf)[k] = q[k];
+  tpu_k_value_t a2[6] = {vt(&sb.t), vt(&sv.t), vb(true), vb(false), vs("right"), vt(&so.t)};
+  CHECK_OK(call_op("aten::searchsorted.Tensor", 6, a2, 1, &o32.t));
+  CHECK(((int32_t*)o32.buf)[0] == 4 && ((int32_t*)o32.buf)[1] == 0 && ((int32_t*)o32.buf)[2] == 5);
+  tt_t o0 = mk(TPU_DTYPE_I64, 0, NULL, NULL);
+  tpu_tensor_t b1 = sb.t; /* sorted: 1 3 5 5 7 */
+  int64_t sorted[5] = {1, 3, 5, 5, 7};
+  b1.data = sorted;
+  tpu_k_value_t a3[4] = {vi(5), vt(&b1), vb(false), vb(false)};
+  CHECK_OK(call_op("aten::bucketize.Scalar", 4, a3, 1, &o0.t));
+  CHECK(*(int64_t*)o0.buf == 2);
+  a3[0].kind = TPU_K_DOUBLE;
+  a3[0].v.d = 5.5;
+  a3[3] = vb(true);
+  CHECK_OK(call_op("aten::bucketize.Scalar", 4, a3, 1, &o0.t));
+  CHECK(*(int64_t*)o0.buf == 4);
+  /* errors: a sorter index out of range, side/right opposites, the out dtype, bool */
+  ((int64_t*)so.buf)[2] = 5;
+  CHECK_STATUS(call_op("aten::searchsorted.Tensor", 6, a2, 1, &o32.t), TPU_STATUS_FAILED_PRECONDITION,
+               "sorter index out of range");
+  ((int64_t*)so.buf)[2] = 2;
+  tpu_k_value_t a4[6] = {vt(&sb.t), vt(&sv.t), vb(true), vb(true), vs("left"), vn()};
+  CHECK_STATUS(call_op("aten::searchsorted.Tensor", 6, a4, 1, &o32.t), TPU_STATUS_FAILED_PRECONDITION, "opposites");
+  a4[2] = vb(false);
+  a4[4] = vn();
+  CHECK_STATUS(call_op("aten::searchsorted.Tensor", 6, a4, 1, &o32.t), TPU_STATUS_FAILED_PRECONDITION, "dtype is wrong");
+  tpu_tensor_t bb = sb.t, vbt = sv.t;
+  bb.dtype = vbt.dtype = TPU_DTYPE_BOOL;
+  tt_t o64 = mk(TPU_DTYPE_I64, 1, s0, NULL);
+  tpu_k_value_t a5[6] = {vt(&bb), vt(&vbt), vb(false), vb(false), vn(), vn()};
+  CHECK_STATUS(call_op("aten::searchsorted.Tensor", 6, a5, 1, &o64.t), TPU_STATUS_UNIMPLEMENTED, "bool");
+  fr(&b); fr(&v); fr(&sb); fr(&so); fr(&sv); fr(&o32); fr(&o0); fr(&o64);
+}
+
 int main(void) {
   if (!tku_start(2)) return 1;
   for (int round = 0; round < 2; ++round) {
@@ -764,6 +847,7 @@ int main(void) {
     RUN_TEST(test_scatter_reduce);
     RUN_TEST(test_index_add_copy_fill);
     RUN_TEST(test_embedding_renorm);
+    RUN_TEST(test_searchsorted);
     tpu_threadpool_destroy(g_pool);
     g_pool = NULL;
   }
