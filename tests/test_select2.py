@@ -340,3 +340,164 @@ def test_searchsorted_errors_as_on_the_cpu():
     both(lambda d: ss(torch.tensor([False, True], device=d), torch.tensor([True], device=d)), NotImplementedError,
          "(?i)bool")
 
+
+# ---- put_ / index_reduce -------------------------------------------------------------------
+
+def _data(dtype, shape, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    if dtype == torch.bool:
+        return torch.randint(0, 2, shape, generator=g).bool()
+    if not dtype.is_floating_point:
+        lo = 0 if dtype == torch.uint8 else -5
+        return torch.randint(lo, 6, shape, generator=g).to(dtype)
+    x = torch.randn(shape, generator=g, dtype=torch.float64) * 3
+    x.view(-1)[::9] = NAN
+    x.view(-1)[4::13] = -0.0
+    return x.to(dtype)
+
+
+@pytest.mark.parametrize("dtype", FLOATS + INTS + [torch.bool], ids=str)
+def test_put(dtype):
+    torch_tpu.reset_fallback_report()
+    base = _data(dtype, (4, 6))
+    g = torch.Generator().manual_seed(5)
+    idx = torch.randint(-24, 24, (3, 10), generator=g)  # repeats and negative indices
+    src = _data(dtype, (30,), seed=1)
+    for self_ in (base, base.t(), base[:, ::2]):
+        n = self_.numel()
+        i = idx % (2 * n) - n  # in [-n, n): negative indices too
+        for accumulate in (False, True):
+            want = self_.clone().put_(i, src, accumulate=accumulate)
+            t = self_.to("tpu")
+            r = t.put_(i.to("tpu"), src.to("tpu"), accumulate=accumulate)
+            assert r is t
+            torch.testing.assert_close(t.cpu(), want, equal_nan=True, rtol=0, atol=0)
+            got = torch.put(self_.to("tpu"), i.t().to("tpu"), src.reshape(10, 3).to("tpu"), accumulate)
+            torch.testing.assert_close(got.cpu(), torch.put(self_, i.t(), src.reshape(10, 3), accumulate),
+                                       equal_nan=True, rtol=0, atol=0)
+    s = _data(dtype, ())  # 0-dim self
+    for accumulate in (False, True):
+        want = s.clone().put_(torch.tensor([0, -1]), _data(dtype, (2,)), accumulate=accumulate)
+        got = s.to("tpu").put_(torch.tensor([0, -1], device="tpu"), _data(dtype, (2,)).to("tpu"),
+                               accumulate=accumulate)
+        torch.testing.assert_close(got.cpu(), want, equal_nan=True, rtol=0, atol=0)
+    e = torch.empty(0, dtype=dtype)
+    torch.testing.assert_close(e.to("tpu").put_(torch.empty(0, dtype=torch.long, device="tpu"),
+                                                e.to("tpu")).cpu(), e)
+    assert_no_fallback("put")
+
+
+def test_put_errors_as_on_the_cpu():
+    def both(fn, exc, match):
+        for d in ("cpu", "tpu"):
+            with pytest.raises(exc, match=match):
+                _sync(fn(d))
+    z = lambda d: torch.zeros(2, 3, device=d)  # noqa: E731
+    one = lambda d: torch.tensor([1.0], device=d)  # noqa: E731
+    both(lambda d: z(d).put_(torch.tensor([6], device=d), one(d)), IndexError, "out of range")
+    both(lambda d: z(d).put_(torch.tensor([-7], device=d), one(d)), IndexError, "out of range")
+    both(lambda d: z(d).put_(torch.tensor([1], dtype=torch.int32, device=d), one(d)), RuntimeError, "long tensor")
+    both(lambda d: z(d).put_(torch.tensor([1], device=d), one(d).double()), RuntimeError, "same dtype")
+    both(lambda d: z(d).put_(torch.tensor([1, 2], device=d), one(d)), IndexError, "same number of elements")
+    both(lambda d: torch.zeros(0, device=d).put_(torch.tensor([0], device=d), one(d)), IndexError, "empty tensor")
+    both(lambda d: torch.zeros(1, device=d).expand(3).put_(torch.tensor([0], device=d), one(d)), RuntimeError,
+         "single memory location")
+    # nothing is written when an index is out of range
+    t = torch.zeros(3, device="tpu")
+    with pytest.raises(IndexError):
+        t.put_(torch.tensor([0, 5], device="tpu"), torch.tensor([1.0, 2.0], device="tpu")).cpu()
+    assert t.cpu().eq(0).all()
+
+
+REDUCES = ["prod", "mean", "amax", "amin"]
+
+
+@pytest.mark.parametrize("dtype", FLOATS + INTS + [torch.bool], ids=str)
+@pytest.mark.parametrize("reduce", REDUCES)
+def test_index_reduce(dtype, reduce):
+    if dtype == torch.bool and reduce == "mean":
+        pytest.skip("the CPU has no bool mean (tested in test_index_reduce_errors_as_on_the_cpu)")
+    torch_tpu.reset_fallback_report()
+    self_ = _data(dtype, (5, 4, 3))
+    g = torch.Generator().manual_seed(7)
+    for dim in (0, 1, 2, -1):
+        n = self_.shape[dim]
+        for idx in (torch.randint(0, n, (7,), generator=g), torch.randint(0, n, (7,), generator=g).int(),
+                    torch.tensor([n - 1]), torch.empty(0, dtype=torch.long)):
+            shape = list(self_.shape)
+            shape[dim] = idx.numel()
+            src = _data(dtype, shape, seed=2)
+            for include_self in (True, False):
+                args = (dim, idx.to("tpu"), src.to("tpu"), reduce)
+                if dtype == torch.bool and not include_self:  # the CPU has no bool identity fill
+                    with pytest.raises(NotImplementedError):
+                        self_.index_reduce(dim, idx, src, reduce, include_self=False)
+                    with pytest.raises(NotImplementedError):
+                        self_.to("tpu").index_reduce(*args, include_self=False).cpu()
+                    continue
+                want = self_.index_reduce(dim, idx, src, reduce, include_self=include_self)
+                got = self_.to("tpu").index_reduce(*args, include_self=include_self)
+                torch.testing.assert_close(got.cpu(), want, equal_nan=True, rtol=0, atol=0)
+                t = self_.transpose(0, 2).contiguous().transpose(0, 2).to("tpu")  # strided self
+                r = t.index_reduce_(*args, include_self=include_self)
+                assert r is t
+                torch.testing.assert_close(t.cpu(), want, equal_nan=True, rtol=0, atol=0)
+                if idx.numel() == 0:  # PyTorch's meta function selects slice 0 of source on meta tensors
+                    continue
+                out = torch.empty(0, dtype=dtype, device="tpu")
+                torch.index_reduce(self_.to("tpu"), *args, include_self=include_self, out=out)
+                torch.testing.assert_close(out.cpu(), want, equal_nan=True, rtol=0, atol=0)
+    if dtype == torch.bool:  # the CPU takes bool only for self of 2 or more dims
+        for d in ("cpu", "tpu"):
+            with pytest.raises(NotImplementedError):
+                _data(dtype, (6,)).to(d).index_reduce(0, torch.tensor([0], device=d), _data(dtype, (1,)).to(d),
+                                                      reduce).cpu()
+        assert_no_fallback("index_reduce")
+        return
+    # 1-d and 0-dim self
+    v = _data(dtype, (6,))
+    idx = torch.tensor([0, 5, 0, 2, 0])
+    for include_self in (True, False):
+        want = v.index_reduce(0, idx, _data(dtype, (5,), seed=3), reduce, include_self=include_self)
+        got = v.to("tpu").index_reduce(0, idx.to("tpu"), _data(dtype, (5,), seed=3).to("tpu"), reduce,
+                                       include_self=include_self)
+        torch.testing.assert_close(got.cpu(), want, equal_nan=True, rtol=0, atol=0)
+        s, src0 = _data(dtype, ()), _data(dtype, (), seed=4)
+        want = s.index_reduce(0, torch.tensor([0]), src0, reduce, include_self=include_self)
+        got = s.to("tpu").index_reduce(0, torch.tensor([0], device="tpu"), src0.to("tpu"), reduce,
+                                       include_self=include_self)
+        torch.testing.assert_close(got.cpu(), want, equal_nan=True, rtol=0, atol=0)
+    assert_no_fallback("index_reduce")
+
+
+def test_index_reduce_rounds_every_step_in_half():
+    """The CPU's index_reduce computes in the dtype (no float accumulator)."""
+    torch_tpu.reset_fallback_report()
+    for dtype in (torch.float16, torch.bfloat16):
+        for shape in ((1,), (1, 2)):
+            h = torch.full(shape, 1000.0, dtype=dtype)
+            src = torch.full((8,) + shape[1:], 0.3, dtype=dtype)
+            idx = torch.zeros(8, dtype=torch.long)
+            for reduce in ("prod", "mean"):
+                want = h.index_reduce(0, idx, src, reduce)
+                got = h.to("tpu").index_reduce(0, idx.to("tpu"), src.to("tpu"), reduce)
+                torch.testing.assert_close(got.cpu(), want, rtol=0, atol=0)
+    assert_no_fallback("index_reduce")
+
+
+def test_index_reduce_errors_as_on_the_cpu():
+    def both(fn, exc, match):
+        for d in ("cpu", "tpu"):
+            with pytest.raises(exc, match=match):
+                _sync(fn(d))
+    x = lambda d: torch.ones(3, 2, device=d)  # noqa: E731
+    s = lambda d: torch.ones(4, 2, device=d)  # noqa: E731
+    i4 = lambda d: torch.tensor([0, 2, 0, 0], device=d)  # noqa: E731
+    both(lambda d: x(d).index_reduce(0, torch.tensor([0, 3, 0, 0], device=d), s(d), "mean"), IndexError, "")
+    both(lambda d: x(d).index_reduce(0, torch.tensor([0, -1, 0, 0], device=d), s(d), "mean"), IndexError, "")
+    both(lambda d: x(d).index_reduce(0, i4(d), s(d), "sum"), RuntimeError, "prod, mean, amax or amin")
+    both(lambda d: x(d).index_reduce(0, i4(d).float(), s(d), "prod"), RuntimeError, "")
+    both(lambda d: x(d).index_reduce(0, i4(d)[:3], s(d), "amax"), RuntimeError, "Number of indices")
+    both(lambda d: x(d).index_reduce(0, i4(d), s(d).double(), "prod"), RuntimeError, "same scalar type")
+    both(lambda d: x(d).index_reduce(0, i4(d)[None], s(d), "prod"), IndexError, "vector")
+    both(lambda d: x(d).bool().index_reduce(0, i4(d), s(d).bool(), "mean"), NotImplementedError, "")

@@ -1,6 +1,6 @@
 /* index.c - kernel family "index" (see tpu/kernels.h for the ABI):
  * index_select, gather, scatter(_add), advanced indexing (index.Tensor,
- * index_put_), embedding backward, cat/stack, flip/roll, triu/tril,
+ * index_put_, put_, index_reduce), embedding backward, cat/stack, flip/roll, triu/tril,
  * arange/linspace, repeat_interleave, sort, topk, searchsorted/bucketize.
  *
  * Index tensors are validated in a first pass (nothing is read out of bounds;
@@ -471,6 +471,7 @@ typedef struct {
   ix_lines_t l;            /* ops: index, out, src (index again for a value) */
   int red;
   bool include_self, fp, windowed;
+  bool step_round; /* every step rounded to out's dtype (index_reduce's f16/bf16 arithmetic) */
   double vd; /* the value, already rounded to out's dtype */
   int64_t vi;
   int64_t li, ls;     /* index / out line lengths */
@@ -583,7 +584,7 @@ static void ix_sr_line_window(const ix_sr_t* c, const char* ip, char* op, const 
       cnt[x]++;
       if (c->fp) {
         double r = ix_sr_f(c->red, acc.d[x], c->src ? tpu_ku_load_f64(sp + i * c->ss, sdt) : c->vd);
-        acc.d[x] = opf ? (double)(float)r : r;
+        acc.d[x] = c->step_round ? ix_round_dt(r, odt) : opf ? (double)(float)r : r;
       } else {
         acc.i[x] = ix_sr_i(c->red, acc.i[x], c->src ? tpu_ku_load_i64(sp + i * c->ss, sdt) : c->vi);
       }
@@ -626,7 +627,7 @@ static void ix_sr_body(void* ctx, int64_t b, int64_t e) {
  * dim at index; indices validated by the caller. */
 static void ix_sr_exec(const tpu_k_call_t* call, const tpu_tensor_t* out, const tpu_tensor_t* index,
                        const tpu_tensor_t* src, const tpu_k_value_t* value, int32_t dim, int red,
-                       bool include_self) {
+                       bool include_self, bool step_round) {
   int64_t n = tpu_tensor_numel(index);
   if (n == 0) return;
   ix_sr_t c;
@@ -636,6 +637,7 @@ static void ix_sr_exec(const tpu_k_call_t* call, const tpu_tensor_t* out, const 
   c.src = src;
   c.red = red;
   c.include_self = include_self;
+  c.step_round = step_round;
   c.fp = tpu_dtype_is_floating((tpu_dtype_t)out->dtype);
   c.windowed = out->dtype == TPU_DTYPE_F16 || out->dtype == TPU_DTYPE_BF16 || red == IX_R_MEAN;
   if (!src) { /* value.to<scalar_t>() */
@@ -666,6 +668,18 @@ static tpu_status_t ix_sr_parse(const tpu_k_call_t* call, int* red, bool* includ
   if (strstr(call->op, "scatter_add")) return TPU_OK;
   const char* r = tpu_ku_string(call, 4, NULL);
   if (!r) return TPU_KU_INVALID(call, "expected a reduce argument");
+  if (strstr(call->op, "index_reduce")) {
+    *include_self = tpu_ku_bool(call, 5, true);
+    if (strcmp(r, "prod") == 0) *red = IX_R_PROD;
+    else if (strcmp(r, "mean") == 0) *red = IX_R_MEAN;
+    else if (strcmp(r, "amax") == 0) *red = IX_R_AMAX;
+    else if (strcmp(r, "amin") == 0) *red = IX_R_AMIN;
+    else
+      return TPU_ERROR(TPU_STATUS_FAILED_PRECONDITION,
+                       "%s: index_reduce(): Expected reduce to be one of prod, mean, amax or amin but got %s.",
+                       call->op, r);
+    return TPU_OK;
+  }
   if (strstr(call->op, "scatter_reduce")) {
     *include_self = tpu_ku_bool(call, 5, true);
     if (strcmp(r, "sum") == 0) *red = IX_R_SUM;
@@ -704,7 +718,7 @@ static tpu_status_t ix_sr_run(const tpu_k_call_t* call) {
   TPU_RETURN_IF_ERROR(ix_dim_arg(call, 1, self->ndim, &dim));
   TPU_RETURN_IF_ERROR(ix_validate(call, index, self->ndim ? self->sizes[dim] : 1, dim, false));
   if (!ix_same_view(out, self)) TPU_RETURN_IF_ERROR(ix_copy(out, self, call->pool, call->op));
-  ix_sr_exec(call, out, index, tpu_ku_tensor(call, 3), &call->args[3], dim, red, include_self);
+  ix_sr_exec(call, out, index, tpu_ku_tensor(call, 3), &call->args[3], dim, red, include_self, false);
   return TPU_OK;
 }
 
@@ -815,7 +829,7 @@ static tpu_status_t ix_index_add_run(const tpu_k_call_t* call) {
     iv.dtype = index->dtype;
     for (int32_t d = 0; d < iv.ndim; ++d) iv.strides[d] = 0;
     iv.strides[dim] = index->ndim ? index->strides[0] : 0;
-    ix_sr_exec(call, out, &iv, src, NULL, dim, IX_R_SUM, true);
+    ix_sr_exec(call, out, &iv, src, NULL, dim, IX_R_SUM, true, false);
     return TPU_OK;
   }
   const tpu_k_entry_t* add = tpu_k_lookup("aten::add_.Tensor");
@@ -2151,6 +2165,156 @@ static tpu_status_t ix_sort_run(const tpu_k_call_t* call) {
   return TPU_OK;
 }
 
+/* index_reduce(self, dim, index, source, reduce, *, include_self) (.out, _):
+ * PyTorch's CPU loop, self.select(dim, index[i]) op= source.select(dim, i) in
+ * index order in the dtype's own arithmetic (f16/bf16 rounded every step),
+ * excluded positions first filled with the reduction's identity, mean
+ * divided by 1 + (or, without self, the) number of contributions (floor
+ * division for integers). That is scatter_reduce along dim with the index
+ * expanded to source's shape: its kernel runs it. */
+static tpu_status_t ix_ir_check(const tpu_k_call_t* call) {
+  const tpu_tensor_t* self = tpu_ku_tensor(call, 0);
+  const tpu_tensor_t* index = tpu_ku_tensor(call, 2);
+  const tpu_tensor_t* src = tpu_ku_tensor(call, 3);
+  if (!self || !index || !src) return TPU_KU_INVALID(call, "expected self, dim, index, source");
+  /* the CPU's errors (index_func_meta_impl) before the shared checks */
+  if (index->ndim > 1)
+    return TPU_ERROR(TPU_STATUS_OUT_OF_RANGE, "%s: index_reduce_(): Index is supposed to be a vector, but got dim: %d",
+                     call->op, (int)index->ndim);
+  if (!ix_is_index_dt(index->dtype))
+    return TPU_ERROR(TPU_STATUS_FAILED_PRECONDITION, "%s: index_reduce_(): Expected dtype int32/int64 for index but got: %s",
+                     call->op, tpu_dtype_name((tpu_dtype_t)index->dtype));
+  int32_t dim;
+  TPU_RETURN_IF_ERROR(ix_dim_arg(call, 1, self->ndim, &dim));
+  const int64_t len = src->ndim ? src->sizes[src->ndim > dim ? dim : 0] : 1;
+  if (tpu_tensor_numel(index) != len)
+    return TPU_ERROR(TPU_STATUS_FAILED_PRECONDITION,
+                     "%s: index_reduce_(): Number of indices (%lld) should be equal to source.size(dim): (%lld), for "
+                     "dim: %d", call->op, (long long)tpu_tensor_numel(index), (long long)len, (int)dim);
+  bool shapes = src->ndim == self->ndim || (src->ndim <= 1 && self->ndim <= 1);
+  for (int32_t d = 0; shapes && d < self->ndim && src->ndim == self->ndim; ++d)
+    shapes = d == dim || src->sizes[d] == self->sizes[d];
+  if (!shapes)
+    return TPU_ERROR(TPU_STATUS_FAILED_PRECONDITION,
+                     "%s: source tensor shape must match self tensor shape, excluding the specified dimension", call->op);
+  TPU_RETURN_IF_ERROR(ix_ia_check(call));
+  if (self->dtype != src->dtype || call->outputs[0].dtype != self->dtype)
+    return TPU_ERROR(TPU_STATUS_FAILED_PRECONDITION,
+                     "%s: index_reduce_(): self (%s) and source (%s) must have the same scalar type", call->op,
+                     tpu_dtype_name((tpu_dtype_t)self->dtype), tpu_dtype_name((tpu_dtype_t)src->dtype));
+  int red;
+  bool include_self;
+  TPU_RETURN_IF_ERROR(ix_sr_parse(call, &red, &include_self));
+  /* the CPU has no bool mean, no bool identity for include_self=False, and
+   * takes bool only on its path for self of 2 or more dims */
+  if (self->dtype == TPU_DTYPE_BOOL && (red == IX_R_MEAN || !include_self || self->ndim <= 1))
+    return tpu_ku_unsupported_dtype(call, self->dtype);
+  return TPU_OK;
+}
+
+static tpu_status_t ix_ir_run(const tpu_k_call_t* call) {
+  TPU_RETURN_IF_ERROR(ix_ir_check(call));
+  const tpu_tensor_t* index = tpu_ku_tensor(call, 2);
+  const tpu_tensor_t* src = tpu_ku_tensor(call, 3);
+  const tpu_tensor_t* out = &call->outputs[0];
+  int red;
+  bool include_self;
+  TPU_RETURN_IF_ERROR(ix_sr_parse(call, &red, &include_self));
+  int32_t dim;
+  int64_t size;
+  TPU_RETURN_IF_ERROR(ix_ia_begin(call, false, &dim, &size));
+  if (tpu_tensor_numel(index) == 0 || tpu_tensor_numel(src) == 0) return TPU_OK;
+  tpu_tensor_t iv = *src; /* index expanded to source's shape */
+  iv.data = index->data;
+  iv.dtype = index->dtype;
+  for (int32_t d = 0; d < iv.ndim; ++d) iv.strides[d] = 0;
+  if (iv.ndim) iv.strides[dim] = index->ndim ? index->strides[0] : 0;
+  ix_sr_exec(call, out, &iv, src, NULL, dim, red, include_self, true);
+  return TPU_OK;
+}
+
+/* put_(self, index, source, accumulate) and put: self viewed as flat in
+ * row-major order, self.flat[index[i]] = source.flat[i] (or +=) serially in
+ * index order, as the CPU: a repeated index keeps its last value, sums
+ * round to the dtype at every step. Negative indices count from the end. */
+typedef struct {
+  const tpu_tensor_t* t;
+  int64_t es;
+} ix_flat_t;
+
+static inline char* ix_flat_at(const ix_flat_t* f, int64_t i) {
+  const tpu_tensor_t* t = f->t;
+  int64_t off = 0;
+  for (int32_t d = t->ndim - 1; d >= 0; --d) {
+    off += (i % t->sizes[d]) * t->strides[d];
+    i /= t->sizes[d];
+  }
+  return (char*)t->data + off * f->es;
+}
+
+static tpu_status_t ix_take_put_check(const tpu_k_call_t* call) {
+  const tpu_tensor_t* self = tpu_ku_tensor(call, 0);
+  const tpu_tensor_t* index = tpu_ku_tensor(call, 1);
+  const tpu_tensor_t* src = tpu_ku_tensor(call, 2);
+  if (!self || !index || !src || call->num_outputs < 1) return TPU_KU_INVALID(call, "expected self, index, source");
+  if (!ix_dtype_ok(self->dtype)) return tpu_ku_unsupported_dtype(call, self->dtype);
+  if (index->dtype != TPU_DTYPE_I64)
+    return TPU_ERROR(TPU_STATUS_FAILED_PRECONDITION, "%s: put_(): Expected a long tensor for index, but got %s",
+                     call->op, tpu_dtype_name((tpu_dtype_t)index->dtype));
+  if (src->dtype != self->dtype)
+    return TPU_ERROR(TPU_STATUS_FAILED_PRECONDITION,
+                     "%s: put_(): self and source expected to have the same dtype, but got self.dtype = %s and "
+                     "source.dtype = %s", call->op, tpu_dtype_name((tpu_dtype_t)self->dtype),
+                     tpu_dtype_name((tpu_dtype_t)src->dtype));
+  if (tpu_tensor_numel(src) != tpu_tensor_numel(index))
+    return TPU_ERROR(TPU_STATUS_OUT_OF_RANGE,
+                     "%s: put_(): Expected source and index to have the same number of elements, but got "
+                     "source.numel() = %lld, index.numel() = %lld", call->op, (long long)tpu_tensor_numel(src),
+                     (long long)tpu_tensor_numel(index));
+  if (tpu_tensor_numel(self) == 0 && tpu_tensor_numel(index) > 0)
+    return TPU_ERROR(TPU_STATUS_OUT_OF_RANGE, "%s: put_(): Tried to put elements into an empty tensor", call->op);
+  const tpu_tensor_t* out = &call->outputs[0];
+  if (out->dtype != self->dtype || !ix_same_shape(out, self)) return TPU_KU_INVALID(call, "output differs from self");
+  for (int32_t d = 0; d < out->ndim; ++d)
+    if (out->strides[d] == 0 && out->sizes[d] > 1)
+      return TPU_ERROR(TPU_STATUS_FAILED_PRECONDITION,
+                       "%s: unsupported operation: more than one element of the written-to tensor refers to a "
+                       "single memory location. Please clone() the tensor before performing the operation.",
+                       call->op);
+  return TPU_OK;
+}
+
+static tpu_status_t ix_take_put_run(const tpu_k_call_t* call) {
+  TPU_RETURN_IF_ERROR(ix_take_put_check(call));
+  const tpu_tensor_t* self = tpu_ku_tensor(call, 0);
+  const tpu_tensor_t* index = tpu_ku_tensor(call, 1);
+  const tpu_tensor_t* src = tpu_ku_tensor(call, 2);
+  const tpu_tensor_t* out = &call->outputs[0];
+  const bool acc = tpu_ku_bool(call, 3, false);
+  const int64_t numel = tpu_tensor_numel(out), n = tpu_tensor_numel(index);
+  ix_flat_t fi = {index, 8}, fs = {src, (int64_t)ix_es(src)}, fo = {out, (int64_t)ix_es(out)};
+  for (int64_t i = 0; i < n; ++i) { /* every index checked before anything is written */
+    int64_t k = *(const int64_t*)ix_flat_at(&fi, i);
+    if (k < -numel || k >= numel)
+      return TPU_ERROR(TPU_STATUS_OUT_OF_RANGE, "%s: out of range: tried to access index %lld on a tensor of %lld elements.",
+                       call->op, (long long)k, (long long)numel);
+  }
+  if (!ix_same_view(out, self)) TPU_RETURN_IF_ERROR(ix_copy(out, self, call->pool, call->op));
+  const int dt = out->dtype;
+  const bool fp = tpu_dtype_is_floating((tpu_dtype_t)dt);
+  const size_t es = ix_es(out);
+  for (int64_t i = 0; i < n; ++i) {
+    int64_t k = *(const int64_t*)ix_flat_at(&fi, i);
+    char* d = ix_flat_at(&fo, k < 0 ? k + numel : k);
+    const char* v = ix_flat_at(&fs, i);
+    if (!acc) memcpy(d, v, es);
+    else if (dt == TPU_DTYPE_BOOL) *(uint8_t*)d = *(const uint8_t*)d || *(const uint8_t*)v;
+    else if (fp) tpu_ku_store_f64(d, dt, tpu_ku_load_f64(d, dt) + tpu_ku_load_f64(v, dt));
+    else tpu_ku_store_i64(d, dt, (int64_t)((uint64_t)tpu_ku_load_i64(d, dt) + (uint64_t)tpu_ku_load_i64(v, dt)));
+  }
+  return TPU_OK;
+}
+
 /* ---- searchsorted / bucketize ---------------------------------------------------- */
 
 /* searchsorted.Tensor(_out) / .Scalar(_out): (sorted_sequence, self, out_int32, right, side, sorter);
@@ -2455,6 +2619,11 @@ const tpu_k_entry_t tpu_k_index_entries[] = {
     {"aten::sort.values_stable", ix_sort_run, ix_sort_check, 0, NULL},
     {"aten::topk", ix_sort_run, ix_sort_check, 0, NULL},
     {"aten::topk.values", ix_sort_run, ix_sort_check, 0, NULL},
+    {"aten::index_reduce", ix_ir_run, ix_ir_check, 0, NULL},
+    {"aten::index_reduce_", ix_ir_run, ix_ir_check, 0, NULL},
+    {"aten::index_reduce.out", ix_ir_run, ix_ir_check, 0, NULL},
+    {"aten::put_", ix_take_put_run, ix_take_put_check, 0, NULL},
+    {"aten::put", ix_take_put_run, ix_take_put_check, 0, NULL},
     {"aten::searchsorted.Tensor", ix_ss_run, ix_ss_check, 0, NULL},
     {"aten::searchsorted.Tensor_out", ix_ss_run, ix_ss_check, 0, NULL},
     {"aten::searchsorted.Scalar", ix_ss_run, ix_ss_check, 0, NULL},

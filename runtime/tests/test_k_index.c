@@ -833,6 +833,59 @@ static void test_searchsorted(void) {
   fr(&b); fr(&v); fr(&sb); fr(&so); fr(&sv); fr(&o32); fr(&o0); fr(&o64);
 }
 
+static void test_put_index_reduce(void) {
+  /* put_ into a transposed 3 x 4 float32: repeats keep the last value, accumulate adds in order */
+  int64_t s2[2] = {3, 4}, s1[1] = {5};
+  int perm[2] = {1, 0};
+  tt_t x = mk(TPU_DTYPE_F32, 2, s2, perm), ix = mk(TPU_DTYPE_I64, 1, s1, NULL), src = mk(TPU_DTYPE_F32, 1, s1, NULL);
+  static const int64_t iv[5] = {0, -1, 5, 0, 11};
+  for (int k = 0; k < 5; ++k) ((int64_t*)ix.buf)[k] = iv[k], ((float*)src.buf)[k] = (float)(k + 1);
+  for (int acc = 0; acc < 2; ++acc) {
+    for (int64_t i = 0; i < 12; ++i) setf(&x.t, i, 10.0);
+    tpu_k_value_t a[4] = {vt(&x.t), vt(&ix.t), vt(&src.t), vb(acc)};
+    CHECK_OK(call_op("aten::put_", 4, a, 1, &x.t));
+    /* flat 0 gets 1 then 4; 11 gets 2 then 5; 5 gets 3 */
+    CHECK(getf(&x.t, 0) == (acc ? 15.0 : 4.0) && getf(&x.t, 11) == (acc ? 17.0 : 5.0) &&
+          getf(&x.t, 5) == (acc ? 13.0 : 3.0) && getf(&x.t, 1) == 10.0);
+  }
+  ((int64_t*)ix.buf)[2] = 12;
+  tpu_k_value_t bad[4] = {vt(&x.t), vt(&ix.t), vt(&src.t), vb(false)};
+  CHECK_STATUS(call_op("aten::put_", 4, bad, 1, &x.t), TPU_STATUS_OUT_OF_RANGE, "out of range");
+  CHECK(getf(&x.t, 0) == 15.0); /* nothing written */
+  /* index_reduce along dim 1 of a 2 x 3 float16: prod and mean round to float16 every step */
+  int64_t h2[2] = {2, 3}, hs[2] = {2, 4}, hi[1] = {4};
+  tt_t h = mk(TPU_DTYPE_F16, 2, h2, NULL), hsrc = mk(TPU_DTYPE_F16, 2, hs, NULL), hix = mk(TPU_DTYPE_I32, 1, hi, NULL);
+  tt_t ho = mk(TPU_DTYPE_F16, 2, h2, NULL);
+  static const int32_t hv[4] = {2, 0, 2, 2};
+  for (int k = 0; k < 4; ++k) ((int32_t*)hix.buf)[k] = hv[k];
+  for (int64_t i = 0; i < 6; ++i) setf(&h.t, i, 1000.0);
+  for (int64_t i = 0; i < 8; ++i) setf(&hsrc.t, i, 0.3);
+  const char* reds[2] = {"prod", "mean"};
+  for (int r = 0; r < 2; ++r) {
+    for (int incl = 0; incl < 2; ++incl) {
+      tpu_k_value_t a[6] = {vt(&h.t), vi(1), vt(&hix.t), vt(&hsrc.t), vs(reds[r]), vb(incl)};
+      CHECK_OK(call_op("aten::index_reduce", 6, a, 1, &ho.t));
+      /* the reference: the same steps, each rounded to float16 */
+      double s = incl ? 1000.0 : (r ? 0.0 : 1.0), c = incl;
+      const double p3 = tpu_ku_f16_to_f32(tpu_ku_f32_to_f16(0.3f));
+      for (int k = 0; k < 3; ++k, ++c) s = tpu_ku_f16_to_f32(tpu_ku_f32_to_f16((float)(r ? s + p3 : s * p3)));
+      if (r) s = tpu_ku_f16_to_f32(tpu_ku_f32_to_f16((float)(s / c)));
+      const double sum0 = tpu_ku_f16_to_f32(tpu_ku_f32_to_f16((float)(1000.0 + p3)));
+      double want0 = incl ? tpu_ku_f16_to_f32(tpu_ku_f32_to_f16((float)(r ? sum0 / 2 : 1000.0 * p3))) : p3;
+      CHECKF(getf(&ho.t, 2) == s && getf(&ho.t, 5) == s && getf(&ho.t, 0) == want0 && getf(&ho.t, 1) == 1000.0,
+             "index_reduce %s include_self %d: %g %g %g, want %g %g", reds[r], incl, getf(&ho.t, 0), getf(&ho.t, 1),
+             getf(&ho.t, 2), want0, s);
+    }
+  }
+  ((int32_t*)hix.buf)[1] = 3;
+  tpu_k_value_t oob[6] = {vt(&h.t), vi(1), vt(&hix.t), vt(&hsrc.t), vs("amax"), vb(true)};
+  CHECK_STATUS(call_op("aten::index_reduce", 6, oob, 1, &ho.t), TPU_STATUS_OUT_OF_RANGE, "out of bounds");
+  ((int32_t*)hix.buf)[1] = 0;
+  oob[4] = vs("sum");
+  CHECK_STATUS(call_op("aten::index_reduce", 6, oob, 1, &ho.t), TPU_STATUS_FAILED_PRECONDITION, "amax or amin");
+  fr(&x); fr(&ix); fr(&src); fr(&h); fr(&hsrc); fr(&hix); fr(&ho);
+}
+
 int main(void) {
   if (!tku_start(2)) return 1;
   for (int round = 0; round < 2; ++round) {
@@ -848,6 +901,7 @@ int main(void) {
     RUN_TEST(test_index_add_copy_fill);
     RUN_TEST(test_embedding_renorm);
     RUN_TEST(test_searchsorted);
+    RUN_TEST(test_put_index_reduce);
     tpu_threadpool_destroy(g_pool);
     g_pool = NULL;
   }
