@@ -2170,8 +2170,9 @@ static tpu_status_t ix_sort_run(const tpu_k_call_t* call) {
  * index order in the dtype's own arithmetic (f16/bf16 rounded every step),
  * excluded positions first filled with the reduction's identity, mean
  * divided by 1 + (or, without self, the) number of contributions (floor
- * division for integers). That is scatter_reduce along dim with the index
- * expanded to source's shape: its kernel runs it. */
+ * division for integers). prod/amax/amin run slice by slice (ix_ir_inner);
+ * mean is scatter_reduce along dim with the index expanded to source's
+ * shape, whose kernel counts the contributions without scratch memory. */
 static tpu_status_t ix_ir_check(const tpu_k_call_t* call) {
   const tpu_tensor_t* self = tpu_ku_tensor(call, 0);
   const tpu_tensor_t* index = tpu_ku_tensor(call, 2);
@@ -2212,6 +2213,49 @@ static tpu_status_t ix_ir_check(const tpu_k_call_t* call) {
   return TPU_OK;
 }
 
+/* prod/amax/amin slice by slice, as the CPU: for each run of elements of a
+ * slice, every index in order (identities first without self); the store
+ * rounds each step to the dtype. */
+typedef struct {
+  const tpu_tensor_t* index;
+  int64_t n, osd, ssd; /* indices; byte strides along dim of out and source */
+  int red, dt;
+  bool fp, include_self;
+} ix_ir_t;
+
+static void ix_ir_inner(void* ctx, char** p, const int64_t* st, int64_t count) {
+  const ix_ir_t* c = (const ix_ir_t*)ctx;
+  if (!c->include_self) {
+    for (int64_t i = 0; i < c->n; ++i) {
+      char* d = p[0] + ix_index_at(c->index, i) * c->osd;
+      for (int64_t k = 0; k < count; ++k) {
+        if (c->fp) tpu_ku_store_f64(d + k * st[0], c->dt, ix_sr_ident_f(c->red));
+        else tpu_ku_store_i64(d + k * st[0], c->dt, ix_sr_ident_i(c->red, c->dt));
+      }
+    }
+  }
+  for (int64_t i = 0; i < c->n; ++i) {
+    char* d = p[0] + ix_index_at(c->index, i) * c->osd;
+    const char* sp = p[1] + i * c->ssd;
+    if (c->dt == TPU_DTYPE_F32) { /* the same steps in float, without the dtype switch per element */
+      for (int64_t k = 0; k < count; ++k) {
+        float* dk = (float*)(d + k * st[0]);
+        const float v = *(const float*)(sp + k * st[1]);
+        *dk = c->red == IX_R_PROD ? *dk * v : (float)ix_sr_f(c->red, *dk, v);
+      }
+      continue;
+    }
+    for (int64_t k = 0; k < count; ++k) {
+      char* dk = d + k * st[0];
+      const char* sk = sp + k * st[1];
+      if (c->fp)
+        tpu_ku_store_f64(dk, c->dt, ix_sr_f(c->red, tpu_ku_load_f64(dk, c->dt), tpu_ku_load_f64(sk, c->dt)));
+      else
+        tpu_ku_store_i64(dk, c->dt, ix_sr_i(c->red, tpu_ku_load_i64(dk, c->dt), tpu_ku_load_i64(sk, c->dt)));
+    }
+  }
+}
+
 static tpu_status_t ix_ir_run(const tpu_k_call_t* call) {
   TPU_RETURN_IF_ERROR(ix_ir_check(call));
   const tpu_tensor_t* index = tpu_ku_tensor(call, 2);
@@ -2224,7 +2268,18 @@ static tpu_status_t ix_ir_run(const tpu_k_call_t* call) {
   int64_t size;
   TPU_RETURN_IF_ERROR(ix_ia_begin(call, false, &dim, &size));
   if (tpu_tensor_numel(index) == 0 || tpu_tensor_numel(src) == 0) return TPU_OK;
-  tpu_tensor_t iv = *src; /* index expanded to source's shape */
+  if (red != IX_R_MEAN) {
+    tpu_tensor_t os = ix_select_view(out, dim, 0), ss = ix_select_view(src, dim, 0);
+    const tpu_tensor_t* ops[2] = {&os, &ss};
+    tpu_ku_iter_t it;
+    TPU_RETURN_IF_ERROR(tpu_ku_iter_init(&it, 2, ops, call->op));
+    ix_ir_t c = {index, tpu_tensor_numel(index), out->ndim ? out->strides[dim] * (int64_t)ix_es(out) : 0,
+                 src->ndim ? src->strides[dim] * (int64_t)ix_es(src) : 0, red, out->dtype,
+                 tpu_dtype_is_floating((tpu_dtype_t)out->dtype), include_self};
+    tpu_ku_iter_parallel(&it, call->pool, 32768 / (c.n + 1) + 1, ix_ir_inner, &c);
+    return TPU_OK;
+  }
+  tpu_tensor_t iv = *src; /* index expanded to source's shape (the mean's counts) */
   iv.data = index->data;
   iv.dtype = index->dtype;
   for (int32_t d = 0; d < iv.ndim; ++d) iv.strides[d] = 0;

@@ -877,6 +877,22 @@ static void test_put_index_reduce(void) {
              getf(&ho.t, 2), want0, s);
     }
   }
+  /* float32 amax/amin along dim 0 (the slice-by-slice path): a NaN source wins, rows not indexed stay */
+  int64_t f2[2] = {3, 2}, fs[2] = {3, 2}, fi[1] = {3};
+  tt_t fx = mk(TPU_DTYPE_F32, 2, f2, perm), fsrc = mk(TPU_DTYPE_F32, 2, fs, NULL), fix = mk(TPU_DTYPE_I64, 1, fi, NULL);
+  tt_t fo = mk(TPU_DTYPE_F32, 2, f2, NULL);
+  static const int64_t fiv[3] = {2, 0, 2};
+  static const float fsv[6] = {5, -1, 7, 8, NAN, -3};
+  for (int k = 0; k < 3; ++k) ((int64_t*)fix.buf)[k] = fiv[k];
+  for (int k = 0; k < 6; ++k) setf(&fsrc.t, k, fsv[k]), setf(&fx.t, k, 1.0);
+  for (int mx = 0; mx < 2; ++mx) {
+    tpu_k_value_t a[6] = {vt(&fx.t), vi(0), vt(&fix.t), vt(&fsrc.t), vs(mx ? "amax" : "amin"), vb(true)};
+    CHECK_OK(call_op("aten::index_reduce", 6, a, 1, &fo.t));
+    /* row 2 combines source rows 0 and 2, row 0 source row 1 */
+    CHECK(isnan(getf(&fo.t, 4)) && getf(&fo.t, 5) == (mx ? 1.0 : -3.0) && getf(&fo.t, 0) == (mx ? 7.0 : 1.0) &&
+          getf(&fo.t, 1) == (mx ? 8.0 : 1.0) && getf(&fo.t, 2) == 1.0 && getf(&fo.t, 3) == 1.0);
+  }
+  fr(&fx); fr(&fsrc); fr(&fix); fr(&fo);
   ((int32_t*)hix.buf)[1] = 3;
   tpu_k_value_t oob[6] = {vt(&h.t), vi(1), vt(&hix.t), vt(&hsrc.t), vs("amax"), vb(true)};
   CHECK_STATUS(call_op("aten::index_reduce", 6, oob, 1, &ho.t), TPU_STATUS_OUT_OF_RANGE, "out of bounds");
