@@ -2436,8 +2436,33 @@ static inline void ix_ss_load(const ix_ss_t* c, const char* p, int dt, double* f
   }
 }
 
+/* The search in the boundaries' own type when it is the common one (v is
+ * already in it): the same comparisons without a conversion per probe. */
+#define IX_SS_TYPED(T, v)                                                      \
+  do {                                                                         \
+    const T tv = (T)(v);                                                       \
+    int64_t lo = 0, hi = c->nb;                                                \
+    while (lo < hi) {                                                          \
+      const int64_t mid = lo + ((hi - lo) >> 1);                               \
+      const int64_t at = so ? *(const int64_t*)(so + mid * sos) : mid;         \
+      const T bv = *(const T*)(b + at * bs);                                   \
+      if (c->right ? !(bv > tv) : !(bv >= tv)) lo = mid + 1;                   \
+      else hi = mid;                                                           \
+    }                                                                          \
+    return lo;                                                                 \
+  } while (0)
+
 static int64_t ix_ss_find(const ix_ss_t* c, const char* b, int64_t bs, const char* so, int64_t sos, double vf,
                           int64_t vi) {
+  if (c->bnd->dtype == c->cdt) {
+    switch (c->cdt) {
+      case TPU_DTYPE_F32: IX_SS_TYPED(float, vf);
+      case TPU_DTYPE_F64: IX_SS_TYPED(double, vf);
+      case TPU_DTYPE_I64: IX_SS_TYPED(int64_t, vi);
+      case TPU_DTYPE_I32: IX_SS_TYPED(int32_t, vi);
+      default: break;
+    }
+  }
   int64_t lo = 0, hi = c->nb;
   const int bdt = c->bnd->dtype;
   while (lo < hi) {
@@ -2453,7 +2478,8 @@ static int64_t ix_ss_find(const ix_ss_t* c, const char* b, int64_t bs, const cha
   return lo;
 }
 
-static void ix_ss_body(void* ctx, int64_t r0, int64_t r1) {
+/* Elements [e0, e1) of the values in row-major order (rows of m). */
+static void ix_ss_body(void* ctx, int64_t e0, int64_t e1) {
   const ix_ss_t* c = (const ix_ss_t*)ctx;
   const tpu_tensor_t* v = c->val;
   const int32_t vnd = v ? v->ndim : 0;
@@ -2462,7 +2488,9 @@ static void ix_ss_body(void* ctx, int64_t r0, int64_t r1) {
   const int64_t bs = c->bnd->strides[c->bnd->ndim - 1] * bes;
   const int64_t sos = c->sorter ? c->sorter->strides[c->sorter->ndim - 1] * 8 : 0;
   const int64_t vs = vnd ? v->strides[vnd - 1] * ves : 0, os = vnd ? c->out->strides[vnd - 1] * oes : 0;
-  for (int64_t r = r0; r < r1; ++r) {
+  for (int64_t e = e0; e < e1;) {
+    const int64_t r = e / c->m, k0 = e % c->m, k1 = k0 + (e1 - e) < c->m ? k0 + (e1 - e) : c->m;
+    e += k1 - k0;
     int64_t vo = 0, oo = 0, bo = 0, so = 0, rem = r;
     for (int32_t d = vnd - 2; d >= 0; --d) {
       int64_t i = rem % v->sizes[d];
@@ -2476,7 +2504,7 @@ static void ix_ss_body(void* ctx, int64_t r0, int64_t r1) {
     }
     const char* b = (const char*)c->bnd->data + bo;
     const char* sp = c->sorter ? (const char*)c->sorter->data + so : NULL;
-    for (int64_t k = 0; k < c->m; ++k) {
+    for (int64_t k = k0; k < k1; ++k) {
       double vf = 0;
       int64_t vi = 0;
       if (c->scalar) {
@@ -2602,7 +2630,7 @@ static tpu_status_t ix_ss_run(const tpu_k_call_t* call) {
     }
   }
   if (c.lines == 0 || c.m == 0) return TPU_OK;
-  tpu_parallel_for(call->pool, c.lines, 16384 / (c.m * 8 + 1) + 1, ix_ss_body, &c);
+  tpu_parallel_for(call->pool, c.lines * c.m, 2048, ix_ss_body, &c);
   return TPU_OK;
 }
 
