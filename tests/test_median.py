@@ -1,8 +1,8 @@
 """median and nanmedian on native kernels (runtime/kernels/reduce.c), of the
 whole input and along a dim, against PyTorch's CPU: values equal to the
-CPU's; indices equal where the median is unique, else pointing at an
-element equal to it (which tied index comes back is device-specific, as
-torch.median's documentation says). None may reach the CPU fallback."""
+CPU's; indices pointing at an element equal to it (tests/test_select2.py
+checks that they are the CPU's own, ties included). None may reach the CPU
+fallback."""
 import pytest
 import torch
 

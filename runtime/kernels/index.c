@@ -1,7 +1,7 @@
 /* index.c - kernel family "index" (see tpu/kernels.h for the ABI):
  * index_select, gather, scatter(_add), advanced indexing (index.Tensor,
- * index_put_), embedding backward, cat/stack, flip/roll, triu/tril,
- * arange/linspace, repeat_interleave, sort, topk.
+ * index_put_, put_, index_reduce), embedding backward, cat/stack, flip/roll, triu/tril,
+ * arange/linspace, repeat_interleave, sort, topk, searchsorted/bucketize.
  *
  * Index tensors are validated in a first pass (nothing is read out of bounds;
  * an out-of-range index returns OUT_OF_RANGE naming the op, the index and the
@@ -471,6 +471,7 @@ typedef struct {
   ix_lines_t l;            /* ops: index, out, src (index again for a value) */
   int red;
   bool include_self, fp, windowed;
+  bool step_round; /* every step rounded to out's dtype (index_reduce's f16/bf16 arithmetic) */
   double vd; /* the value, already rounded to out's dtype */
   int64_t vi;
   int64_t li, ls;     /* index / out line lengths */
@@ -583,7 +584,7 @@ static void ix_sr_line_window(const ix_sr_t* c, const char* ip, char* op, const 
       cnt[x]++;
       if (c->fp) {
         double r = ix_sr_f(c->red, acc.d[x], c->src ? tpu_ku_load_f64(sp + i * c->ss, sdt) : c->vd);
-        acc.d[x] = opf ? (double)(float)r : r;
+        acc.d[x] = c->step_round ? ix_round_dt(r, odt) : opf ? (double)(float)r : r;
       } else {
         acc.i[x] = ix_sr_i(c->red, acc.i[x], c->src ? tpu_ku_load_i64(sp + i * c->ss, sdt) : c->vi);
       }
@@ -626,7 +627,7 @@ static void ix_sr_body(void* ctx, int64_t b, int64_t e) {
  * dim at index; indices validated by the caller. */
 static void ix_sr_exec(const tpu_k_call_t* call, const tpu_tensor_t* out, const tpu_tensor_t* index,
                        const tpu_tensor_t* src, const tpu_k_value_t* value, int32_t dim, int red,
-                       bool include_self) {
+                       bool include_self, bool step_round) {
   int64_t n = tpu_tensor_numel(index);
   if (n == 0) return;
   ix_sr_t c;
@@ -636,6 +637,7 @@ static void ix_sr_exec(const tpu_k_call_t* call, const tpu_tensor_t* out, const 
   c.src = src;
   c.red = red;
   c.include_self = include_self;
+  c.step_round = step_round;
   c.fp = tpu_dtype_is_floating((tpu_dtype_t)out->dtype);
   c.windowed = out->dtype == TPU_DTYPE_F16 || out->dtype == TPU_DTYPE_BF16 || red == IX_R_MEAN;
   if (!src) { /* value.to<scalar_t>() */
@@ -666,6 +668,18 @@ static tpu_status_t ix_sr_parse(const tpu_k_call_t* call, int* red, bool* includ
   if (strstr(call->op, "scatter_add")) return TPU_OK;
   const char* r = tpu_ku_string(call, 4, NULL);
   if (!r) return TPU_KU_INVALID(call, "expected a reduce argument");
+  if (strstr(call->op, "index_reduce")) {
+    *include_self = tpu_ku_bool(call, 5, true);
+    if (strcmp(r, "prod") == 0) *red = IX_R_PROD;
+    else if (strcmp(r, "mean") == 0) *red = IX_R_MEAN;
+    else if (strcmp(r, "amax") == 0) *red = IX_R_AMAX;
+    else if (strcmp(r, "amin") == 0) *red = IX_R_AMIN;
+    else
+      return TPU_ERROR(TPU_STATUS_FAILED_PRECONDITION,
+                       "%s: index_reduce(): Expected reduce to be one of prod, mean, amax or amin but got %s.",
+                       call->op, r);
+    return TPU_OK;
+  }
   if (strstr(call->op, "scatter_reduce")) {
     *include_self = tpu_ku_bool(call, 5, true);
     if (strcmp(r, "sum") == 0) *red = IX_R_SUM;
@@ -704,7 +718,7 @@ static tpu_status_t ix_sr_run(const tpu_k_call_t* call) {
   TPU_RETURN_IF_ERROR(ix_dim_arg(call, 1, self->ndim, &dim));
   TPU_RETURN_IF_ERROR(ix_validate(call, index, self->ndim ? self->sizes[dim] : 1, dim, false));
   if (!ix_same_view(out, self)) TPU_RETURN_IF_ERROR(ix_copy(out, self, call->pool, call->op));
-  ix_sr_exec(call, out, index, tpu_ku_tensor(call, 3), &call->args[3], dim, red, include_self);
+  ix_sr_exec(call, out, index, tpu_ku_tensor(call, 3), &call->args[3], dim, red, include_self, false);
   return TPU_OK;
 }
 
@@ -815,7 +829,7 @@ static tpu_status_t ix_index_add_run(const tpu_k_call_t* call) {
     iv.dtype = index->dtype;
     for (int32_t d = 0; d < iv.ndim; ++d) iv.strides[d] = 0;
     iv.strides[dim] = index->ndim ? index->strides[0] : 0;
-    ix_sr_exec(call, out, &iv, src, NULL, dim, IX_R_SUM, true);
+    ix_sr_exec(call, out, &iv, src, NULL, dim, IX_R_SUM, true, false);
     return TPU_OK;
   }
   const tpu_k_entry_t* add = tpu_k_lookup("aten::add_.Tensor");
@@ -2151,6 +2165,475 @@ static tpu_status_t ix_sort_run(const tpu_k_call_t* call) {
   return TPU_OK;
 }
 
+/* index_reduce(self, dim, index, source, reduce, *, include_self) (.out, _):
+ * PyTorch's CPU loop, self.select(dim, index[i]) op= source.select(dim, i) in
+ * index order in the dtype's own arithmetic (f16/bf16 rounded every step),
+ * excluded positions first filled with the reduction's identity, mean
+ * divided by 1 + (or, without self, the) number of contributions (floor
+ * division for integers). prod/amax/amin run slice by slice (ix_ir_inner);
+ * mean is scatter_reduce along dim with the index expanded to source's
+ * shape, whose kernel counts the contributions without scratch memory. */
+static tpu_status_t ix_ir_check(const tpu_k_call_t* call) {
+  const tpu_tensor_t* self = tpu_ku_tensor(call, 0);
+  const tpu_tensor_t* index = tpu_ku_tensor(call, 2);
+  const tpu_tensor_t* src = tpu_ku_tensor(call, 3);
+  if (!self || !index || !src) return TPU_KU_INVALID(call, "expected self, dim, index, source");
+  /* the CPU's errors (index_func_meta_impl) before the shared checks */
+  if (index->ndim > 1)
+    return TPU_ERROR(TPU_STATUS_OUT_OF_RANGE, "%s: index_reduce_(): Index is supposed to be a vector, but got dim: %d",
+                     call->op, (int)index->ndim);
+  if (!ix_is_index_dt(index->dtype))
+    return TPU_ERROR(TPU_STATUS_FAILED_PRECONDITION, "%s: index_reduce_(): Expected dtype int32/int64 for index but got: %s",
+                     call->op, tpu_dtype_name((tpu_dtype_t)index->dtype));
+  int32_t dim;
+  TPU_RETURN_IF_ERROR(ix_dim_arg(call, 1, self->ndim, &dim));
+  const int64_t len = src->ndim ? src->sizes[src->ndim > dim ? dim : 0] : 1;
+  if (tpu_tensor_numel(index) != len)
+    return TPU_ERROR(TPU_STATUS_FAILED_PRECONDITION,
+                     "%s: index_reduce_(): Number of indices (%lld) should be equal to source.size(dim): (%lld), for "
+                     "dim: %d", call->op, (long long)tpu_tensor_numel(index), (long long)len, (int)dim);
+  bool shapes = src->ndim == self->ndim || (src->ndim <= 1 && self->ndim <= 1);
+  for (int32_t d = 0; shapes && d < self->ndim && src->ndim == self->ndim; ++d)
+    shapes = d == dim || src->sizes[d] == self->sizes[d];
+  if (!shapes)
+    return TPU_ERROR(TPU_STATUS_FAILED_PRECONDITION,
+                     "%s: source tensor shape must match self tensor shape, excluding the specified dimension", call->op);
+  TPU_RETURN_IF_ERROR(ix_ia_check(call));
+  if (self->dtype != src->dtype || call->outputs[0].dtype != self->dtype)
+    return TPU_ERROR(TPU_STATUS_FAILED_PRECONDITION,
+                     "%s: index_reduce_(): self (%s) and source (%s) must have the same scalar type", call->op,
+                     tpu_dtype_name((tpu_dtype_t)self->dtype), tpu_dtype_name((tpu_dtype_t)src->dtype));
+  int red;
+  bool include_self;
+  TPU_RETURN_IF_ERROR(ix_sr_parse(call, &red, &include_self));
+  /* the CPU has no bool mean, no bool identity for include_self=False, and
+   * takes bool only on its path for self of 2 or more dims */
+  if (self->dtype == TPU_DTYPE_BOOL && (red == IX_R_MEAN || !include_self || self->ndim <= 1))
+    return tpu_ku_unsupported_dtype(call, self->dtype);
+  return TPU_OK;
+}
+
+/* prod/amax/amin slice by slice, as the CPU: for each run of elements of a
+ * slice, every index in order (identities first without self); the store
+ * rounds each step to the dtype. */
+typedef struct {
+  const tpu_tensor_t* index;
+  int64_t n, osd, ssd; /* indices; byte strides along dim of out and source */
+  int red, dt;
+  bool fp, include_self;
+} ix_ir_t;
+
+static void ix_ir_inner(void* ctx, char** p, const int64_t* st, int64_t count) {
+  const ix_ir_t* c = (const ix_ir_t*)ctx;
+  if (!c->include_self) {
+    for (int64_t i = 0; i < c->n; ++i) {
+      char* d = p[0] + ix_index_at(c->index, i) * c->osd;
+      for (int64_t k = 0; k < count; ++k) {
+        if (c->fp) tpu_ku_store_f64(d + k * st[0], c->dt, ix_sr_ident_f(c->red));
+        else tpu_ku_store_i64(d + k * st[0], c->dt, ix_sr_ident_i(c->red, c->dt));
+      }
+    }
+  }
+  for (int64_t i = 0; i < c->n; ++i) {
+    char* d = p[0] + ix_index_at(c->index, i) * c->osd;
+    const char* sp = p[1] + i * c->ssd;
+    if (c->dt == TPU_DTYPE_F32) { /* the same steps in float, without the dtype switch per element */
+      for (int64_t k = 0; k < count; ++k) {
+        float* dk = (float*)(d + k * st[0]);
+        const float v = *(const float*)(sp + k * st[1]);
+        *dk = c->red == IX_R_PROD ? *dk * v : (float)ix_sr_f(c->red, *dk, v);
+      }
+      continue;
+    }
+    for (int64_t k = 0; k < count; ++k) {
+      char* dk = d + k * st[0];
+      const char* sk = sp + k * st[1];
+      if (c->fp)
+        tpu_ku_store_f64(dk, c->dt, ix_sr_f(c->red, tpu_ku_load_f64(dk, c->dt), tpu_ku_load_f64(sk, c->dt)));
+      else
+        tpu_ku_store_i64(dk, c->dt, ix_sr_i(c->red, tpu_ku_load_i64(dk, c->dt), tpu_ku_load_i64(sk, c->dt)));
+    }
+  }
+}
+
+static tpu_status_t ix_ir_run(const tpu_k_call_t* call) {
+  TPU_RETURN_IF_ERROR(ix_ir_check(call));
+  const tpu_tensor_t* index = tpu_ku_tensor(call, 2);
+  const tpu_tensor_t* src = tpu_ku_tensor(call, 3);
+  const tpu_tensor_t* out = &call->outputs[0];
+  int red;
+  bool include_self;
+  TPU_RETURN_IF_ERROR(ix_sr_parse(call, &red, &include_self));
+  int32_t dim;
+  int64_t size;
+  TPU_RETURN_IF_ERROR(ix_ia_begin(call, false, &dim, &size));
+  if (tpu_tensor_numel(index) == 0 || tpu_tensor_numel(src) == 0) return TPU_OK;
+  if (red != IX_R_MEAN) {
+    tpu_tensor_t os = ix_select_view(out, dim, 0), ss = ix_select_view(src, dim, 0);
+    const tpu_tensor_t* ops[2] = {&os, &ss};
+    tpu_ku_iter_t it;
+    TPU_RETURN_IF_ERROR(tpu_ku_iter_init(&it, 2, ops, call->op));
+    ix_ir_t c = {index, tpu_tensor_numel(index), out->ndim ? out->strides[dim] * (int64_t)ix_es(out) : 0,
+                 src->ndim ? src->strides[dim] * (int64_t)ix_es(src) : 0, red, out->dtype,
+                 tpu_dtype_is_floating((tpu_dtype_t)out->dtype), include_self};
+    tpu_ku_iter_parallel(&it, call->pool, 32768 / (c.n + 1) + 1, ix_ir_inner, &c);
+    return TPU_OK;
+  }
+  tpu_tensor_t iv = *src; /* index expanded to source's shape (the mean's counts) */
+  iv.data = index->data;
+  iv.dtype = index->dtype;
+  for (int32_t d = 0; d < iv.ndim; ++d) iv.strides[d] = 0;
+  if (iv.ndim) iv.strides[dim] = index->ndim ? index->strides[0] : 0;
+  ix_sr_exec(call, out, &iv, src, NULL, dim, red, include_self, true);
+  return TPU_OK;
+}
+
+/* put_(self, index, source, accumulate) and put: self viewed as flat in
+ * row-major order, self.flat[index[i]] = source.flat[i] (or +=) serially in
+ * index order, as the CPU: a repeated index keeps its last value, sums
+ * round to the dtype at every step. Negative indices count from the end. */
+typedef struct {
+  const tpu_tensor_t* t;
+  int64_t es;
+} ix_flat_t;
+
+static inline char* ix_flat_at(const ix_flat_t* f, int64_t i) {
+  const tpu_tensor_t* t = f->t;
+  int64_t off = 0;
+  for (int32_t d = t->ndim - 1; d >= 0; --d) {
+    off += (i % t->sizes[d]) * t->strides[d];
+    i /= t->sizes[d];
+  }
+  return (char*)t->data + off * f->es;
+}
+
+static tpu_status_t ix_take_put_check(const tpu_k_call_t* call) {
+  const tpu_tensor_t* self = tpu_ku_tensor(call, 0);
+  const tpu_tensor_t* index = tpu_ku_tensor(call, 1);
+  const tpu_tensor_t* src = tpu_ku_tensor(call, 2);
+  if (!self || !index || !src || call->num_outputs < 1) return TPU_KU_INVALID(call, "expected self, index, source");
+  if (!ix_dtype_ok(self->dtype)) return tpu_ku_unsupported_dtype(call, self->dtype);
+  if (index->dtype != TPU_DTYPE_I64)
+    return TPU_ERROR(TPU_STATUS_FAILED_PRECONDITION, "%s: put_(): Expected a long tensor for index, but got %s",
+                     call->op, tpu_dtype_name((tpu_dtype_t)index->dtype));
+  if (src->dtype != self->dtype)
+    return TPU_ERROR(TPU_STATUS_FAILED_PRECONDITION,
+                     "%s: put_(): self and source expected to have the same dtype, but got self.dtype = %s and "
+                     "source.dtype = %s", call->op, tpu_dtype_name((tpu_dtype_t)self->dtype),
+                     tpu_dtype_name((tpu_dtype_t)src->dtype));
+  if (tpu_tensor_numel(src) != tpu_tensor_numel(index))
+    return TPU_ERROR(TPU_STATUS_OUT_OF_RANGE,
+                     "%s: put_(): Expected source and index to have the same number of elements, but got "
+                     "source.numel() = %lld, index.numel() = %lld", call->op, (long long)tpu_tensor_numel(src),
+                     (long long)tpu_tensor_numel(index));
+  if (tpu_tensor_numel(self) == 0 && tpu_tensor_numel(index) > 0)
+    return TPU_ERROR(TPU_STATUS_OUT_OF_RANGE, "%s: put_(): Tried to put elements into an empty tensor", call->op);
+  const tpu_tensor_t* out = &call->outputs[0];
+  if (out->dtype != self->dtype || !ix_same_shape(out, self)) return TPU_KU_INVALID(call, "output differs from self");
+  for (int32_t d = 0; d < out->ndim; ++d)
+    if (out->strides[d] == 0 && out->sizes[d] > 1)
+      return TPU_ERROR(TPU_STATUS_FAILED_PRECONDITION,
+                       "%s: unsupported operation: more than one element of the written-to tensor refers to a "
+                       "single memory location. Please clone() the tensor before performing the operation.",
+                       call->op);
+  return TPU_OK;
+}
+
+static tpu_status_t ix_take_put_run(const tpu_k_call_t* call) {
+  TPU_RETURN_IF_ERROR(ix_take_put_check(call));
+  const tpu_tensor_t* self = tpu_ku_tensor(call, 0);
+  const tpu_tensor_t* index = tpu_ku_tensor(call, 1);
+  const tpu_tensor_t* src = tpu_ku_tensor(call, 2);
+  const tpu_tensor_t* out = &call->outputs[0];
+  const bool acc = tpu_ku_bool(call, 3, false);
+  const int64_t numel = tpu_tensor_numel(out), n = tpu_tensor_numel(index);
+  ix_flat_t fi = {index, 8}, fs = {src, (int64_t)ix_es(src)}, fo = {out, (int64_t)ix_es(out)};
+  for (int64_t i = 0; i < n; ++i) { /* every index checked before anything is written */
+    int64_t k = *(const int64_t*)ix_flat_at(&fi, i);
+    if (k < -numel || k >= numel)
+      return TPU_ERROR(TPU_STATUS_OUT_OF_RANGE, "%s: out of range: tried to access index %lld on a tensor of %lld elements.",
+                       call->op, (long long)k, (long long)numel);
+  }
+  if (!ix_same_view(out, self)) TPU_RETURN_IF_ERROR(ix_copy(out, self, call->pool, call->op));
+  const int dt = out->dtype;
+  const bool fp = tpu_dtype_is_floating((tpu_dtype_t)dt);
+  const size_t es = ix_es(out);
+  for (int64_t i = 0; i < n; ++i) {
+    int64_t k = *(const int64_t*)ix_flat_at(&fi, i);
+    char* d = ix_flat_at(&fo, k < 0 ? k + numel : k);
+    const char* v = ix_flat_at(&fs, i);
+    if (!acc) memcpy(d, v, es);
+    else if (dt == TPU_DTYPE_BOOL) *(uint8_t*)d = *(const uint8_t*)d || *(const uint8_t*)v;
+    else if (fp) tpu_ku_store_f64(d, dt, tpu_ku_load_f64(d, dt) + tpu_ku_load_f64(v, dt));
+    else tpu_ku_store_i64(d, dt, (int64_t)((uint64_t)tpu_ku_load_i64(d, dt) + (uint64_t)tpu_ku_load_i64(v, dt)));
+  }
+  return TPU_OK;
+}
+
+/* ---- searchsorted / bucketize ---------------------------------------------------- */
+
+/* searchsorted.Tensor(_out) / .Scalar(_out): (sorted_sequence, self, out_int32, right, side, sorter);
+ * bucketize.Tensor(_out) / .Scalar(_out): (self, boundaries, out_int32, right).
+ * As PyTorch's CPU kernel: both sides are cast to torch.result_type(boundaries,
+ * values) (a 0-dim tensor or a Scalar joins by category only), then
+ * lower_bound (`!(b >= v)` moves right) or upper_bound (`!(b > v)`) over each
+ * row of boundaries (the 1-D boundaries, or the row sharing the value's leading
+ * indices), read through sorter when given; NaN sorts after every number. */
+static int ix_cat(int dt) { return dt == TPU_DTYPE_BOOL ? 0 : tpu_dtype_is_floating((tpu_dtype_t)dt) ? 2 : 1; }
+
+/* torch.promote_types over the dtypes kernels take */
+static int ix_promote(int a, int b) {
+  if (a == b) return a;
+  int ca = ix_cat(a), cb = ix_cat(b);
+  if (ca != cb) return ca > cb ? a : b;
+  if (ca == 1) {
+    if ((a == TPU_DTYPE_U8 && b == TPU_DTYPE_I8) || (a == TPU_DTYPE_I8 && b == TPU_DTYPE_U8)) return TPU_DTYPE_I16;
+    if (a == TPU_DTYPE_U8) return b;
+    if (b == TPU_DTYPE_U8) return a;
+    return tpu_dtype_size((tpu_dtype_t)a) > tpu_dtype_size((tpu_dtype_t)b) ? a : b;
+  }
+  if ((a == TPU_DTYPE_F16 && b == TPU_DTYPE_BF16) || (a == TPU_DTYPE_BF16 && b == TPU_DTYPE_F16)) return TPU_DTYPE_F32;
+  return tpu_dtype_size((tpu_dtype_t)a) > tpu_dtype_size((tpu_dtype_t)b) ? a : b;
+}
+
+typedef struct {
+  const tpu_tensor_t *bnd, *val, *out, *sorter;
+  const tpu_k_value_t* scalar; /* the .Scalar value, else NULL */
+  int cdt;                     /* common dtype */
+  bool right, ints;
+  int64_t m, nb, lines;        /* values per row, boundaries per row, rows */
+} ix_ss_t;
+
+/* Element x of dtype sdt as the common dtype holds it: exact int64 for an
+ * integer common type, else a double holding the rounded value (integers
+ * convert through float for the 32/16-bit float types, as static_cast does). */
+static inline double ix_ss_f(const ix_ss_t* c, double d, bool from_int, int64_t i) {
+  switch (c->cdt) {
+    case TPU_DTYPE_F64: return from_int ? (double)i : d;
+    case TPU_DTYPE_F32: return from_int ? (double)(float)i : (double)(float)d;
+    case TPU_DTYPE_F16: return tpu_ku_f16_to_f32(tpu_ku_f32_to_f16(from_int ? (float)i : (float)d));
+    default: return tpu_ku_bf16_to_f32(tpu_ku_f32_to_bf16(from_int ? (float)i : (float)d));
+  }
+}
+
+/* A wider 0-dim value or a Scalar wraps into an integer common type, as .to() does. */
+static inline int64_t ix_ss_wrap(const ix_ss_t* c, int64_t i) {
+  char tmp[8];
+  tpu_ku_store_i64(tmp, c->cdt, i);
+  return tpu_ku_load_i64(tmp, c->cdt);
+}
+
+static inline void ix_ss_load(const ix_ss_t* c, const char* p, int dt, double* f, int64_t* i) {
+  if (!tpu_dtype_is_floating((tpu_dtype_t)dt)) {
+    *i = tpu_ku_load_i64(p, dt);
+    if (!c->ints) {
+      *f = ix_ss_f(c, 0, true, *i);
+    } else if (dt != c->cdt) {
+      *i = ix_ss_wrap(c, *i);
+    }
+  } else {
+    *f = ix_ss_f(c, tpu_ku_load_f64(p, dt), false, 0);
+  }
+}
+
+/* The search in the boundaries' own type when it is the common one (v is
+ * already in it): the same comparisons without a conversion per probe. */
+#define IX_SS_TYPED(T, v)                                                      \
+  do {                                                                         \
+    const T tv = (T)(v);                                                       \
+    int64_t lo = 0, hi = c->nb;                                                \
+    while (lo < hi) {                                                          \
+      const int64_t mid = lo + ((hi - lo) >> 1);                               \
+      const int64_t at = so ? *(const int64_t*)(so + mid * sos) : mid;         \
+      const T bv = *(const T*)(b + at * bs);                                   \
+      if (c->right ? !(bv > tv) : !(bv >= tv)) lo = mid + 1;                   \
+      else hi = mid;                                                           \
+    }                                                                          \
+    return lo;                                                                 \
+  } while (0)
+
+static int64_t ix_ss_find(const ix_ss_t* c, const char* b, int64_t bs, const char* so, int64_t sos, double vf,
+                          int64_t vi) {
+  if (c->bnd->dtype == c->cdt) {
+    switch (c->cdt) {
+      case TPU_DTYPE_F32: IX_SS_TYPED(float, vf);
+      case TPU_DTYPE_F64: IX_SS_TYPED(double, vf);
+      case TPU_DTYPE_I64: IX_SS_TYPED(int64_t, vi);
+      case TPU_DTYPE_I32: IX_SS_TYPED(int32_t, vi);
+      default: break;
+    }
+  }
+  int64_t lo = 0, hi = c->nb;
+  const int bdt = c->bnd->dtype;
+  while (lo < hi) {
+    const int64_t mid = lo + ((hi - lo) >> 1);
+    const int64_t at = so ? *(const int64_t*)(so + mid * sos) : mid;
+    double bf = 0;
+    int64_t bi = 0;
+    ix_ss_load(c, b + at * bs, bdt, &bf, &bi);
+    bool go_right = c->ints ? (c->right ? !(bi > vi) : !(bi >= vi)) : (c->right ? !(bf > vf) : !(bf >= vf));
+    if (go_right) lo = mid + 1;
+    else hi = mid;
+  }
+  return lo;
+}
+
+/* Elements [e0, e1) of the values in row-major order (rows of m). */
+static void ix_ss_body(void* ctx, int64_t e0, int64_t e1) {
+  const ix_ss_t* c = (const ix_ss_t*)ctx;
+  const tpu_tensor_t* v = c->val;
+  const int32_t vnd = v ? v->ndim : 0;
+  const bool nd_bnd = c->bnd->ndim > 1;
+  const int64_t bes = (int64_t)ix_es(c->bnd), ves = v ? (int64_t)ix_es(v) : 0, oes = (int64_t)ix_es(c->out);
+  const int64_t bs = c->bnd->strides[c->bnd->ndim - 1] * bes;
+  const int64_t sos = c->sorter ? c->sorter->strides[c->sorter->ndim - 1] * 8 : 0;
+  const int64_t vs = vnd ? v->strides[vnd - 1] * ves : 0, os = vnd ? c->out->strides[vnd - 1] * oes : 0;
+  for (int64_t e = e0; e < e1;) {
+    const int64_t r = e / c->m, k0 = e % c->m, k1 = k0 + (e1 - e) < c->m ? k0 + (e1 - e) : c->m;
+    e += k1 - k0;
+    int64_t vo = 0, oo = 0, bo = 0, so = 0, rem = r;
+    for (int32_t d = vnd - 2; d >= 0; --d) {
+      int64_t i = rem % v->sizes[d];
+      rem /= v->sizes[d];
+      vo += i * v->strides[d] * ves;
+      oo += i * c->out->strides[d] * oes;
+      if (nd_bnd) {
+        bo += i * c->bnd->strides[d] * bes;
+        if (c->sorter) so += i * c->sorter->strides[d] * 8;
+      }
+    }
+    const char* b = (const char*)c->bnd->data + bo;
+    const char* sp = c->sorter ? (const char*)c->sorter->data + so : NULL;
+    for (int64_t k = k0; k < k1; ++k) {
+      double vf = 0;
+      int64_t vi = 0;
+      if (c->scalar) {
+        const tpu_k_value_t* sv = c->scalar;
+        if (sv->kind == TPU_K_DOUBLE) vf = ix_ss_f(c, sv->v.d, false, 0);
+        else if (c->ints) vi = ix_ss_wrap(c, sv->kind == TPU_K_BOOL ? sv->v.b : sv->v.i);
+        else vf = ix_ss_f(c, 0, true, sv->kind == TPU_K_BOOL ? sv->v.b : sv->v.i);
+      } else {
+        ix_ss_load(c, (const char*)v->data + vo + k * vs, v->dtype, &vf, &vi);
+      }
+      int64_t pos = ix_ss_find(c, b, bs, sp, sos, vf, vi);
+      char* o = (char*)c->out->data + oo + k * os;
+      if (c->out->dtype == TPU_DTYPE_I32) *(int32_t*)o = (int32_t)pos;
+      else *(int64_t*)o = pos;
+    }
+  }
+}
+
+/* Scalar values: the dtype a Scalar of this kind joins result_type with */
+static int ix_scalar_dt(const tpu_k_value_t* sv, int other) {
+  int sdt = sv->kind == TPU_K_DOUBLE ? TPU_DTYPE_F32 : sv->kind == TPU_K_BOOL ? TPU_DTYPE_BOOL : TPU_DTYPE_I64;
+  return ix_cat(sdt) > ix_cat(other) ? sdt : other;
+}
+
+static tpu_status_t ix_ss_setup(const tpu_k_call_t* call, ix_ss_t* c) {
+  memset(c, 0, sizeof(*c));
+  const bool bucketize = strstr(call->op, "bucketize") != NULL;
+  const int bi = bucketize ? 1 : 0, vi = bucketize ? 0 : 1;
+  c->bnd = tpu_ku_tensor(call, bi);
+  c->val = tpu_ku_tensor(call, vi);
+  if (!c->val) c->scalar = &call->args[vi];
+  if (!c->bnd || (!c->val && c->scalar->kind != TPU_K_INT && c->scalar->kind != TPU_K_DOUBLE &&
+                  c->scalar->kind != TPU_K_BOOL) || call->num_outputs < 1)
+    return TPU_KU_INVALID(call, "expected boundaries, values and an output");
+  c->out = &call->outputs[0];
+  const bool out_int32 = tpu_ku_bool(call, 2, false);
+  bool right = tpu_ku_bool(call, 3, false);
+  const char* side = bucketize ? NULL : tpu_ku_string(call, 4, NULL);
+  c->sorter = bucketize || tpu_ku_is_none(call, 5) ? NULL : tpu_ku_tensor(call, 5);
+  const char* fn = bucketize ? "torch.bucketize()" : "torch.searchsorted()";
+  if (c->bnd->ndim == 0)
+    return TPU_ERROR(TPU_STATUS_FAILED_PRECONDITION,
+                     bucketize ? "%s: boundaries tensor must be 1 dimension, but got dim(0)"
+                               : "%s: torch.searchsorted(): boundaries tensor should have positive dimension, but got 0 dimension",
+                     call->op);
+  if (bucketize && c->bnd->ndim != 1)
+    return TPU_ERROR(TPU_STATUS_FAILED_PRECONDITION, "%s: boundaries tensor must be 1 dimension, but got dim(%d)",
+                     call->op, (int)c->bnd->ndim);
+  if (side && strcmp(side, "left") != 0 && strcmp(side, "right") != 0)
+    return TPU_ERROR(TPU_STATUS_FAILED_PRECONDITION, "%s: %s: side can only be 'left' or 'right' but got %s", call->op,
+                     fn, side);
+  if (side && strcmp(side, "left") == 0 && right)
+    return TPU_ERROR(TPU_STATUS_FAILED_PRECONDITION,
+                     "%s: %s: side and right can't be set to opposites, got side of left while right was True",
+                     call->op, fn);
+  if (side) right = strcmp(side, "right") == 0;
+  c->right = right;
+  if (c->out->dtype != (out_int32 ? TPU_DTYPE_I32 : TPU_DTYPE_I64))
+    return TPU_ERROR(TPU_STATUS_FAILED_PRECONDITION,
+                     "%s: %s: output tensor's dtype is wrong, it can only be Int(int32) or Long(int64) depending on "
+                     "whether out_int32 flag is True, but we got output tensor's dtype %s and out_int32 flag is %s",
+                     call->op, fn, tpu_dtype_name((tpu_dtype_t)c->out->dtype), out_int32 ? "True" : "False");
+  const int32_t vnd = c->val ? c->val->ndim : 0;
+  if (c->bnd->ndim > 1) {
+    bool ok = c->bnd->ndim == vnd;
+    for (int32_t d = 0; ok && d + 1 < vnd; ++d) ok = c->bnd->sizes[d] == c->val->sizes[d];
+    if (!ok)
+      return TPU_ERROR(TPU_STATUS_FAILED_PRECONDITION,
+                       "%s: %s: boundaries tensor should be 1 dimension or the first N-1 dimensions of boundaries "
+                       "tensor and input value tensor must match", call->op, fn);
+  }
+  if (c->out->ndim != vnd) return TPU_KU_INVALID(call, "the output must have the values' shape");
+  for (int32_t d = 0; d < vnd; ++d)
+    if (c->out->sizes[d] != c->val->sizes[d]) return TPU_KU_INVALID(call, "the output must have the values' shape");
+  c->nb = c->bnd->sizes[c->bnd->ndim - 1];
+  if (c->sorter) {
+    if (c->sorter->dtype != TPU_DTYPE_I64)
+      return TPU_ERROR(TPU_STATUS_FAILED_PRECONDITION,
+                       "%s: %s: sorter must be a tensor of long dtype but got dtype %s", call->op, fn,
+                       tpu_dtype_name((tpu_dtype_t)c->sorter->dtype));
+    bool same = c->sorter->ndim == c->bnd->ndim;
+    for (int32_t d = 0; same && d < c->bnd->ndim; ++d) same = c->sorter->sizes[d] == c->bnd->sizes[d];
+    if (!same)
+      return TPU_ERROR(TPU_STATUS_FAILED_PRECONDITION, "%s: %s: boundary and sorter must have the same size", call->op,
+                       fn);
+  }
+  int cdt;
+  if (c->scalar) cdt = ix_scalar_dt(c->scalar, c->bnd->dtype);
+  else if (vnd == 0) cdt = ix_cat(c->val->dtype) > ix_cat(c->bnd->dtype) ? ix_promote(c->bnd->dtype, c->val->dtype)
+                                                                           : c->bnd->dtype;
+  else cdt = ix_promote(c->bnd->dtype, c->val->dtype);
+  if (cdt == TPU_DTYPE_BOOL || !ix_dtype_ok(cdt) || !ix_dtype_ok(c->bnd->dtype) ||
+      (c->val && !ix_dtype_ok(c->val->dtype)))
+    return tpu_ku_unsupported_dtype(call, cdt);
+  if (c->scalar) TPU_RETURN_IF_ERROR(tpu_ku_check_scalar_fits(call, vi, cdt));
+  c->cdt = cdt;
+  c->ints = ix_cat(cdt) == 1;
+  c->m = vnd ? c->val->sizes[vnd - 1] : 1;
+  int64_t nv = c->val ? tpu_tensor_numel(c->val) : 1;
+  c->lines = c->m ? nv / c->m : 0;
+  return TPU_OK;
+}
+
+static tpu_status_t ix_ss_check(const tpu_k_call_t* call) {
+  ix_ss_t c;
+  return ix_ss_setup(call, &c);
+}
+
+static tpu_status_t ix_ss_run(const tpu_k_call_t* call) {
+  ix_ss_t c;
+  TPU_RETURN_IF_ERROR(ix_ss_setup(call, &c));
+  if (c.sorter) { /* the CPU checks every sorter index, even with no values */
+    const tpu_tensor_t* so = c.sorter;
+    int64_t n = tpu_tensor_numel(so), idx[TPU_MAX_DIMS] = {0};
+    for (int64_t e = 0; e < n; ++e) {
+      int64_t off = 0;
+      for (int32_t d = 0; d < so->ndim; ++d) off += idx[d] * so->strides[d];
+      int64_t s = ((const int64_t*)so->data)[off];
+      if (s < 0 || s >= c.nb)
+        return TPU_ERROR(TPU_STATUS_FAILED_PRECONDITION, "%s: torch.searchsorted(): sorter index out of range",
+                         call->op);
+      for (int32_t d = so->ndim - 1; d >= 0 && ++idx[d] == so->sizes[d]; --d) idx[d] = 0;
+    }
+  }
+  if (c.lines == 0 || c.m == 0) return TPU_OK;
+  tpu_parallel_for(call->pool, c.lines * c.m, 2048, ix_ss_body, &c);
+  return TPU_OK;
+}
+
 const tpu_k_entry_t tpu_k_index_entries[] = {
     {"aten::index_select", ix_select_run, ix_select_check, 0, NULL},
     {"aten::index_select.out", ix_select_run, ix_select_check, 0, NULL},
@@ -2219,5 +2702,18 @@ const tpu_k_entry_t tpu_k_index_entries[] = {
     {"aten::sort.values_stable", ix_sort_run, ix_sort_check, 0, NULL},
     {"aten::topk", ix_sort_run, ix_sort_check, 0, NULL},
     {"aten::topk.values", ix_sort_run, ix_sort_check, 0, NULL},
+    {"aten::index_reduce", ix_ir_run, ix_ir_check, 0, NULL},
+    {"aten::index_reduce_", ix_ir_run, ix_ir_check, 0, NULL},
+    {"aten::index_reduce.out", ix_ir_run, ix_ir_check, 0, NULL},
+    {"aten::put_", ix_take_put_run, ix_take_put_check, 0, NULL},
+    {"aten::put", ix_take_put_run, ix_take_put_check, 0, NULL},
+    {"aten::searchsorted.Tensor", ix_ss_run, ix_ss_check, 0, NULL},
+    {"aten::searchsorted.Tensor_out", ix_ss_run, ix_ss_check, 0, NULL},
+    {"aten::searchsorted.Scalar", ix_ss_run, ix_ss_check, 0, NULL},
+    {"aten::searchsorted.Scalar_out", ix_ss_run, ix_ss_check, 0, NULL},
+    {"aten::bucketize.Tensor", ix_ss_run, ix_ss_check, 0, NULL},
+    {"aten::bucketize.Tensor_out", ix_ss_run, ix_ss_check, 0, NULL},
+    {"aten::bucketize.Scalar", ix_ss_run, ix_ss_check, 0, NULL},
+    {"aten::bucketize.Scalar_out", ix_ss_run, ix_ss_check, 0, NULL},
 };
 const size_t tpu_k_index_count = sizeof(tpu_k_index_entries) / sizeof(tpu_k_index_entries[0]);

@@ -1,6 +1,6 @@
 /* reduce.c - kernel family "reduce" (see tpu/kernels.h for the ABI):
  * sum/mean/prod/amax/amin/max/min/argmax/argmin/any/all/var/std/var_mean/
- * linalg_vector_norm/logsumexp, median/nanmedian, cumsum/cumprod/cummax/cummin,
+ * linalg_vector_norm/logsumexp, median/nanmedian/kthvalue/mode, cumsum/cumprod/cummax/cummin,
  * softmax/log_softmax and their backward, layer norm (+ backward), fused RMS norm.
  *
  * A "plan" splits the input's dims into outer (kept) and reduced dims and
@@ -1496,11 +1496,12 @@ static tpu_status_t rd_cumext_exec(const tpu_k_call_t* call) {
  * elements for nanmedian). No scratch memory: a radix select over
  * order-preserving 64-bit keys, one pass per 8-bit digit from the top (a
  * 256-count histogram of the candidates that share the digits found so far;
- * it stops early when one is left), then one pass for the first element with
- * the found key. median of a row
- * holding a NaN is its first NaN; nanmedian of an all-NaN row is NaN at
- * index 0, as on the CPU. With ties the index is the first occurrence (the
- * CPU's nth_element leaves it unspecified). */
+ * it stops early when one is left), then one pass for the element of that
+ * rank among those with the found key. median of a row holding a NaN is its
+ * first NaN; nanmedian of an all-NaN row is NaN at the index the CPU's
+ * nth_element leaves (rd_allnan_index).
+ * Ties are ordered by index, as the CPU's nth_element comparator orders them
+ * (-0.0 ties with 0.0), so the index is the CPU's. */
 typedef struct {
   bool nan_median; /* nanmedian */
   bool with_idx;
@@ -1513,6 +1514,7 @@ typedef struct {
   int pass; /* 0..7: histogram of digit 7 - pass; 8: find */
   uint64_t prefix, mask;
   int64_t count[256], nan, first_nan, found;
+  int64_t rank; /* pass 8: which occurrence of the found key */
   const char* at;
 } rd_med_cc_t;
 
@@ -1520,6 +1522,7 @@ static inline bool rd_med_key(const char* x, int dt, uint64_t* key) {
   if (rd_float_dt(dt)) {
     double v = tpu_ku_load_f64(x, dt);
     if (v != v) return false;
+    if (v == 0) v = 0.0; /* -0.0 ties with 0.0, as the CPU's comparisons */
     uint64_t b;
     memcpy(&b, &v, 8);
     *key = (b >> 63) ? ~b : b | (UINT64_C(1) << 63);
@@ -1543,11 +1546,31 @@ static void rd_med_run(void* ctx, char* const* p, const int64_t* sb, int64_t n, 
     if ((key & c->mask) != c->prefix) continue;
     if (c->pass < 8) {
       c->count[(key >> shift) & 255]++;
-    } else if (!c->at) {
+    } else if (!c->at && c->rank-- == 0) {
       c->at = x;
       c->found = flat0 + k;
     }
   }
+}
+
+/* The index the CPU's nanmedian returns for an all-NaN row of n: libstdc++'s
+ * nth_element(first, first, last) with a comparator that is always false
+ * there. Each introselect round over [0, l) (while l > 3) swaps 0 with l / 2,
+ * then swaps pairs (1 + k, l - 1 - k) inward, k < (l - 1) / 2, and goes on
+ * with [0, 1 + (l - 1) / 2); the final insertion sort moves nothing. Traced
+ * backwards from position 0. */
+static int64_t rd_allnan_index(int64_t n) {
+  int64_t len[64];
+  int r = 0;
+  for (int64_t l = n; l > 3; l = 1 + (l - 1) / 2) len[r++] = l;
+  int64_t pos = 0;
+  while (r-- > 0) {
+    const int64_t l = len[r], k = (l - 1) / 2, mid = l / 2;
+    if ((pos >= 1 && pos <= k) || (pos >= l - k && pos <= l - 1)) pos = l - pos;
+    if (pos == 0) pos = mid;
+    else if (pos == mid) pos = 0;
+  }
+  return pos;
 }
 
 static void rd_med_row(void* ctx, char* const* base, int64_t o) {
@@ -1577,9 +1600,10 @@ static void rd_med_row(void* ctx, char* const* base, int64_t o) {
   const size_t es = tpu_dtype_size((tpu_dtype_t)md->dt);
   if (!nan_result) {
     c.pass = 8;
+    c.rank = rank;
     rd_runs(pl, base, 0, n, rd_med_run, &c);
-  } else { /* a NaN: median's first one, nanmedian's all-NaN row at 0 */
-    c.found = md->nan_median ? 0 : c.first_nan;
+  } else { /* a NaN: median's first one, nanmedian's all-NaN row as the CPU leaves it */
+    c.found = md->nan_median ? rd_allnan_index(n) : c.first_nan;
     int64_t idx[TPU_MAX_DIMS], off[RD_MAXOPS];
     rd_unravel(&pl->red, pl->nops, c.found, idx, off);
     c.at = base[0] + off[0];
@@ -1589,27 +1613,24 @@ static void rd_med_row(void* ctx, char* const* base, int64_t o) {
   (void)o;
 }
 
-static tpu_status_t rd_med_check(const tpu_k_call_t* call) {
-  const tpu_tensor_t* in = tpu_ku_tensor(call, 0);
-  const bool with_idx = call->num_args > 1;
-  if (!in || call->num_outputs < (with_idx ? 2 : 1)) return TPU_KU_INVALID(call, "expected self and the outputs");
-  if (!rd_dtype_ok(in->dtype) || in->dtype == TPU_DTYPE_BOOL) return tpu_ku_unsupported_dtype(call, in->dtype);
-  /* dtype mismatches are RuntimeErrors on the CPU (checkSameType) */
-  if (call->outputs[0].dtype != in->dtype)
-    return TPU_ERROR(TPU_STATUS_FAILED_PRECONDITION, "%s: expected values of dtype %s, got %s", call->op,
-                     tpu_dtype_name((tpu_dtype_t)in->dtype), tpu_dtype_name((tpu_dtype_t)call->outputs[0].dtype));
-  if (!with_idx) {
-    if (tpu_tensor_numel(&call->outputs[0]) != 1) return TPU_KU_INVALID(call, "expected a 0-dim output");
-    return TPU_OK;
-  }
-  if (call->outputs[1].dtype != TPU_DTYPE_I64)
-    return TPU_ERROR(TPU_STATUS_FAILED_PRECONDITION, "%s: expected int64 indices, got %s", call->op,
+/* (values, indices) of a reduction along one dim (median/nanmedian.dim_values,
+ * kthvalue.values, mode): values of self's dtype and int64 indices (a
+ * mismatch is a RuntimeError on the CPU: checkSameType), a non-empty dim
+ * (IndexError naming `what`), outputs of the reduced shape (keepdim or not).
+ * The dim is argument `dim_arg`. */
+static tpu_status_t rd_valind_check(const tpu_k_call_t* call, const tpu_tensor_t* in, int dim_arg,
+                                    const char* what, int32_t* out_dim) {
+  if (call->num_outputs < 2) return TPU_KU_INVALID(call, "expected values and indices");
+  if (call->outputs[0].dtype != in->dtype || call->outputs[1].dtype != TPU_DTYPE_I64)
+    return TPU_ERROR(TPU_STATUS_FAILED_PRECONDITION,
+                     "%s: expected values of dtype %s and int64 indices, got %s and %s", call->op,
+                     tpu_dtype_name((tpu_dtype_t)in->dtype), tpu_dtype_name((tpu_dtype_t)call->outputs[0].dtype),
                      tpu_dtype_name((tpu_dtype_t)call->outputs[1].dtype));
   int32_t dim;
-  TPU_RETURN_IF_ERROR(rd_line_dim(call, in, 1, &dim));
+  TPU_RETURN_IF_ERROR(rd_line_dim(call, in, dim_arg, &dim));
   if (in->ndim > 0 && in->sizes[dim] == 0)
-    return TPU_ERROR(TPU_STATUS_OUT_OF_RANGE, "%s: median(): Expected reduction dim %d to have non-zero size.",
-                     call->op, dim);
+    return TPU_ERROR(TPU_STATUS_OUT_OF_RANGE, "%s: %s(): Expected reduction dim %d to have non-zero size.",
+                     call->op, what, dim);
   for (int k = 0; k < 2; ++k) {
     const tpu_tensor_t* t = &call->outputs[k];
     bool keep = t->ndim == in->ndim && in->ndim > 0;
@@ -1620,6 +1641,24 @@ static tpu_status_t rd_med_check(const tpu_k_call_t* call) {
     }
     if (!ok) return TPU_KU_INVALID(call, "output %d has the wrong shape for dim %d", k, dim);
   }
+  *out_dim = dim;
+  return TPU_OK;
+}
+
+static tpu_status_t rd_med_check(const tpu_k_call_t* call) {
+  const tpu_tensor_t* in = tpu_ku_tensor(call, 0);
+  const bool with_idx = call->num_args > 1;
+  if (!in || call->num_outputs < (with_idx ? 2 : 1)) return TPU_KU_INVALID(call, "expected self and the outputs");
+  if (!rd_dtype_ok(in->dtype) || in->dtype == TPU_DTYPE_BOOL) return tpu_ku_unsupported_dtype(call, in->dtype);
+  if (with_idx) {
+    int32_t dim;
+    return rd_valind_check(call, in, 1, "median", &dim);
+  }
+  /* dtype mismatches are RuntimeErrors on the CPU (checkSameType) */
+  if (call->outputs[0].dtype != in->dtype)
+    return TPU_ERROR(TPU_STATUS_FAILED_PRECONDITION, "%s: expected values of dtype %s, got %s", call->op,
+                     tpu_dtype_name((tpu_dtype_t)in->dtype), tpu_dtype_name((tpu_dtype_t)call->outputs[0].dtype));
+  if (tpu_tensor_numel(&call->outputs[0]) != 1) return TPU_KU_INVALID(call, "expected a 0-dim output");
   return TPU_OK;
 }
 
@@ -1648,6 +1687,262 @@ static tpu_status_t rd_med_exec(const tpu_k_call_t* call) {
   rd_plan_init(&pl, in, mask, md.with_idx ? 3 : 2, ops, maps, false);
   md.pl = &pl;
   rd_rows(&pl, call->pool, pl.red.numel * 9, rd_med_row, &md);
+  return TPU_OK;
+}
+
+/* kthvalue.values(self, k, dim, keepdim) and mode(self, dim, keepdim): the
+ * CPU's algorithms, replayed on a copy of each row so that ties (and NaN)
+ * give the CPU's index, which depends on the order its partitioning leaves
+ * equal elements in:
+ *   kthvalue: PyTorch's quick_select_template (median-of-three Numerical
+ *   Recipes quickselect; NaN sorts largest), the k-th element after it;
+ *   mode: std::sort of (value, index) pairs by value alone (libstdc++'s
+ *   introsort: median-of-three to first, unguarded partition, heap sort past
+ *   2*floor(log2 n) levels, final insertion sort over 16-element runs), then
+ *   the first longest run of equal values, and the index of the run's last
+ *   pair. NaN compares false with `<` and unequal with `!=`, as there.
+ * These need O(n) scratch per row: the one exception to "kernels allocate
+ * nothing" in this file (16 bytes per element, freed before the row ends;
+ * failure is OUT_OF_MEMORY). Values are compared as double (exact for every
+ * float dtype) or int64; the value written is the chosen element's bytes. */
+typedef struct {
+  union {
+    double f;
+    int64_t i;
+  } v;
+  int64_t idx;
+} rd_sel_t;
+
+typedef struct {
+  bool ints, mode;
+  int dt;
+  int64_t k; /* kthvalue: 0-based rank */
+  const rd_plan_t* pl;
+  int failed;
+} rd_selc_t;
+
+static inline bool rd_sel_lt(const rd_sel_t* a, const rd_sel_t* b, bool ints) {
+  return ints ? a->v.i < b->v.i : a->v.f < b->v.f;
+}
+static inline bool rd_sel_ne(const rd_sel_t* a, const rd_sel_t* b, bool ints) {
+  return ints ? a->v.i != b->v.i : a->v.f != b->v.f;
+}
+/* kthvalue's gt_or_nan */
+static inline bool rd_sel_gt(const rd_sel_t* a, const rd_sel_t* b, bool ints) {
+  if (ints) return a->v.i > b->v.i;
+  return (isnan(a->v.f) && !isnan(b->v.f)) || a->v.f > b->v.f;
+}
+static inline void rd_sel_swap(rd_sel_t* a, int64_t i, int64_t j) {
+  rd_sel_t t = a[i];
+  a[i] = a[j];
+  a[j] = t;
+}
+
+static void rd_quickselect(rd_sel_t* a, int64_t n, int64_t k, bool ints) {
+  int64_t L = 0, R = n - 1;
+  for (;;) {
+    if (R <= L) return;
+    if (R == L + 1) {
+      if (rd_sel_gt(&a[L], &a[R], ints)) rd_sel_swap(a, L, R);
+      return;
+    }
+    rd_sel_swap(a, L + (R - L) / 2, L + 1);
+    if (rd_sel_gt(&a[L + 1], &a[R], ints)) rd_sel_swap(a, L + 1, R);
+    if (rd_sel_gt(&a[L], &a[R], ints)) rd_sel_swap(a, L, R);
+    if (rd_sel_gt(&a[L + 1], &a[L], ints)) rd_sel_swap(a, L + 1, L);
+    int64_t i = L + 1, j = R;
+    const rd_sel_t piv = a[L];
+    for (;;) {
+      do ++i; while (rd_sel_gt(&piv, &a[i], ints));
+      do --j; while (rd_sel_gt(&a[j], &piv, ints));
+      if (j < i) break;
+      rd_sel_swap(a, i, j);
+    }
+    rd_sel_swap(a, L, j);
+    if (j <= k) L = i;
+    if (j >= k) R = j - 1;
+  }
+}
+
+/* libstdc++'s __adjust_heap / __push_heap over a[0..len) */
+static void rd_heap_adjust(rd_sel_t* a, int64_t hole, int64_t len, rd_sel_t val, bool ints) {
+  const int64_t top = hole;
+  int64_t child = hole;
+  while (child < (len - 1) / 2) {
+    child = 2 * (child + 1);
+    if (rd_sel_lt(&a[child], &a[child - 1], ints)) child--;
+    a[hole] = a[child];
+    hole = child;
+  }
+  if ((len & 1) == 0 && child == (len - 2) / 2) {
+    child = 2 * (child + 1);
+    a[hole] = a[child - 1];
+    hole = child - 1;
+  }
+  int64_t parent = (hole - 1) / 2;
+  while (hole > top && rd_sel_lt(&a[parent], &val, ints)) {
+    a[hole] = a[parent];
+    hole = parent;
+    parent = (hole - 1) / 2;
+  }
+  a[hole] = val;
+}
+
+static void rd_heapsort(rd_sel_t* a, int64_t n, bool ints) {
+  for (int64_t p = (n - 2) / 2; n >= 2 && p >= 0; --p) rd_heap_adjust(a, p, n, a[p], ints);
+  for (int64_t m = n - 1; m > 0; --m) {
+    rd_sel_t v = a[m];
+    a[m] = a[0];
+    rd_heap_adjust(a, 0, m, v, ints);
+  }
+}
+
+static void rd_introsort(rd_sel_t* a, int64_t n, int depth, bool ints) {
+  while (n > 16) {
+    if (depth == 0) {
+      rd_heapsort(a, n, ints);
+      return;
+    }
+    --depth;
+    /* __move_median_to_first(a, a + 1, mid, last - 1) */
+    int64_t x = 1, y = n / 2, z = n - 1, m;
+    if (rd_sel_lt(&a[x], &a[y], ints)) m = rd_sel_lt(&a[y], &a[z], ints) ? y : rd_sel_lt(&a[x], &a[z], ints) ? z : x;
+    else m = rd_sel_lt(&a[x], &a[z], ints) ? x : rd_sel_lt(&a[y], &a[z], ints) ? z : y;
+    rd_sel_swap(a, 0, m);
+    /* __unguarded_partition(a + 1, a + n, a); bounded where NaN breaks the guards */
+    int64_t f = 1, l = n;
+    for (;;) {
+      while (f < n - 1 && rd_sel_lt(&a[f], &a[0], ints)) ++f;
+      --l;
+      while (l > 0 && rd_sel_lt(&a[0], &a[l], ints)) --l;
+      if (!(f < l)) break;
+      rd_sel_swap(a, f, l);
+      ++f;
+    }
+    rd_introsort(a + f, n - f, depth, ints);
+    n = f;
+  }
+}
+
+static void rd_linear_insert(rd_sel_t* a, int64_t i, int64_t lo, bool ints) {
+  rd_sel_t v = a[i];
+  while (i > lo && rd_sel_lt(&v, &a[i - 1], ints)) {
+    a[i] = a[i - 1];
+    --i;
+  }
+  a[i] = v;
+}
+
+static void rd_std_sort(rd_sel_t* a, int64_t n, bool ints) {
+  if (n < 2) return;
+  int lg = 63 - __builtin_clzll((unsigned long long)n);
+  rd_introsort(a, n, 2 * lg, ints);
+  const int64_t head = n > 16 ? 16 : n;
+  for (int64_t i = 1; i < head; ++i) { /* __insertion_sort */
+    if (rd_sel_lt(&a[i], &a[0], ints)) {
+      rd_sel_t v = a[i];
+      memmove(a + 1, a, (size_t)i * sizeof(*a));
+      a[0] = v;
+    } else {
+      rd_linear_insert(a, i, 0, ints);
+    }
+  }
+  for (int64_t i = head; i < n; ++i) rd_linear_insert(a, i, 0, ints); /* __unguarded_insertion_sort */
+}
+
+typedef struct {
+  rd_sel_t* a;
+  const rd_selc_t* sc;
+} rd_sel_ld_t;
+
+static void rd_sel_load(void* ctx, char* const* p, const int64_t* sb, int64_t n, int64_t flat0) {
+  const rd_sel_ld_t* ld = (const rd_sel_ld_t*)ctx;
+  const rd_selc_t* sc = ld->sc;
+  for (int64_t k = 0; k < n; ++k) {
+    rd_sel_t* e = &ld->a[flat0 + k];
+    const char* x = p[0] + k * sb[0];
+    if (sc->ints) e->v.i = tpu_ku_load_i64(x, sc->dt);
+    else e->v.f = tpu_ku_load_f64(x, sc->dt);
+    e->idx = flat0 + k;
+  }
+}
+
+static void rd_sel_row(void* ctx, char* const* base, int64_t o) {
+  rd_selc_t* sc = (rd_selc_t*)ctx;
+  const rd_plan_t* pl = sc->pl;
+  const int64_t n = pl->red.numel;
+  rd_sel_t* a = (rd_sel_t*)malloc((size_t)n * sizeof(rd_sel_t));
+  if (!a) {
+    __atomic_store_n(&sc->failed, 1, __ATOMIC_RELAXED);
+    return;
+  }
+  rd_sel_ld_t ld = {a, sc};
+  rd_runs(pl, base, 0, n, rd_sel_load, &ld);
+  int64_t found;
+  if (sc->mode) {
+    rd_std_sort(a, n, sc->ints);
+    int64_t run = 0, best = 0;
+    found = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      ++run;
+      if (i == n - 1 || rd_sel_ne(&a[i], &a[i + 1], sc->ints)) {
+        if (run > best) {
+          best = run;
+          found = a[i].idx;
+        }
+        run = 0;
+      }
+    }
+  } else {
+    rd_quickselect(a, n, sc->k, sc->ints);
+    found = a[sc->k].idx;
+  }
+  free(a);
+  int64_t idx[TPU_MAX_DIMS], off[RD_MAXOPS];
+  rd_unravel(&pl->red, pl->nops, found, idx, off);
+  memcpy(base[1], base[0] + off[0], tpu_dtype_size((tpu_dtype_t)sc->dt));
+  *(int64_t*)base[2] = found;
+  (void)o;
+}
+
+/* kthvalue.values: (self, k, dim, keepdim); mode: (self, dim, keepdim) */
+static tpu_status_t rd_sel_check(const tpu_k_call_t* call) {
+  const tpu_tensor_t* in = tpu_ku_tensor(call, 0);
+  if (!in) return TPU_KU_INVALID(call, "expected self");
+  const bool mode = strstr(call->op, "mode") != NULL;
+  if (!rd_dtype_ok(in->dtype) || (!mode && in->dtype == TPU_DTYPE_BOOL))
+    return tpu_ku_unsupported_dtype(call, in->dtype);
+  int32_t dim;
+  TPU_RETURN_IF_ERROR(rd_valind_check(call, in, mode ? 1 : 2, mode ? "mode" : "kthvalue", &dim));
+  if (!mode) {
+    int64_t k = tpu_ku_int(call, 1, 0), n = in->ndim ? in->sizes[dim] : 1;
+    if (k < 1 || k > n)
+      return TPU_ERROR(TPU_STATUS_FAILED_PRECONDITION,
+                       "%s: kthvalue(): selected number k out of range for dimension %d", call->op, dim);
+  }
+  return TPU_OK;
+}
+
+static tpu_status_t rd_sel_exec(const tpu_k_call_t* call) {
+  TPU_RETURN_IF_ERROR(rd_sel_check(call));
+  const tpu_tensor_t* in = tpu_ku_tensor(call, 0);
+  rd_selc_t sc;
+  memset(&sc, 0, sizeof(sc));
+  sc.mode = strstr(call->op, "mode") != NULL;
+  sc.dt = in->dtype;
+  sc.ints = !rd_float_dt(in->dtype);
+  sc.k = sc.mode ? 0 : tpu_ku_int(call, 1, 1) - 1;
+  int32_t dim;
+  TPU_RETURN_IF_ERROR(rd_line_dim(call, in, sc.mode ? 1 : 2, &dim));
+  if (tpu_tensor_numel(in) == 0) return TPU_OK;
+  const tpu_tensor_t* ops[3] = {in, &call->outputs[0], &call->outputs[1]};
+  rd_map_t maps[3] = {RD_MAP_SAME, RD_MAP_RED, RD_MAP_RED};
+  rd_plan_t pl;
+  rd_plan_init(&pl, in, in->ndim ? 1u << dim : 0u, 3, ops, maps, false);
+  sc.pl = &pl;
+  rd_rows(&pl, call->pool, pl.red.numel * 16, rd_sel_row, &sc);
+  if (sc.failed) return TPU_ERROR(TPU_STATUS_OUT_OF_MEMORY, "%s: no memory for a row of %lld elements", call->op,
+                                  (long long)pl.red.numel);
   return TPU_OK;
 }
 
@@ -2382,6 +2677,9 @@ const tpu_k_entry_t tpu_k_reduce_entries[] = {
     {"aten::median.dim_values", rd_med_exec, rd_med_check, 0, NULL},
     {"aten::nanmedian", rd_med_exec, rd_med_check, 0, NULL},
     {"aten::nanmedian.dim_values", rd_med_exec, rd_med_check, 0, NULL},
+    {"aten::kthvalue.values", rd_sel_exec, rd_sel_check, 0, NULL},
+    {"aten::mode", rd_sel_exec, rd_sel_check, 0, NULL},
+    {"aten::mode.values", rd_sel_exec, rd_sel_check, 0, NULL},
     {"aten::_softmax", rd_sm_exec, rd_sm_check, 0, NULL},
     {"aten::_softmax.out", rd_sm_exec, rd_sm_check, 0, NULL},
     {"aten::_log_softmax", rd_sm_exec, rd_sm_check, 0, NULL},

