@@ -214,20 +214,25 @@ _DECLINE.update({
     name: (lambda args: True)
     for name in ("aten::lgamma", "aten::digamma", "aten::polygamma", "aten::erfc", "aten::special_erfcx",
                  "aten::cosh", "aten::sinh", "aten::i0", "aten::special_i0e", "aten::special_i1",
-                 "aten::special_i1e")
+                 "aten::special_i1e", "aten::igamma", "aten::igammac", "aten::special_zeta",
+                 "aten::special_ndtri", "aten::frexp")
 })
+# (igamma/igammac of integers, zeta and ndtri in float16/bfloat16, frexp's out= dtypes:
+# the references accept all of them.)
 # max_pool2d's backward in bfloat16/float16: where windows overlap, the CPU rounds
 # each partial sum of gradients to the dtype; the decomposition's result is one
 # step off in a few elements per thousand (tests/test_pool.py on pjrt). The C
 # kernel (staged through the host on a driver without host kernels) is the CPU's.
 _DECLINE["aten::max_pool2d_with_indices_backward"] = lambda args: args[0].dtype in (torch.bfloat16, torch.float16)
-# out= of the inverse trigonometric functions and fmax/fmin (kernels/elementwise.c):
+# out= of the inverse trigonometric functions, fmax/fmin, log10, hypot and nextafter
+# (kernels/elementwise.c):
 # the decomposition writes a float result into an integer out= the CPU rejects;
 # declined, so a driver without a lowering stages them through the host kernels.
 # Their functional and in-place forms decompose as before.
 _DECLINE.update({
     f"aten::{name}.out": (lambda args: True)
-    for name in ("asin", "acos", "atan", "asinh", "acosh", "atanh", "fmax", "fmin")
+    for name in ("asin", "acos", "atan", "asinh", "acosh", "atanh", "fmax", "fmin", "log10", "hypot",
+                 "nextafter")
 })
 
 
