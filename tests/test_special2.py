@@ -1,8 +1,9 @@
 """Pointwise ops that ran on the CPU fallback and have native kernels now:
 log10, hypot, nextafter, gcd, lcm (runtime/kernels/elementwise.c); frexp,
-igamma, igammac, special_ndtri, special_zeta and the orthogonal polynomials
-(Chebyshev T/U/V/W and the shifted ones, Hermite H/He, Laguerre L, Legendre
-P; runtime/kernels/special.c). Each is compared with PyTorch's CPU result,
+igamma, igammac, special_ndtri, special_zeta, the modified Bessel functions
+i0, i1, k0, k1 and the scaled k0, k1, the spherical Bessel j0, and the
+orthogonal polynomials (Chebyshev T/U/V/W and the shifted ones, Hermite H/He,
+Laguerre L, Legendre P; runtime/kernels/special.c). Each is compared with PyTorch's CPU result,
 functional, out= and in-place where ATen has them, on every dtype the CPU
 accepts (and raises where the CPU raises), with signed zeros, infinities,
 NaN, large values and negative, non-integer, huge and NaN degrees among the
@@ -100,13 +101,17 @@ def test_float_binary(name, fn, inplace, sa, sb, rand, dtypes, dtype):
     assert_no_fallback(name)
 
 
-@pytest.mark.parametrize("fn", [torch.log10, torch.hypot, torch.nextafter, torch.igamma, torch.igammac, S.zeta,
-                                S.ndtri, S.chebyshev_polynomial_t, S.hermite_polynomial_h],
+_UNARY_FLOAT = [torch.log10, S.ndtri, S.modified_bessel_i0, S.modified_bessel_k1, S.scaled_modified_bessel_k0,
+                S.spherical_bessel_j0]
+
+
+@pytest.mark.parametrize("fn", _UNARY_FLOAT + [torch.hypot, torch.nextafter, torch.igamma, torch.igammac, S.zeta,
+                                               S.chebyshev_polynomial_t, S.hermite_polynomial_h],
                          ids=lambda f: f.__name__)
 def test_integer_out_is_rejected(fn):
     """A float result is not written into an integer out= (the CPU raises)."""
     x = torch.rand(8) + 0.5
-    args = (x,) if fn in (torch.log10, S.ndtri) else (x, x.flip(0))
+    args = (x,) if fn in _UNARY_FLOAT else (x, x.flip(0))
     with pytest.raises(RuntimeError):
         fn(*args, out=torch.empty(8, dtype=torch.int64))
     with pytest.raises(RuntimeError):
@@ -237,6 +242,36 @@ def test_ndtri(dtype):
     torch.testing.assert_close(S.ndtri(xt[::3]).cpu(), want[::3], equal_nan=True)
     check_out_and_inplace(S.ndtri, None, x, want)
     assert_no_fallback("special_ndtri")
+
+
+# ---- Bessel functions: modified of the first and second kind, spherical j0 ----
+
+BESSEL = ["modified_bessel_i0", "modified_bessel_i1", "modified_bessel_k0", "modified_bessel_k1",
+          "scaled_modified_bessel_k0", "scaled_modified_bessel_k1", "spherical_bessel_j0"]
+_BESSEL_X = [0.0, -0.0, 1e-300, 1e-10, 1e-3, 0.5, 1.0, 1.9999, 2.0, 2.0001, 2.5, 8.0, 8.5, 10.0, 30.0, 88.0, 100.0,
+             700.0, 800.0, -0.5, -1.0, -2.5, -10.0, -100.0, INF, -INF, NAN]
+
+
+@pytest.mark.parametrize("dtype", FLOATS + INTS, ids=str)
+@pytest.mark.parametrize("name", BESSEL)
+def test_bessel(name, dtype):
+    torch_tpu.reset_fallback_report()
+    fn = getattr(S, name)
+    x = inputs(dtype, _BESSEL_X, -40, 40)
+    if dtype in (torch.float16, torch.bfloat16):
+        _rejects(fn, x)
+        return
+    want = fn(x)
+    xt = x.to("tpu")
+    got = fn(xt)
+    assert got.dtype == want.dtype
+    torch.testing.assert_close(got.cpu(), want, equal_nan=True)
+    torch.testing.assert_close(fn(xt[::3]).cpu(), want[::3], equal_nan=True)
+    if dtype.is_floating_point:  # the second-kind functions over (0, 4], where the two methods meet at 2
+        small = torch.rand(500, generator=torch.Generator().manual_seed(2), dtype=torch.float64).to(dtype) * 4
+        torch.testing.assert_close(fn(small.to("tpu")).cpu(), fn(small), equal_nan=True)
+    check_out_and_inplace(fn, None, x, want)
+    assert_no_fallback(f"special_{name}")
 
 
 # ---- orthogonal polynomials --------------------------------------------------------

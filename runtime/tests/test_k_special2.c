@@ -1,6 +1,7 @@
 /* test_k_special2.c - log10, hypot, nextafter, gcd, lcm (kernels/elementwise.c)
- * and frexp, igamma, igammac, special_ndtri, special_zeta and the orthogonal
- * polynomials (kernels/special.c) against PyTorch CPU results (torch 2.15,
+ * and frexp, igamma, igammac, special_ndtri, special_zeta, the modified and
+ * spherical Bessel functions and the orthogonal polynomials
+ * (kernels/special.c) against PyTorch CPU results (torch 2.15,
  * values printed with repr). */
 #define _POSIX_C_SOURCE 200809L
 #include <math.h>
@@ -78,17 +79,28 @@ static const double k_frexp_m_f32[10] = {0.0, -0.0, 0.5, -0.75, 0.5, 0.544448852
 static const int32_t k_frexp_e_f32[10] = {0, 0, 1, 2, 0, -132, 0, 0, 0, 3};
 static const double k_next_bf16[5] = {-9.183549615799121e-41, 1.0078125, 0.99609375, -1.0078125, 3.0};
 static const double k_next_f16[5] = {-5.960464477539063e-08, 1.0009765625, 0.99951171875, -1.0009765625, 3.0};
+static const double k_modified_bessel_i0_f64[15] = {1.0, 1.0, 1.2660658777520082, 2815.716628466254, 1.0634833707413236, 1.015686141223608, 1.2521548240686364, 0.9999999999999998, 1.0, 1.2660658777520082, 2.279585302336067, NAN, NAN, INFINITY, 1.2660653125932548};
+static const double k_modified_bessel_i0_f32[15] = {0.9999999403953552, 0.9999999403953552, 1.2660659551620483, 2815.71630859375, 1.063483476638794, 1.015686273574829, 1.252155065536499, 0.9999999403953552, 0.9999999403953552, 1.2660659551620483, 2.279585123062134, NAN, NAN, INFINITY, 1.2660653591156006};
+static const double k_modified_bessel_i1_f64[15] = {0.0, 0.0, 0.5651591039924851, 2670.988303701255, 0.25789430539089636, 0.12597910894546793, 0.5477692175082809, 5e-11, 5.000000000000001e-301, -0.5651591039924851, 1.5906368546373295, NAN, NAN, INFINITY, 0.565158403085926};
+static const double k_modified_bessel_i1_f32[15] = {0.0, 0.0, 0.5651590824127197, 2670.988037109375, 0.2578943073749542, 0.12597911059856415, 0.54776930809021, 5.00000076064655e-11, 0.0, -0.5651590824127197, 1.5906368494033813, NAN, NAN, INFINITY, 0.5651584267616272};
+static const double k_modified_bessel_k0_f64[15] = {INFINITY, INFINITY, 0.4210244382407082, 1.778006231616765e-05, 0.924419071227666, 1.5415067512483027, 0.4363976918337417, 23.141782445598864, 690.8914594138721, NAN, 0.1138938727495334, 0.0, NAN, 0.0, 0.42102504014845005};
+static const double k_modified_bessel_k0_f32[15] = {INFINITY, INFINITY, 0.42102447152137756, 1.778006298991386e-05, 0.9244191646575928, 1.5415070056915283, 0.43639785051345825, 23.141780853271484, INFINITY, NAN, 0.11389388144016266, 0.0, NAN, 0.0, 0.4210250973701477};
+static const double k_modified_bessel_k1_f64[15] = {INFINITY, INFINITY, 0.6019072301972346, 1.8648773453825585e-05, 1.6564411200033007, 3.747025974440712, 0.6281937252032022, 10000000000.0, 9.999999999999999e+299, NAN, 0.13986588181652246, 0.0, NAN, 0.0, 0.6019082531300163};
+static const double k_modified_bessel_k1_f32[15] = {INFINITY, INFINITY, 0.6019073128700256, 1.8648774130269885e-05, 1.6564409732818604, 3.747025966644287, 0.6281936764717102, 10000000000.0, INFINITY, NAN, 0.13986589014530182, 0.0, NAN, 0.0, 0.6019083261489868};
+static const double k_scaled_modified_bessel_k0_f64[15] = {INFINITY, INFINITY, 1.1444630798068944, 0.39163193443659866, 1.5241093857739099, 1.9793338485985683, 1.156963251538108, 23.14178244791304, 690.8914594138721, NAN, 0.8415682150707712, 0.0, NAN, 0.03962832160075422, 1.144463571497628};
+static const double k_scaled_modified_bessel_k0_f32[15] = {INFINITY, INFINITY, 1.1444631814956665, 0.39163196086883545, 1.5241094827651978, 1.9793342351913452, 1.15696382522583, 23.141780853271484, INFINITY, NAN, 0.8415682911872864, 0.0, NAN, 0.039628323167562485, 1.1444637775421143};
+static const double k_scaled_modified_bessel_k1_f64[15] = {INFINITY, INFINITY, 1.636153486263258, 0.4107665705957887, 2.7310097082117855, 4.811276588171025, 1.6654466064037474, 10000000001.0, 9.999999999999999e+299, NAN, 1.0334768470686888, 0.0, NAN, 0.03964813081296021, 1.6361546307274017};
+static const double k_scaled_modified_bessel_k1_f32[15] = {INFINITY, INFINITY, 1.6361536979675293, 0.4107665717601776, 2.7310094833374023, 4.811276435852051, 1.6654466390609741, 10000000000.0, INFINITY, NAN, 1.0334769487380981, 0.0, NAN, 0.03964813053607941, 1.6361548900604248};
+static const double k_spherical_bessel_j0_f64[15] = {1.0, 1.0, 0.8414709848078965, -0.05440211108893698, 0.958851077208406, 0.9896158370180917, 0.8489250135048797, 1.0, 1.0, 0.8414709848078965, 0.45464871341284085, 0.0, NAN, 0.0008268795405320025, 0.8414712859764558};
+static const double k_spherical_bessel_j0_f32[15] = {1.0, 1.0, 0.8414709568023682, -0.05440211296081543, 0.9588510990142822, 0.9896158576011658, 0.8489250540733337, 1.0, 1.0, 0.8414709568023682, 0.4546487033367157, 0.0, NAN, 0.0008268795791082084, 0.841471254825592};
 #define LEN(a) ((int64_t)(sizeof(a) / sizeof((a)[0])))
 
 static tt_t mk(int dtype, int64_t n, int64_t stride) { return tku_alloc(dtype, 1, &n, NULL, stride, 16); }
 
 /* Runs `op` on x (strided by 2) and, if y, y (strided by 3) in `dt`, n
- * elements, and compares with `want`: float32 results within 2 ulps of the
- * CPU's, float64 ones 1e-13, unless `loose` (igamma: the CPU's own error is
- * up to 1.2e-9 in float64 and 5e-5 relative (3e-8 absolute) in float32; these
- * results agree with mpmath to 1e-15). */
+ * elements, and compares with `want` within rtol + atol. */
 static void check_op(const char* op, int dt, const double* x, const double* y, const double* want, int64_t n,
-                     bool loose) {
+                     double rtol, double atol) {
   tt_t a = mk(dt, n, 2), b = mk(dt, n, 3), o = mk(dt, n, 1);
   for (int64_t i = 0; i < n; ++i) {
     setf(&a.t, i, x[i]);
@@ -96,8 +108,6 @@ static void check_op(const char* op, int dt, const double* x, const double* y, c
   }
   tpu_k_value_t args[2] = {vt(&a.t), vt(&b.t)};
   CHECK_OK(call_op(op, y ? 2 : 1, args, 1, &o.t));
-  const bool f64 = dt == TPU_DTYPE_F64;
-  const double rtol = loose ? (f64 ? 5e-9 : 2e-6) : (f64 ? 1e-13 : 2.4e-7), atol = loose && !f64 ? 1e-7 : 0.0;
   for (int64_t i = 0; i < n; ++i)
     CHECKF(close_f(getf(&o.t, i), want[i], rtol, atol), "%s %s [%lld] x=%g y=%g: got %.17g want %.17g", op,
            tpu_dtype_name(dt), (long long)i, x[i], y ? y[i] : 0.0, getf(&o.t, i), want[i]);
@@ -106,18 +116,31 @@ static void check_op(const char* op, int dt, const double* x, const double* y, c
   fr(&o);
 }
 
+/* Tolerances: float32 results within 2 ulps of the CPU's and float64 ones
+ * 1e-13, unless the case says otherwise: igamma (the CPU's own error is up to
+ * 1.2e-9 in float64 and 5e-5 relative, 3e-8 absolute, in float32; these
+ * results agree with mpmath to 1e-15), and the float32 Bessel functions
+ * (computed in double here, in float on the CPU: up to 1e-6 apart). */
+#define LOOSE_GAMMA 5e-9, 2e-6, 1e-7
+#define LOOSE_F32 1e-13, 1.5e-6, 0.0
+
 static void test_values(void) {
   static const struct {
     const char* op;
     const double *x, *y, *f64, *f32;
     int64_t n;
+    double r64, r32, a32; /* 0: the defaults */
   } kCases[] = {
       {"aten::log10", kX, NULL, k_log10_f64, k_log10_f32, LEN(kX)},
       {"aten::special_ndtri", kX, NULL, k_ndtri_f64, k_ndtri_f32, LEN(kX)},
       {"aten::hypot", kA, kB, k_hypot_f64, k_hypot_f32, LEN(kA)},
       {"aten::nextafter", kA, kB, k_nextafter_f64, k_nextafter_f32, LEN(kA)},
-      {"aten::igamma", kA, kB, k_igamma_f64, k_igamma_f32, LEN(kA)},
-      {"aten::igammac", kA, kB, k_igammac_f64, k_igammac_f32, LEN(kA)},
+      {"aten::igamma", kA, kB, k_igamma_f64, k_igamma_f32, LEN(kA), LOOSE_GAMMA},
+      {"aten::igammac", kA, kB, k_igammac_f64, k_igammac_f32, LEN(kA), LOOSE_GAMMA},
+#define B(name) {"aten::special_" #name, kX, NULL, k_##name##_f64, k_##name##_f32, LEN(kX), LOOSE_F32},
+      B(modified_bessel_i0) B(modified_bessel_i1) B(modified_bessel_k0) B(modified_bessel_k1)
+      B(scaled_modified_bessel_k0) B(scaled_modified_bessel_k1) B(spherical_bessel_j0)
+#undef B
       {"aten::special_zeta", kA, kB, k_zeta_f64, k_zeta_f32, LEN(kA)},
 #define P(name) {"aten::special_" #name, kPX, kPN, k_##name##_f64, k_##name##_f32, LEN(kPX)},
       P(chebyshev_polynomial_t) P(chebyshev_polynomial_u) P(chebyshev_polynomial_v) P(chebyshev_polynomial_w)
@@ -127,9 +150,9 @@ static void test_values(void) {
 #undef P
   };
   for (size_t c = 0; c < sizeof(kCases) / sizeof(kCases[0]); ++c) {
-    const bool loose = strncmp(kCases[c].op, "aten::igamma", 12) == 0;
-    check_op(kCases[c].op, TPU_DTYPE_F64, kCases[c].x, kCases[c].y, kCases[c].f64, kCases[c].n, loose);
-    check_op(kCases[c].op, TPU_DTYPE_F32, kCases[c].x, kCases[c].y, kCases[c].f32, kCases[c].n, loose);
+    const double r64 = kCases[c].r64 ? kCases[c].r64 : 1e-13, r32 = kCases[c].r32 ? kCases[c].r32 : 2.4e-7;
+    check_op(kCases[c].op, TPU_DTYPE_F64, kCases[c].x, kCases[c].y, kCases[c].f64, kCases[c].n, r64, 0.0);
+    check_op(kCases[c].op, TPU_DTYPE_F32, kCases[c].x, kCases[c].y, kCases[c].f32, kCases[c].n, r32, kCases[c].a32);
   }
 }
 
