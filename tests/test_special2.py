@@ -118,6 +118,17 @@ def test_integer_out_is_rejected(fn):
         fn(*[a.to("tpu") for a in args], out=torch.empty(8, dtype=torch.int64, device="tpu")).cpu()
 
 
+@pytest.mark.parametrize("fn", [torch.igamma, torch.igammac], ids=["igamma", "igammac"])
+def test_igamma_large_a(fn):
+    """Large shapes a near the transition x ~ a (where log(x^a e^-x / Gamma(a)) cancels)."""
+    torch_tpu.reset_fallback_report()
+    a = torch.tensor([50.0, 99.0, 100.0, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8], dtype=torch.float64).repeat_interleave(5)
+    x = a * torch.tensor([0.9, 0.999, 1.0, 1.001, 1.1], dtype=torch.float64).repeat(9)
+    for dtype in (torch.float64, torch.float32):
+        torch.testing.assert_close(fn(a.to("tpu", dtype), x.to("tpu", dtype)).cpu(), fn(a.to(dtype), x.to(dtype)))
+    assert_no_fallback(fn.__name__)
+
+
 def test_nextafter_reduced_steps():
     """float16/bfloat16 step to their own neighbours (from 0: the smallest subnormal)."""
     for dtype in (torch.float16, torch.bfloat16):

@@ -416,7 +416,16 @@ static double sp_igam(double a, double x, bool upper) {
   if (isinf(a)) return isinf(x) ? NAN : (upper ? 1.0 : 0.0);
   if (isinf(x)) return upper ? 0.0 : 1.0;
   if (isnan(a) || isnan(x)) return NAN; /* after the edges: igamma(NaN, 0) is 0 */
-  const double lfac = a * log(x) - x - lgamma_r(a, &(int){0});
+  /* log(x^a e^-x / Gamma(a)); for a >= 100 by Stirling's series, so that the
+   * large terms a log x and lgamma(a) do not cancel (1e-7 lost at a = 1e8) */
+  double lfac;
+  if (a >= 100.0) {
+    const double t = (x - a) / a, r = 1.0 / a, r2 = r * r;
+    const double corr = r * (1.0 / 12 - r2 * (1.0 / 360 - r2 * (1.0 / 1260 - r2 / 1680)));
+    lfac = a * (log1p(t) - t) + 0.5 * log(a) - 0.91893853320467274178 - corr; /* log(sqrt(2 pi)) */
+  } else {
+    lfac = a * log(x) - x - lgamma_r(a, &(int){0});
+  }
   if (x <= 1.0 || x <= a) {
     double term = 1.0, sum = 1.0, ap = a;
     for (int k = 0; k < SP_IGAM_MAXIT && term > sum * SP_EPS; ++k) {
