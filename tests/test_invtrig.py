@@ -10,7 +10,7 @@ import torch
 
 import torch_tpu
 from conftest import DRIVER
-from pointwise_util import assert_no_fallback, check_out_and_inplace, inputs
+from pointwise_util import assert_no_fallback, check_binary, check_out_and_inplace, inputs
 
 FLOATS = [torch.float32, torch.bfloat16, torch.float16, torch.float64]
 INTS = [torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8, torch.bool]
@@ -98,31 +98,7 @@ def _pair(dtype):
 def test_binary(name, fn, inplace, float_only, dtype):
     torch_tpu.reset_fallback_report()
     a, b = _pair(dtype)
-    want = fn(a, b)
-    at, bt = a.to("tpu"), b.to("tpu")
-    got = fn(at, bt)
-    assert got.dtype == want.dtype
-    torch.testing.assert_close(got.cpu(), want, equal_nan=True)
-    # strided operands
-    n = a.numel() // 2 * 2
-    torch.testing.assert_close(fn(at[:n:2], bt[1:n:2]).cpu(), fn(a[:n:2], b[1:n:2]), equal_nan=True)
-    # broadcasting: a column against a row, and a 0-dim tensor
-    ca, rb = a[:17].reshape(-1, 1), b[:9].reshape(1, -1)
-    torch.testing.assert_close(fn(ca.to("tpu"), rb.to("tpu")).cpu(), fn(ca, rb), equal_nan=True)
-    torch.testing.assert_close(fn(at, bt[-1]).cpu(), fn(a, b[-1]), equal_nan=True)
-    out = torch.empty(want.shape, dtype=want.dtype, device="tpu")
-    fn(at, bt, out=out)
-    torch.testing.assert_close(out.cpu(), want, equal_nan=True)
-    if inplace is not None:
-        if not float_only or dtype.is_floating_point:
-            y = a.to("tpu")
-            getattr(y, inplace)(bt)
-            torch.testing.assert_close(y.cpu(), want, equal_nan=True)
-        else:
-            with pytest.raises(RuntimeError):
-                getattr(a.clone(), inplace)(b)
-            with pytest.raises(RuntimeError):
-                getattr(a.to("tpu"), inplace)(bt)
+    check_binary(fn, inplace, a, b, float_only)
     assert_no_fallback(name)
 
 

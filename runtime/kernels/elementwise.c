@@ -57,6 +57,7 @@ typedef enum {
   OP_LOG, OP_LOG1P, OP_LOG2, OP_SIN, OP_COS, OP_TAN, OP_TANH, OP_SIGMOID, OP_ERF,
   OP_ASIN, OP_ACOS, OP_ATAN, OP_ASINH, OP_ACOSH, OP_ATANH, OP_ATAN2, OP_ANGLE,
   OP_FMAX, OP_FMIN, /* maximum/minimum ignoring NaN (as maximum/minimum for integers) */
+  OP_LOG10, OP_HYPOT, OP_NEXTAFTER, OP_GCD, OP_LCM,
   OP_FLOOR, OP_CEIL, OP_ROUND, OP_TRUNC, OP_ISNAN, OP_NAN_TO_NUM,
   OP_RELU, OP_GELU, OP_GELU_BWD, OP_SILU, OP_SILU_BWD, OP_SIGMOID_BWD, OP_TANH_BWD,
   OP_THRESHOLD, OP_THRESHOLD_BWD, OP_SOFTPLUS, OP_SOFTPLUS_BWD, OP_LEAKY_RELU,
@@ -117,6 +118,9 @@ static const ew_opinfo_t kOpInfo[OP_COUNT_] = {
     [OP_ACOSH] = {1, 1, 1, EW_FLOAT}, [OP_ATANH] = {1, 1, 1, EW_FLOAT},
     [OP_ATAN2] = {2, 2, 3, EW_FLOAT}, [OP_ANGLE] = {1, 1, 1, EW_FLOAT},
     [OP_FMAX] = {2, 2, 3, 0},       [OP_FMIN] = {2, 2, 3, 0},
+    [OP_LOG10] = {1, 1, 1, EW_FLOAT}, [OP_HYPOT] = {2, 2, 3, EW_FLOAT},
+    [OP_NEXTAFTER] = {2, 2, 3, EW_FLOAT}, [OP_GCD] = {2, 2, 3, EW_INTONLY | EW_NOBOOL},
+    [OP_LCM] = {2, 2, 3, EW_INTONLY | EW_NOBOOL},
     [OP_ERF] = {1, 1, 1, EW_FLOAT}, [OP_FLOOR] = {1, 1, 1, EW_NOBOOL | EW_SAMEOUT},
     [OP_CEIL] = {1, 1, 1, EW_NOBOOL | EW_SAMEOUT},       [OP_ROUND] = {1, 1, 1, EW_NOBOOL | EW_SAMEOUT},
     [OP_TRUNC] = {1, 1, 1, EW_NOBOOL | EW_SAMEOUT},      [OP_ISNAN] = {1, 1, 1, EW_CMP},
@@ -176,6 +180,18 @@ static inline float ew_round_half(float v, int dt) {
   if (dt == TPU_DTYPE_F16) return tpu_ku_f16_to_f32(tpu_ku_f32_to_f16(v));
   if (dt == TPU_DTYPE_BF16) return tpu_ku_bf16_to_f32(tpu_ku_f32_to_bf16(v));
   return v;
+}
+
+/* nextafter in f16/bf16 (dt): x and y hold values of that format; the result
+ * is x's neighbour in it, towards y (the CPU steps the 16-bit pattern). */
+static inline float ew_nextafter_reduced(float x, float y, int dt) {
+  if (x != x || y != y) return x + y;
+  if (x == y) return y;
+  uint16_t h = dt == TPU_DTYPE_BF16 ? tpu_ku_f32_to_bf16(x) : tpu_ku_f32_to_f16(x);
+  if (x == 0.0f) h = (uint16_t)(y < 0.0f ? 0x8001u : 0x0001u);
+  else if ((x < y) == (x > 0.0f)) h = (uint16_t)(h + 1u);
+  else h = (uint16_t)(h - 1u);
+  return dt == TPU_DTYPE_BF16 ? tpu_ku_bf16_to_f32(h) : tpu_ku_f16_to_f32(h);
 }
 
 /* PyTorch's div_floor_floating evaluated in f16/bf16 arithmetic (every
@@ -409,6 +425,30 @@ static inline int64_t ew_ipow(int64_t base, int64_t e) {
   return (int64_t)r;
 }
 
+/* gcd as PyTorch's calc_gcd in the operands' type `dt`: |a| and |b| wrap to
+ * dt (|INT_MIN| stays negative, so gcd(INT64_MIN, 6) is -2 as on the CPU),
+ * then Euclid's remainders. */
+static inline int64_t ew_gcd(int64_t a, int64_t b, int dt) {
+  a = ew_wrap_int(a < 0 ? W_SUB(0, a) : a, dt);
+  b = ew_wrap_int(b < 0 ? W_SUB(0, b) : b, dt);
+  while (a != 0) {
+    int64_t t = a;
+    a = a == -1 ? 0 : b % a;
+    b = t;
+  }
+  return b;
+}
+
+/* |a / g * b| of lcm, with the product `p` already formed in int64: int32 and
+ * int64 multiply in their own width (the product wraps before abs), narrower
+ * types in C's int (abs of the exact product, then the wrap). A gcd of -1
+ * (from INT_MIN) divides by negation, wrapping: the CPU traps there (SIGFPE
+ * on INT64_MIN / -1). */
+static inline int64_t ew_lcm_abs(int64_t p, int dt) {
+  if (dt == TPU_DTYPE_I32) p = ew_wrap_int(p, dt);
+  return ew_wrap_int(p < 0 ? W_SUB(0, p) : p, dt);
+}
+
 static void ew_compute_i64(ew_ctx_t* c, int64_t* restrict o, const int64_t* restrict a,
                            const int64_t* restrict b, const int64_t* restrict d, int64_t n) {
   const int64_t p0 = c->pi[0], p1 = c->pi[1];
@@ -459,6 +499,14 @@ static void ew_compute_i64(ew_ctx_t* c, int64_t* restrict o, const int64_t* rest
       break;
     case OP_MAXIMUM: case OP_FMAX: for (i = 0; i < n; ++i) o[i] = a[i] > b[i] ? a[i] : b[i]; break;
     case OP_MINIMUM: case OP_FMIN: for (i = 0; i < n; ++i) o[i] = a[i] < b[i] ? a[i] : b[i]; break;
+    case OP_GCD: for (i = 0; i < n; ++i) o[i] = ew_gcd(a[i], b[i], (int)p0); break;
+    case OP_LCM:
+      for (i = 0; i < n; ++i) {
+        int64_t g = ew_gcd(a[i], b[i], (int)p0);
+        if (g == 0) o[i] = 0;
+        else o[i] = ew_lcm_abs(W_MUL(g == -1 ? W_SUB(0, a[i]) : a[i] / g, b[i]), (int)p0);
+      }
+      break;
     case OP_EQ: for (i = 0; i < n; ++i) o[i] = a[i] == b[i]; break;
     case OP_NE: for (i = 0; i < n; ++i) o[i] = a[i] != b[i]; break;
     case OP_LT: for (i = 0; i < n; ++i) o[i] = a[i] < b[i]; break;
@@ -795,6 +843,13 @@ static tpu_status_t ew_setup(const tpu_k_call_t* call, int op, ew_plan_t* p) {
         c->vblock = EW_TORCH_VBLOCK_HALF;
       }
       break;
+    case OP_NEXTAFTER:
+      if (c->ct == EW_CT_F32 && (rt == TPU_DTYPE_F16 || rt == TPU_DTYPE_BF16)) c->rdt = rt;
+      break;
+    case OP_GCD:
+    case OP_LCM:
+      c->pi[0] = rt; /* the width gcd and lcm compute in */
+      break;
     case OP_FLOOR_DIVIDE:
       c->op = OP_DIV_FLOOR;
       if (reduced && !other_scalar) c->rdt = rt;
@@ -1110,7 +1165,7 @@ static tpu_status_t ew_isin_run(const tpu_k_call_t* call) {
   X(CLAMP_MIN) X(CLAMP_MAX) X(NEG) X(ABS) X(SIGN) X(RECIPROCAL) X(SQRT) X(RSQRT)      \
   X(EXP) X(EXP2) X(EXPM1) X(LOG) X(LOG1P) X(LOG2) X(SIN) X(COS) X(TAN) X(TANH)        \
   X(SIGMOID) X(ERF) X(ASIN) X(ACOS) X(ATAN) X(ASINH) X(ACOSH) X(ATANH) X(ATAN2)       \
-  X(ANGLE) X(FMAX) X(FMIN) X(FLOOR) X(CEIL) X(ROUND) X(TRUNC) X(ISNAN) X(NAN_TO_NUM)  \
+  X(ANGLE) X(FMAX) X(FMIN) X(LOG10) X(HYPOT) X(NEXTAFTER) X(GCD) X(LCM) X(FLOOR) X(CEIL) X(ROUND) X(TRUNC) X(ISNAN) X(NAN_TO_NUM)  \
   X(RELU)                                                                             \
   X(GELU) X(GELU_BWD) X(SILU) X(SILU_BWD) X(SIGMOID_BWD) X(TANH_BWD) X(THRESHOLD)     \
   X(THRESHOLD_BWD) X(SOFTPLUS) X(SOFTPLUS_BWD) X(LEAKY_RELU) X(LEAKY_RELU_BWD)        \
@@ -1169,6 +1224,7 @@ const tpu_k_entry_t tpu_k_elementwise_entries[] = {
     E("aten::minimum", MINIMUM) E("aten::minimum.out", MINIMUM)
     E("aten::fmax", FMAX) E("aten::fmax.out", FMAX) E("aten::fmin", FMIN) E("aten::fmin.out", FMIN)
     E_UNARY("atan2", ATAN2) /* binary, but the same three overloads */
+    E_UNARY("hypot", HYPOT) E_UNARY("nextafter", NEXTAFTER) E_UNARY("gcd", GCD) E_UNARY("lcm", LCM)
     E("aten::fmod.Tensor", FMOD) E("aten::fmod.Scalar", FMOD) E("aten::fmod.Tensor_out", FMOD)
     E("aten::fmod.Scalar_out", FMOD) E("aten::fmod_.Tensor", FMOD) E("aten::fmod_.Scalar", FMOD)
     E("aten::remainder.Tensor", REMAINDER) E("aten::remainder.Scalar", REMAINDER)
@@ -1210,7 +1266,7 @@ const tpu_k_entry_t tpu_k_elementwise_entries[] = {
     E_UNARY("neg", NEG) E_UNARY("abs", ABS) E_UNARY("sign", SIGN) E_UNARY("sgn", SIGN)
     E_UNARY("reciprocal", RECIPROCAL) E_UNARY("sqrt", SQRT) E_UNARY("rsqrt", RSQRT)
     E_UNARY("exp", EXP) E_UNARY("exp2", EXP2) E_UNARY("expm1", EXPM1) E_UNARY("log", LOG)
-    E_UNARY("log1p", LOG1P) E_UNARY("log2", LOG2) E_UNARY("sin", SIN) E_UNARY("cos", COS)
+    E_UNARY("log1p", LOG1P) E_UNARY("log2", LOG2) E_UNARY("log10", LOG10) E_UNARY("sin", SIN) E_UNARY("cos", COS)
     E_UNARY("tan", TAN) E_UNARY("tanh", TANH) E_UNARY("sigmoid", SIGMOID) E_UNARY("erf", ERF)
     E_UNARY("asin", ASIN) E_UNARY("acos", ACOS) E_UNARY("atan", ATAN) E_UNARY("asinh", ASINH)
     E_UNARY("acosh", ACOSH) E_UNARY("atanh", ATANH)
@@ -1476,6 +1532,12 @@ static void EW_FN(ew_compute)(const ew_ctx_t* c, T* o, const T* a,
       for (i = 0; i < n; ++i) o[i] = a[i] != a[i] ? a[i] : (a[i] < zero ? (T)EW_PI : zero);
       break;
     case OP_FMAX: for (i = 0; i < n; ++i) o[i] = fmax(a[i], b[i]); break;
+    case OP_LOG10: for (i = 0; i < n; ++i) o[i] = log10(a[i]); break;
+    case OP_HYPOT: for (i = 0; i < n; ++i) o[i] = hypot(a[i], b[i]); break;
+    case OP_NEXTAFTER: /* f16/bf16: the neighbour in that format */
+      if (c->rdt) for (i = 0; i < n; ++i) o[i] = (T)ew_nextafter_reduced((float)a[i], (float)b[i], c->rdt);
+      else for (i = 0; i < n; ++i) o[i] = nextafter(a[i], b[i]);
+      break;
     case OP_FMIN: for (i = 0; i < n; ++i) o[i] = fmin(a[i], b[i]); break;
     case OP_FLOOR: for (i = 0; i < n; ++i) o[i] = floor(a[i]); break;
     case OP_CEIL: for (i = 0; i < n; ++i) o[i] = ceil(a[i]); break;

@@ -1,7 +1,10 @@
 /* special.c - kernel family "special" (see tpu/kernels.h for the ABI): the
  * gamma-function family (lgamma, digamma, polygamma), erfc, erfcx, cosh,
- * sinh and the modified Bessel functions i0, i0e, i1, i1e, as unary
- * elementwise ops.
+ * sinh, the modified Bessel functions i0, i0e, i1, i1e, k0, k1 (and scaled),
+ * the spherical Bessel j0, ndtri as unary elementwise ops; frexp (one input,
+ * two outputs); igamma, igammac, the Hurwitz zeta and the
+ * orthogonal polynomials (Chebyshev T/U/V/W and their shifted forms, Hermite
+ * H and He, Laguerre, Legendre) of a tensor x and a tensor degree n.
  *
  * Numerics follow PyTorch's CPU kernels: float32, float16 and bfloat16
  * compute in float (the result rounded once to the output dtype; float16 and
@@ -12,6 +15,7 @@
  * and the Hurwitz zeta behind polygamma use the methods of the Cephes Math
  * Library, as PyTorch's ATen/native/Math.h does (3-clause BSD, Stephen L.
  * Moshier), so poles, infinities and NaNs come out as on the CPU. */
+#ifndef SP_TEMPLATE_PASS
 #define _GNU_SOURCE /* lgammaf_r / lgamma_r: lgamma itself writes the global signgam */
 #include <math.h>
 #include <string.h>
@@ -306,37 +310,233 @@ static double sp_bessel(sp_bessel_t k, double v) {
   return (one && v < 0.0) ? -r : r;
 }
 
-static float sp_besself(sp_bessel_t k, float v) {
+/* full: i1 with all its coefficients, in float (special_modified_bessel_i1: 83% of random
+ * float32 inputs equal the CPU to the bit, the rest within 1e-6 relative) */
+static float sp_besself(sp_bessel_t k, float v, bool full) {
   float x = fabsf(v), r;
   bool one = k == SP_BESSEL_I1 || k == SP_BESSEL_I1E, scaled = k == SP_BESSEL_I0E || k == SP_BESSEL_I1E;
   if (x <= 8.0f) {
     float y = x / 2.0f - 2.0f;
-    float c = one ? sp_chebf(y, sp_i1_a + 12, SP_LEN(sp_i1_a) - 12) : sp_chebf(y, sp_i0_a, SP_LEN(sp_i0_a));
+    float c = one ? sp_chebf(y, sp_i1_a + (full ? 0 : 12), SP_LEN(sp_i1_a) - (full ? 0 : 12)) : sp_chebf(y, sp_i0_a, SP_LEN(sp_i0_a));
     if (!one) r = scaled ? c : expf(x) * c;
     else r = scaled ? c * x : expf(x) * x * c;
   } else {
     float y = 32.0f / x - 2.0f;
-    float c = one ? sp_chebf(y, sp_i1_b + 18, SP_LEN(sp_i1_b) - 18) : sp_chebf(y, sp_i0_b, SP_LEN(sp_i0_b));
+    float c = one ? sp_chebf(y, sp_i1_b + (full ? 0 : 18), SP_LEN(sp_i1_b) - (full ? 0 : 18)) : sp_chebf(y, sp_i0_b, SP_LEN(sp_i0_b));
     r = scaled ? c / sqrtf(x) : expf(x) * c / sqrtf(x);
   }
   return (one && v < 0.0f) ? -r : r;
 }
 
-/* ---- the unary driver ----------------------------------------------------- */
+/* ---- modified Bessel functions of the second kind, spherical j0 ----------
+ * In double for every dtype (float results rounded once). K0 and K1 (times
+ * e^x when scaled) of x > 0: the ascending series (Abramowitz-Stegun 9.6.13
+ * and 9.6.11, with I0 and I1 above) up to x = 2, Steed's continued fraction
+ * (Numerical Recipes' CF2 for order 0) beyond. */
+#define SP_EULER 0.57721566490153286061
+#define SP_EPS 1.11022302462515654042e-16
 
+static double sp_bessel_k(double x, bool one, bool scaled) {
+  if (isnan(x) || x < 0.0) return NAN;
+  if (x == 0.0) return INFINITY;
+  if (isinf(x)) return 0.0;
+  double k0, k1;
+  if (x <= 2.0) {
+    /* K0 = -(ln(x/2) + g) I0 + sum_k H_k y^k / k!^2,
+     * K1 = 1/x + ln(x/2) I1 - x/4 sum_k (H_k + H_k+1 - 2g) y^k / (k! (k+1)!), y = x^2/4 */
+    const double y = 0.25 * x * x, l = log(0.5 * x);
+    double a = 1.0, b = 1.0, hk = 0.0, s0 = 0.0, s1 = 0.0;
+    for (int k = 0; k < 60; ++k) {
+      const double hk1 = hk + 1.0 / (k + 1);
+      s0 += hk * a;
+      s1 += (hk + hk1 - 2.0 * SP_EULER) * b;
+      if (k > 0 && b < SP_EPS * fabs(s1) && a * hk1 < SP_EPS * fabs(s0)) break;
+      a *= y / ((double)(k + 1) * (k + 1));
+      b *= y / ((double)(k + 1) * (k + 2));
+      hk = hk1;
+    }
+    k0 = -(l + SP_EULER) * sp_bessel(SP_BESSEL_I0, x) + s0;
+    k1 = 1.0 / x + l * sp_bessel(SP_BESSEL_I1, x) - 0.25 * x * s1;
+    if (scaled) {
+      k0 *= exp(x);
+      k1 *= exp(x);
+    }
+    return one ? k1 : k0;
+  }
+  double b = 2.0 * (1.0 + x), d = 1.0 / b, h = d, delh = d, q1 = 0.0, q2 = 1.0;
+  const double a1 = 0.25;
+  double q = a1, c = a1, a = -a1, s = 1.0 + q * delh;
+  for (int i = 2; i < 10000; ++i) {
+    a -= 2.0 * (i - 1);
+    c = -a * c / i;
+    const double qn = (q1 - b * q2) / a;
+    q1 = q2;
+    q2 = qn;
+    q += c * qn;
+    b += 2.0;
+    d = 1.0 / (b + a * d);
+    delh = (b * d - 1.0) * delh;
+    h += delh;
+    const double dels = q * delh;
+    s += dels;
+    if (fabs(dels / s) < SP_EPS) break;
+  }
+  h *= a1;
+  k0 = sqrt(SP_PI / (2.0 * x)) / s;
+  if (!scaled) k0 *= exp(-x);
+  k1 = k0 * (x + 0.5 - h) / x;
+  return one ? k1 : k0;
+}
+
+/* sin(x)/x; below |x| = 1/2 its Taylor series to x^12; 0 at +-inf. */
+static double sp_sph_j0(double x) {
+  if (isinf(x)) return 0.0;
+  if (fabs(x) < 0.5) {
+    const double y = x * x;
+    return 1.0 + y * (-1.0 / 6 + y * (1.0 / 120 + y * (-1.0 / 5040 + y * (1.0 / 362880 + y * (-1.0 / 39916800 +
+                                                                                          y / 6227020800.0)))));
+  }
+  return sin(x) / x;
+}
+
+/* ---- regularized incomplete gamma, ndtri --------------------------------
+ * In double for every dtype (float results rounded once). */
+#define SP_IGAM_MAXIT 100000
+
+/* P(a, x) = gamma(a, x) / Gamma(a) (upper: Q = 1 - P), with the CPU's
+ * values at the domain edges, checked in its order (so a NaN can meet one):
+ * NaN below 0, a = 0 gives 1 (Q: 0) for x > 0, x = 0 gives 0, an infinite a
+ * 0 (NaN with an infinite x), an infinite x 1.
+ * Otherwise the power series of P for x <= 1 or x <= a, the continued
+ * fraction of Q (modified Lentz) beyond, scaled by x^a e^-x / Gamma(a). */
+static double sp_igam(double a, double x, bool upper) {
+  if (x < 0.0 || a < 0.0) return NAN;
+  if (a == 0.0) return x > 0.0 ? (upper ? 0.0 : 1.0) : NAN;
+  if (x == 0.0) return upper ? 1.0 : 0.0;
+  if (isinf(a)) return isinf(x) ? NAN : (upper ? 1.0 : 0.0);
+  if (isinf(x)) return upper ? 0.0 : 1.0;
+  if (isnan(a) || isnan(x)) return NAN; /* after the edges: igamma(NaN, 0) is 0 */
+  /* log(x^a e^-x / Gamma(a)); for a >= 100 by Stirling's series, so that the
+   * large terms a log x and lgamma(a) do not cancel (1e-7 lost at a = 1e8) */
+  double lfac;
+  if (a >= 100.0) {
+    const double t = (x - a) / a, r = 1.0 / a, r2 = r * r;
+    const double corr = r * (1.0 / 12 - r2 * (1.0 / 360 - r2 * (1.0 / 1260 - r2 / 1680)));
+    lfac = a * (log1p(t) - t) + 0.5 * log(a) - 0.91893853320467274178 - corr; /* log(sqrt(2 pi)) */
+  } else {
+    lfac = a * log(x) - x - lgamma_r(a, &(int){0});
+  }
+  if (x <= 1.0 || x <= a) {
+    double term = 1.0, sum = 1.0, ap = a;
+    for (int k = 0; k < SP_IGAM_MAXIT && term > sum * SP_EPS; ++k) {
+      ap += 1.0;
+      term *= x / ap;
+      sum += term;
+    }
+    const double pv = exp(lfac) * sum / a;
+    return upper ? 1.0 - pv : pv;
+  }
+  const double tiny = 1e-300;
+  double b = x + 1.0 - a, c = 1.0 / tiny, d = 1.0 / b, h = d;
+  for (int i = 1; i < SP_IGAM_MAXIT; ++i) {
+    const double an = -i * (i - a);
+    b += 2.0;
+    d = an * d + b;
+    if (fabs(d) < tiny) d = tiny;
+    c = b + an / c;
+    if (fabs(c) < tiny) c = tiny;
+    d = 1.0 / d;
+    const double del = d * c;
+    h *= del;
+    if (fabs(del - 1.0) < SP_EPS) break;
+  }
+  const double qv = exp(lfac) * h;
+  return upper ? qv : 1.0 - qv;
+}
+
+/* ndtri(y): the x with Phi(x) = y; -inf at 0, inf at 1, NaN outside [0, 1].
+ * Start from Abramowitz-Stegun 26.2.23 (error below 4.5e-4), then Halley
+ * steps on Phi(x) - y written with erf near the centre and erfc in the tails
+ * (both keep the relative accuracy of their side). */
+static double sp_ndtri(double y) {
+  if (!(y >= 0.0 && y <= 1.0)) return NAN;
+  if (y == 0.0) return -INFINITY;
+  if (y == 1.0) return INFINITY;
+  const double dc = y - 0.5, p = dc > 0.0 ? 1.0 - y : y; /* p: the smaller tail */
+  if (dc == 0.0) return 0.0;
+  const double t = sqrt(-2.0 * log(p));
+  double x = t - (2.515517 + t * (0.802853 + t * 0.010328)) /
+                     (1.0 + t * (1.432788 + t * (0.189269 + t * 0.001308)));
+  const bool central = fabs(dc) < 0.4;
+  for (int i = 0; i < 4; ++i) {
+    /* f = Phi(-x) - p, the derivative is -phi(x); Halley: x += u / (1 - x u / 2) */
+    const double f = central ? fabs(dc) - 0.5 * erf(x * 0.70710678118654752440)
+                             : 0.5 * erfc(x * 0.70710678118654752440) - p;
+    const double phi = exp(-0.5 * x * x) * 0.39894228040143267794;
+    const double u = f / phi;
+    x += u / (1.0 - 0.5 * x * u);
+  }
+  return dc > 0.0 ? x : -x;
+}
+
+/* ---- orthogonal polynomials --------------------------------------------
+ * Written once below the template marker and instantiated for float (the
+ * CPU's arithmetic for float32) and double; each evaluates the three-term
+ * recurrence in the order of operations of the CPU's kernel (its a * q - b
+ * steps are one fused multiply-add there: PyTorch's x86 build contracts
+ * them; rounding each product separately is 1e-5 off at n = 29), with the same
+ * closed forms it takes at x = +-1 (0 and 1 for the shifted ones) and, for
+ * larger n inside the interval, the trigonometric forms. The degree is a
+ * tensor of the same dtype, truncated to an integer; NaN, +-inf and values
+ * beyond int64 become INT64_MIN (x86's conversion, which the CPU gets), a
+ * negative degree whose polynomial is 0. */
 typedef enum {
   SP_LGAMMA, SP_DIGAMMA, SP_POLYGAMMA, SP_ERFC, SP_ERFCX, SP_COSH, SP_SINH,
-  SP_I0, SP_I0E, SP_I1, SP_I1E
+  SP_I0, SP_I0E, SP_I1, SP_I1E, SP_FREXP, SP_ZETA, SP_IGAMMA, SP_IGAMMAC, SP_NDTRI,
+  SP_MOD_I1, SP_K0, SP_K1, SP_K0E, SP_K1E, SP_SPH_J0,
+  SP_CHEB_T, SP_CHEB_U, SP_CHEB_V, SP_CHEB_W, SP_SCHEB_T, SP_SCHEB_U, SP_SCHEB_V, SP_SCHEB_W,
+  SP_HERMITE_H, SP_HERMITE_HE, SP_LAGUERRE_L, SP_LEGENDRE_P
 } sp_op_t;
+
+static int64_t sp_degree(double n) {
+  if (!(n > -9223372036854775808.0 && n < 9223372036854775808.0)) return INT64_MIN;
+  return (int64_t)n;
+}
+
+#define SP_TEMPLATE_PASS 1
+#define T float
+#define SP_FN(name) name##_f32
+#include "kernels/special.c"
+#undef T
+#undef SP_FN
+#define T double
+#define SP_FN(name) name##_f64
+#include "kernels/special.c"
+#undef T
+#undef SP_FN
+#undef SP_TEMPLATE_PASS
+
+/* ---- the driver ------------------------------------------------------------
+ * One loop for every op here: one or two input tensors (x, and n or q or
+ * the second argument), one output, or two for frexp (mantissa, exponent). */
+
+enum {
+  SP_BINARY = 1u << 0,  /* two tensor inputs */
+  SP_NOHALF = 1u << 1,  /* the CPU has no float16/bfloat16 kernel */
+  SP_FLOATIN = 1u << 2, /* floating input only; the outputs' dtypes are checked too (frexp) */
+  SP_NOINT = 1u << 3,   /* no kernel for integer inputs (none of them floating) */
+};
 
 typedef struct {
   sp_op_t op;
   int64_t n; /* polygamma's order */
-  int dt_out, dt_in;
+  int dt_out, dt_in, dt_in2;
   bool f64;
+  tpu_tensor_t wrapped[2]; /* Scalar operands of the binary ops, as 0-dim tensors */
+  double wval[2];
 } sp_un_t;
 
-static double sp_eval_f64(const sp_un_t* u, double x) {
+static double sp_eval_f64(const sp_un_t* u, double x, double y) {
   switch (u->op) {
     case SP_LGAMMA: return lgamma_r(x, &(int){0});
     case SP_DIGAMMA: return sp_digamma(x);
@@ -349,11 +549,21 @@ static double sp_eval_f64(const sp_un_t* u, double x) {
     case SP_I0E: return sp_bessel(SP_BESSEL_I0E, x);
     case SP_I1: return sp_bessel(SP_BESSEL_I1, x);
     case SP_I1E: return sp_bessel(SP_BESSEL_I1E, x);
+    case SP_ZETA: return sp_zeta(x, y);
+    case SP_IGAMMA: return sp_igam(x, y, false);
+    case SP_IGAMMAC: return sp_igam(x, y, true);
+    case SP_NDTRI: return sp_ndtri(x);
+    case SP_MOD_I1: return sp_bessel(SP_BESSEL_I1, x);
+    case SP_K0: return sp_bessel_k(x, false, false);
+    case SP_K1: return sp_bessel_k(x, true, false);
+    case SP_K0E: return sp_bessel_k(x, false, true);
+    case SP_K1E: return sp_bessel_k(x, true, true);
+    case SP_SPH_J0: return sp_sph_j0(x);
+    default: return sp_poly_f64(u->op - SP_CHEB_T, x, sp_degree(y));
   }
-  return NAN;
 }
 
-static float sp_eval_f32(const sp_un_t* u, float x) {
+static float sp_eval_f32(const sp_un_t* u, float x, float y) {
   switch (u->op) {
     case SP_LGAMMA: return lgammaf_r(x, &(int){0});
     case SP_DIGAMMA: return sp_digammaf(x);
@@ -362,115 +572,362 @@ static float sp_eval_f32(const sp_un_t* u, float x) {
     case SP_ERFCX: return sp_erfcxf(x);
     case SP_COSH: return coshf(x);
     case SP_SINH: return sinhf(x);
-    case SP_I0: return sp_besself(SP_BESSEL_I0, x);
-    case SP_I0E: return sp_besself(SP_BESSEL_I0E, x);
-    case SP_I1: return sp_besself(SP_BESSEL_I1, x);
-    case SP_I1E: return sp_besself(SP_BESSEL_I1E, x);
+    case SP_I0: return sp_besself(SP_BESSEL_I0, x, false);
+    case SP_I0E: return sp_besself(SP_BESSEL_I0E, x, false);
+    case SP_I1: return sp_besself(SP_BESSEL_I1, x, false);
+    case SP_I1E: return sp_besself(SP_BESSEL_I1E, x, false);
+    case SP_MOD_I1: return sp_besself(SP_BESSEL_I1, x, true);
+    case SP_ZETA: return (float)sp_zeta((double)x, (double)y); /* double: the CPU's accumulation type */
+    case SP_IGAMMA: return (float)sp_igam((double)x, (double)y, false);
+    case SP_IGAMMAC: return (float)sp_igam((double)x, (double)y, true);
+    case SP_NDTRI: case SP_K0: case SP_K1: case SP_K0E: case SP_K1E: case SP_SPH_J0:
+      return (float)sp_eval_f64(u, (double)x, 0.0);
+    default: return sp_poly_f32(u->op - SP_CHEB_T, x, sp_degree((double)y));
   }
-  return NAN;
+}
+
+/* frexp: mantissa in [0.5, 1) with x's sign and the int32 exponent; 0, inf
+ * and NaN keep their value with exponent 0 (glibc's frexp, as the CPU). */
+static void sp_frexp_inner(const sp_un_t* u, char** p, const int64_t* st, int64_t n) {
+  char *m = p[0], *e = p[1];
+  const char* a = p[2];
+  for (int64_t i = 0; i < n; ++i, m += st[0], e += st[1], a += st[2]) {
+    int ex = 0;
+    double v = tpu_ku_load_f64(a, u->dt_in);
+    double mant = u->f64 ? frexp(v, &ex) : (double)frexpf((float)v, &ex);
+    tpu_ku_store_f64(m, u->dt_out, mant);
+    *(int32_t*)e = (int32_t)ex;
+  }
 }
 
 static void sp_un_inner(void* ctx, char** p, const int64_t* st, int64_t n) {
   const sp_un_t* u = (const sp_un_t*)ctx;
+  if (u->op == SP_FREXP) {
+    sp_frexp_inner(u, p, st, n);
+    return;
+  }
   char* o = p[0];
   const char* a = p[1];
-  if (u->f64) {
-    for (int64_t i = 0; i < n; ++i, o += st[0], a += st[1])
-      tpu_ku_store_f64(o, u->dt_out, sp_eval_f64(u, tpu_ku_load_f64(a, u->dt_in)));
-  } else if (u->op == SP_POLYGAMMA && u->n >= 2 && u->dt_out != TPU_DTYPE_F32) {
-    for (int64_t i = 0; i < n; ++i, o += st[0], a += st[1]) {
-      float x = (float)tpu_ku_load_f64(a, u->dt_in);
-      tpu_ku_store_f64(o, u->dt_out, (double)sp_polygamma_reduced(u->dt_out, u->n, x));
-    }
-  } else {
-    for (int64_t i = 0; i < n; ++i, o += st[0], a += st[1]) {
-      float x = (float)tpu_ku_load_f64(a, u->dt_in);
-      tpu_ku_store_f64(o, u->dt_out, (double)sp_eval_f32(u, x));
-    }
+  const char* b = u->dt_in2 ? p[2] : NULL;
+  const int64_t sb = b ? st[2] : 0;
+  for (int64_t i = 0; i < n; ++i, o += st[0], a += st[1], b += sb) {
+    double x = tpu_ku_load_f64(a, u->dt_in), y = b ? tpu_ku_load_f64(b, u->dt_in2) : 0.0;
+    double r;
+    if (u->f64) r = sp_eval_f64(u, x, y);
+    else if (u->op == SP_POLYGAMMA && u->n >= 2 && u->dt_out != TPU_DTYPE_F32)
+      r = (double)sp_polygamma_reduced(u->dt_out, u->n, (float)x);
+    else r = (double)sp_eval_f32(u, (float)x, (float)y);
+    tpu_ku_store_f64(o, u->dt_out, r);
   }
 }
 
 static const struct {
   const char* prefix; /* the op's base name; overloads follow a '.' or '_' */
   sp_op_t op;
+  unsigned flags;
 } kSpOps[] = {
-    {"aten::lgamma", SP_LGAMMA},       {"aten::digamma", SP_DIGAMMA}, {"aten::polygamma", SP_POLYGAMMA},
-    {"aten::special_erfcx", SP_ERFCX}, {"aten::erfc", SP_ERFC},       {"aten::cosh", SP_COSH},
-    {"aten::sinh", SP_SINH},           {"aten::i0", SP_I0},           {"aten::special_i0e", SP_I0E},
-    {"aten::special_i1", SP_I1},       {"aten::special_i1e", SP_I1E},
+    {"aten::lgamma", SP_LGAMMA, 0},
+    {"aten::digamma", SP_DIGAMMA, 0},
+    {"aten::polygamma", SP_POLYGAMMA, 0},
+    {"aten::special_erfcx", SP_ERFCX, SP_NOHALF},
+    {"aten::erfc", SP_ERFC, 0},
+    {"aten::cosh", SP_COSH, 0},
+    {"aten::sinh", SP_SINH, 0},
+    {"aten::i0", SP_I0, 0},
+    {"aten::special_i0e", SP_I0E, 0},
+    {"aten::special_i1", SP_I1, 0},
+    {"aten::special_i1e", SP_I1E, 0},
+    {"aten::frexp", SP_FREXP, SP_FLOATIN},
+    {"aten::special_zeta", SP_ZETA, SP_BINARY | SP_NOHALF},
+    {"aten::igamma", SP_IGAMMA, SP_BINARY | SP_NOINT},
+    {"aten::igammac", SP_IGAMMAC, SP_BINARY | SP_NOINT},
+    {"aten::special_ndtri", SP_NDTRI, SP_NOHALF},
+    {"aten::special_modified_bessel_i0", SP_I0, SP_NOHALF},
+    {"aten::special_modified_bessel_i1", SP_MOD_I1, SP_NOHALF},
+    {"aten::special_modified_bessel_k0", SP_K0, SP_NOHALF},
+    {"aten::special_modified_bessel_k1", SP_K1, SP_NOHALF},
+    {"aten::special_scaled_modified_bessel_k0", SP_K0E, SP_NOHALF},
+    {"aten::special_scaled_modified_bessel_k1", SP_K1E, SP_NOHALF},
+    {"aten::special_spherical_bessel_j0", SP_SPH_J0, SP_NOHALF},
+    {"aten::special_chebyshev_polynomial_t", SP_CHEB_T, SP_BINARY | SP_NOHALF},
+    {"aten::special_chebyshev_polynomial_u", SP_CHEB_U, SP_BINARY | SP_NOHALF},
+    {"aten::special_chebyshev_polynomial_v", SP_CHEB_V, SP_BINARY | SP_NOHALF},
+    {"aten::special_chebyshev_polynomial_w", SP_CHEB_W, SP_BINARY | SP_NOHALF},
+    {"aten::special_shifted_chebyshev_polynomial_t", SP_SCHEB_T, SP_BINARY | SP_NOHALF},
+    {"aten::special_shifted_chebyshev_polynomial_u", SP_SCHEB_U, SP_BINARY | SP_NOHALF},
+    {"aten::special_shifted_chebyshev_polynomial_v", SP_SCHEB_V, SP_BINARY | SP_NOHALF},
+    {"aten::special_shifted_chebyshev_polynomial_w", SP_SCHEB_W, SP_BINARY | SP_NOHALF},
+    {"aten::special_hermite_polynomial_h", SP_HERMITE_H, SP_BINARY | SP_NOHALF},
+    {"aten::special_hermite_polynomial_he", SP_HERMITE_HE, SP_BINARY | SP_NOHALF},
+    {"aten::special_laguerre_polynomial_l", SP_LAGUERRE_L, SP_BINARY | SP_NOHALF},
+    {"aten::special_legendre_polynomial_p", SP_LEGENDRE_P, SP_BINARY | SP_NOHALF},
 };
 
-static tpu_status_t sp_un_setup(const tpu_k_call_t* call, sp_un_t* u, const tpu_tensor_t** ops) {
+/* ops[]: the outputs, then the inputs, in iteration order; *out_nops their count. */
+static tpu_status_t sp_un_setup(const tpu_k_call_t* call, sp_un_t* u, const tpu_tensor_t** ops, int* out_nops) {
   memset(u, 0, sizeof(*u));
+  unsigned flags = 0;
   bool found = false;
   for (size_t i = 0; i < sizeof(kSpOps) / sizeof(kSpOps[0]) && !found; ++i) {
     size_t len = strlen(kSpOps[i].prefix);
     if (strncmp(call->op, kSpOps[i].prefix, len) == 0 &&
         (call->op[len] == '\0' || call->op[len] == '.' || call->op[len] == '_')) {
       u->op = kSpOps[i].op;
+      flags = kSpOps[i].flags;
       found = true;
     }
   }
   if (!found) return TPU_KU_INVALID(call, "not a special-function op");
   /* polygamma(int n, Tensor self), polygamma.out(int n, Tensor self, *, out),
-   * polygamma_(Tensor self, int n): the first tensor and the int argument. */
-  const tpu_tensor_t* a = NULL;
+   * polygamma_(Tensor self, int n): the first tensor and the int argument;
+   * binary ops: the first two operands, a Scalar (x_scalar, self_scalar, ...
+   * reach here as the wrapped number of their composite) as a 0-dim float64
+   * tensor. */
+  const tpu_tensor_t* in[2] = {NULL, NULL};
   bool have_n = false;
-  for (int i = 0; i < call->num_args; ++i) {
-    if (!a && call->args[i].kind == TPU_K_TENSOR) a = call->args[i].v.tensor;
-    else if (!have_n && call->args[i].kind == TPU_K_INT) {
+  int nin = 0;
+  for (int i = 0; i < call->num_args && nin < 2; ++i) {
+    const tpu_k_value_t* v = &call->args[i];
+    if (v->kind == TPU_K_TENSOR) {
+      in[nin++] = v->v.tensor;
+    } else if ((flags & SP_BINARY) && (v->kind == TPU_K_INT || v->kind == TPU_K_DOUBLE || v->kind == TPU_K_BOOL)) {
+      u->wval[nin] = v->kind == TPU_K_INT ? (double)v->v.i : v->kind == TPU_K_DOUBLE ? v->v.d : (double)v->v.b;
+      memset(&u->wrapped[nin], 0, sizeof(u->wrapped[nin]));
+      u->wrapped[nin].dtype = TPU_DTYPE_F64;
+      u->wrapped[nin].data = &u->wval[nin];
+      in[nin] = &u->wrapped[nin];
+      ++nin;
+    } else if (!have_n && v->kind == TPU_K_INT) {
+      u->n = v->v.i;
+      have_n = true;
+    }
+    if (!(flags & SP_BINARY) && nin == 1) break;
+  }
+  for (int i = 0; !have_n && u->op == SP_POLYGAMMA && i < call->num_args; ++i)
+    if (call->args[i].kind == TPU_K_INT) {
       u->n = call->args[i].v.i;
       have_n = true;
     }
-  }
-  if (!a || call->num_outputs < 1) return TPU_KU_INVALID(call, "expected tensor arguments");
+  const tpu_tensor_t *a = in[0], *b = (flags & SP_BINARY) ? in[1] : NULL;
+  const int nout = u->op == SP_FREXP ? 2 : 1;
+  if (!a || (flags & SP_BINARY && !b) || call->num_outputs < nout)
+    return TPU_KU_INVALID(call, "expected tensor arguments");
   if (u->op == SP_POLYGAMMA) {
     if (!have_n) return TPU_KU_INVALID(call, "expected the order n");
     if (u->n < 0) return TPU_KU_INVALID(call, "polygamma(n, x) does not support negative n.");
   }
   const tpu_tensor_t* o = &call->outputs[0];
+  if (flags & SP_FLOATIN) { /* frexp's own checks, in the CPU's words */
+    if (!tpu_dtype_is_floating((tpu_dtype_t)a->dtype))
+      return TPU_KU_INVALID(call, "torch.frexp() only supports floating-point dtypes");
+    if (o->dtype != a->dtype)
+      return TPU_KU_INVALID(call, "torch.frexp() expects mantissa to have dtype %s but got %s",
+                            tpu_dtype_name((tpu_dtype_t)a->dtype), tpu_dtype_name((tpu_dtype_t)o->dtype));
+    if (call->outputs[1].dtype != TPU_DTYPE_I32)
+      return TPU_KU_INVALID(call, "torch.frexp() expects exponent to have int dtype but got %s",
+                            tpu_dtype_name((tpu_dtype_t)call->outputs[1].dtype));
+  }
   if (!tpu_dtype_is_floating((tpu_dtype_t)o->dtype)) return tpu_ku_unsupported_dtype(call, o->dtype);
   if (tpu_dtype_size((tpu_dtype_t)a->dtype) <= 0) return tpu_ku_unsupported_dtype(call, a->dtype);
-  /* the CPU's erfcx has no float16/bfloat16 kernel */
-  if (u->op == SP_ERFCX && o->dtype != TPU_DTYPE_F32 && o->dtype != TPU_DTYPE_F64)
+  if (b && tpu_dtype_size((tpu_dtype_t)b->dtype) <= 0) return tpu_ku_unsupported_dtype(call, b->dtype);
+  if ((flags & SP_NOHALF) && o->dtype != TPU_DTYPE_F32 && o->dtype != TPU_DTYPE_F64)
     return tpu_ku_unsupported_dtype(call, o->dtype);
+  if ((flags & SP_NOINT) && !tpu_dtype_is_floating((tpu_dtype_t)a->dtype) &&
+      !(b && tpu_dtype_is_floating((tpu_dtype_t)b->dtype)))
+    return tpu_ku_unsupported_dtype(call, a->dtype);
   u->dt_out = o->dtype;
   u->dt_in = a->dtype;
+  u->dt_in2 = b ? b->dtype : 0;
   u->f64 = o->dtype == TPU_DTYPE_F64;
-  ops[0] = o;
-  ops[1] = a;
+  int k = 0;
+  for (int j = 0; j < nout; ++j) ops[k++] = &call->outputs[j];
+  ops[k++] = a;
+  if (b) ops[k++] = b;
+  *out_nops = k;
   return TPU_OK;
 }
 
 static tpu_status_t sp_un_check(const tpu_k_call_t* call) {
   sp_un_t u;
-  const tpu_tensor_t* ops[2];
-  TPU_RETURN_IF_ERROR(sp_un_setup(call, &u, ops));
+  const tpu_tensor_t* ops[3];
+  int nops;
+  TPU_RETURN_IF_ERROR(sp_un_setup(call, &u, ops, &nops));
   tpu_ku_iter_t it;
-  return tpu_ku_iter_init(&it, 2, ops, call->op);
+  return tpu_ku_iter_init(&it, nops, ops, call->op);
 }
 
 static tpu_status_t sp_un_run(const tpu_k_call_t* call) {
   sp_un_t u;
-  const tpu_tensor_t* ops[2];
-  TPU_RETURN_IF_ERROR(sp_un_setup(call, &u, ops));
+  const tpu_tensor_t* ops[3];
+  int nops;
+  TPU_RETURN_IF_ERROR(sp_un_setup(call, &u, ops, &nops));
   if (tpu_tensor_numel(ops[0]) == 0) return TPU_OK;
   tpu_ku_iter_t it;
-  TPU_RETURN_IF_ERROR(tpu_ku_iter_init(&it, 2, ops, call->op));
-  tpu_ku_iter_parallel(&it, call->pool, u.op == SP_POLYGAMMA ? 1024 : 4096, sp_un_inner, &u);
+  TPU_RETURN_IF_ERROR(tpu_ku_iter_init(&it, nops, ops, call->op));
+  bool slow = u.op == SP_POLYGAMMA || u.op >= SP_ZETA;
+  tpu_ku_iter_parallel(&it, call->pool, slow ? 1024 : 4096, sp_un_inner, &u);
   return TPU_OK;
 }
 
 #define SP_E(name) {name, sp_un_run, sp_un_check, 0, NULL},
 #define SP_UNARY(n) SP_E("aten::" n) SP_E("aten::" n ".out") SP_E("aten::" n "_")
+#define SP_FUNC(n) SP_E("aten::" n) SP_E("aten::" n ".out")
 
 const tpu_k_entry_t tpu_k_special_entries[] = {
     SP_UNARY("lgamma") SP_UNARY("digamma") SP_UNARY("polygamma") SP_UNARY("erfc")
     SP_UNARY("cosh") SP_UNARY("sinh")
-    SP_E("aten::special_erfcx") SP_E("aten::special_erfcx.out")
+    SP_FUNC("special_erfcx")
     SP_UNARY("i0")
-    SP_E("aten::special_i0e") SP_E("aten::special_i0e.out")
-    SP_E("aten::special_i1") SP_E("aten::special_i1.out")
-    SP_E("aten::special_i1e") SP_E("aten::special_i1e.out")
+    SP_FUNC("special_i0e") SP_FUNC("special_i1") SP_FUNC("special_i1e")
+    SP_E("aten::frexp.Tensor_out")
+    SP_FUNC("special_zeta") SP_UNARY("igamma") SP_UNARY("igammac") SP_FUNC("special_ndtri")
+    SP_FUNC("special_modified_bessel_i0") SP_FUNC("special_modified_bessel_i1")
+    SP_FUNC("special_modified_bessel_k0") SP_FUNC("special_modified_bessel_k1")
+    SP_FUNC("special_scaled_modified_bessel_k0") SP_FUNC("special_scaled_modified_bessel_k1")
+    SP_FUNC("special_spherical_bessel_j0")
+    SP_FUNC("special_chebyshev_polynomial_t") SP_FUNC("special_chebyshev_polynomial_u")
+    SP_FUNC("special_chebyshev_polynomial_v") SP_FUNC("special_chebyshev_polynomial_w")
+    SP_FUNC("special_shifted_chebyshev_polynomial_t") SP_FUNC("special_shifted_chebyshev_polynomial_u")
+    SP_FUNC("special_shifted_chebyshev_polynomial_v") SP_FUNC("special_shifted_chebyshev_polynomial_w")
+    SP_FUNC("special_hermite_polynomial_h") SP_FUNC("special_hermite_polynomial_he")
+    SP_FUNC("special_laguerre_polynomial_l") SP_FUNC("special_legendre_polynomial_p")
 };
 const size_t tpu_k_special_count = sizeof(tpu_k_special_entries) / sizeof(tpu_k_special_entries[0]);
+
+#else /* SP_TEMPLATE_PASS: the polynomials in T (float or double) */
+
+#define SP_M(fn) _Generic((T)0, float: fn##f, default: fn)
+#define SP_ACOS SP_M(acos)
+#define SP_COS SP_M(cos)
+#define SP_SIN SP_M(sin)
+#define SP_FMA SP_M(fma)
+
+/* p_n by the recurrence q' = step(k) from p_0 = 1, p_1 = q */
+static T SP_FN(sp_cheb)(int which, T x, int64_t n) {
+  /* which: 0..3 = T, U, V, W; 4..7 the shifted ones, in y = 2x - 1 */
+  const bool shifted = which >= 4;
+  const int kind = which & 3;
+  const T one = (T)1, y = shifted ? x + x - one : x;
+  const T m = y + y; /* the recurrence's factor */
+  if (n < 0) return 0;
+  bool at_one, at_minus_one;
+  if (shifted) {
+    at_one = x == one;
+    at_minus_one = x == (T)0;
+  } else {
+    at_one = SP_M(fabs)(x) == one && x > 0;
+    at_minus_one = SP_M(fabs)(x) == one && !(x > 0);
+  }
+  const bool even = n % 2 == 0;
+  if (at_one) {
+    switch (kind) {
+      case 0: case 2: return one;
+      case 1: return (T)(n + 1);
+      default: return (T)(n + n + 1);
+    }
+  }
+  if (at_minus_one) {
+    switch (kind) {
+      case 0: case 3: return even ? one : -one;
+      case 1: return (T)(even ? n + 1 : -(n + 1));
+      default: return (T)(even ? n + n + 1 : -(n + n + 1));
+    }
+  }
+  /* the trigonometric forms, from these degrees on */
+  static const int64_t kTrig[8] = {6, 8, 8, 8, 6, 6, 6, 4};
+  if (n > kTrig[which] && SP_M(fabs)(y) < one) {
+    const T t = SP_ACOS(y);
+    switch (kind) {
+      case 0: return SP_COS(n * t);
+      case 1:
+        if (SP_SIN(t) != 0) return SP_SIN((n + 1) * t) / SP_SIN(t);
+        return (n + 1) * SP_COS((n + 1) * t);
+      case 2:
+        if (SP_SIN(t / (T)2) != one) return SP_COS((n + (T)0.5) * t) / SP_COS(t / (T)2);
+        return (T)(even ? n + n + 1 : -(n + n + 1));
+      default:
+        if (SP_COS(t / (T)2) != one) return SP_SIN((n + (T)0.5) * t) / SP_SIN(t / (T)2);
+        if (shifted) return even ? one : -one;
+        if (x > 0) return (T)(n + n + 1);
+        return even ? one : -one;
+    }
+  }
+  T p = one, q;
+  switch (kind) { /* p_1 */
+    case 0: q = y; break;
+    case 1: q = y + y; break;
+    case 2: q = y + y - one; break;
+    default: q = y + y + one; break;
+  }
+  if (n == 0) return one;
+  if (n == 1) return q;
+  T r = q;
+  for (int64_t k = 2; k <= n; ++k) {
+    r = SP_FMA(m, q, -p);
+    p = q;
+    q = r;
+  }
+  return r;
+}
+
+static T SP_FN(sp_poly)(int which, T x, int64_t n) {
+  const T one = (T)1;
+  if (which < 8) return SP_FN(sp_cheb)(which, x, n);
+  if (n < 0) return 0;
+  T p = one, q, r;
+  switch (which) {
+    case SP_HERMITE_H - SP_CHEB_T:
+      if (n == 0) return one;
+      q = x + x;
+      if (n == 1) return q;
+      r = q;
+      for (int64_t k = 2; k < n + n; k += 2) {
+        r = SP_FMA(x + x, q, -(k * p));
+        p = q;
+        q = r;
+      }
+      return r;
+    case SP_HERMITE_HE - SP_CHEB_T:
+      if (n == 0) return one;
+      if (n == 1) return x;
+      q = x;
+      r = q;
+      for (int64_t k = 1; k < n; ++k) {
+        r = SP_FMA(x, q, -(k * p));
+        p = q;
+        q = r;
+      }
+      return r;
+    case SP_LAGUERRE_L - SP_CHEB_T:
+      if (SP_M(fabs)(x) == (T)0) return one;
+      if (n == 0) return one;
+      q = one - x;
+      if (n == 1) return q;
+      r = q;
+      for (int64_t k = 1; k < n; ++k) {
+        r = SP_FMA((k + k) + (one - x), q, -(k * p)) / (k + 1);
+        p = q;
+        q = r;
+      }
+      return r;
+    default: /* Legendre */
+      if (SP_M(fabs)(x) == one) return (x > 0 || n % 2 == 0) ? one : -one;
+      if (n == 0) return one;
+      if (n == 1) return x;
+      q = x;
+      r = q;
+      for (int64_t k = 1; k < n; ++k) {
+        r = SP_FMA((k + k + 1) * x, q, -(k * p)) / (k + 1);
+        p = q;
+        q = r;
+      }
+      return r;
+  }
+}
+
+#undef SP_M
+#undef SP_ACOS
+#undef SP_COS
+#undef SP_SIN
+#undef SP_FMA
+#endif /* SP_TEMPLATE_PASS */
