@@ -298,8 +298,8 @@ def write_db_markdown(path, results, t, elapsed, max_samples, chunk):
         "- forward cases: each dtype of float32, bfloat16, float16, float64, int8, int16, int32, int64,"
         " uint8, bool that the OpInfo declares for CPU; grad: float32 backward of the sum of the"
         " outputs, input grads compared; complex: one record per op that declares a complex dtype",
-        "- random ops (those PyTorch's own test_compare_cpu skips for randomness): shapes and dtypes"
-        " compared, not values",
+        "- random ops (those PyTorch's own test_compare_cpu skips for randomness) and the empty family"
+        " (uninitialised memory): shapes and dtypes compared, not values",
         f"- complex tensors on the device: {oc.complex_probe()}",
         "- tolerances and comparisons as in `docs/opinfo.md`",
         "",

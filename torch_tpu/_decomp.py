@@ -255,8 +255,9 @@ def run(name: str, overload: str, args: tuple, kwargs: dict):
     for d, r in zip(dst, res):
         # PyTorch's out= rule (TensorIterator's, and torch._prims_common.can_safe_cast_to
         # in its refs' out wrapper): no float result into an integer out=, no complex into
-        # a real one, nothing but bool into a bool one.
-        if not torch.can_cast(r.dtype, d.dtype):
+        # a real one, nothing but bool into a bool one. Not for ops that take a dtype
+        # (logspace, sum, ...): there the out= tensor's dtype is the one asked for.
+        if not _takes_dtype(op) and not torch.can_cast(r.dtype, d.dtype):
             raise RuntimeError(f"{op}: result type {_type_name(r.dtype)} can't be cast to the desired output "
                                f"type {_type_name(d.dtype)}")
     for d, r in zip(dst, res):
@@ -269,6 +270,19 @@ def run(name: str, overload: str, args: tuple, kwargs: dict):
 def _type_name(dtype) -> str:
     """ATen's name of a dtype, as its errors print it (Float, Long, BFloat16, ...)."""
     return torch.empty((), dtype=dtype, device="meta").type().rsplit(".", 1)[-1].replace("Tensor", "")
+
+
+_TAKES_DTYPE: dict = {}
+
+
+def _takes_dtype(op) -> bool:
+    """Whether some overload of `op` has a `dtype` argument."""
+    packet = op.overloadpacket
+    got = _TAKES_DTYPE.get(packet)
+    if got is None:
+        got = _TAKES_DTYPE[packet] = any(
+            a.name == "dtype" for o in packet.overloads() for a in getattr(packet, o)._schema.arguments)
+    return got
 
 
 _OUT_NAMES: dict = {}
