@@ -74,6 +74,15 @@ static void test_mm(int dt, int64_t M, int64_t K, int64_t N, bool ta, bool tb, b
   fr(&a); fr(&b); fr(&c);
 }
 
+/* dst[i, j] = src[i, j] rounded to bf16 (2-D, same sizes). */
+static void round_to_bf16(const tpu_tensor_t* src, const tpu_tensor_t* dst) {
+  for (int64_t i = 0; i < src->sizes[0]; ++i)
+    for (int64_t j = 0; j < src->sizes[1]; ++j) {
+      int64_t ix[2] = {i, j};
+      set(dst, ix, tpu_ku_bf16_to_f32(tpu_ku_f32_to_bf16((float)get(src, ix))));
+    }
+}
+
 /* TPU_K_CALL_BF16_PRODUCTS on f32 x f32 (addmm with a row bias): with AVX512_BF16 and M, N >= 64
  * the result is the product of the operands rounded to bf16 (f32 accumulation, exact bias),
  * measurably away from the f32 product; otherwise the f32 product. */
@@ -86,16 +95,8 @@ static void test_bf16_products(int64_t M, int64_t K, int64_t N, bool ta, bool tb
   fill(&a, 1.0, false);
   fill(&b, 1.0, false);
   fill(&bias, 1.0, false);
-  for (int64_t i = 0; i < M; ++i)
-    for (int64_t k = 0; k < K; ++k) {
-      int64_t ix[2] = {i, k};
-      set(&ra.t, ix, tpu_ku_bf16_to_f32(tpu_ku_f32_to_bf16((float)get(&a.t, ix))));
-    }
-  for (int64_t k = 0; k < K; ++k)
-    for (int64_t j = 0; j < N; ++j) {
-      int64_t ix[2] = {k, j};
-      set(&rb.t, ix, tpu_ku_bf16_to_f32(tpu_ku_f32_to_bf16((float)get(&b.t, ix))));
-    }
+  round_to_bf16(&a.t, &ra.t);
+  round_to_bf16(&b.t, &rb.t);
   tpu_k_value_t args[5] = {vt(&bias.t), vt(&a.t), vt(&b.t), vd(1.0), vd(1.0)};
   const tpu_k_entry_t* e = tpu_k_lookup("aten::addmm");
   tpu_k_call_t call = mkcall("aten::addmm", 5, args, 1, &c.t);
