@@ -133,8 +133,9 @@ typedef struct tpu_k_call_t {
   uint32_t flags;               /* TPU_K_CALL_* below; 0: strict */
 } tpu_k_call_t;
 
-/* tpu_k_call_t.flags: permissions the caller captured when the op was issued
- * (a kernel may ignore them). */
+/* tpu_k_call_t.flags: permissions the caller captured when the op was issued,
+ * for entries flagged TPU_K_FLAG_MATMUL (0 for the others; a kernel may ignore
+ * them). */
 enum {
   /* float32 matrix products may round their operands to bfloat16 and
    * accumulate in float32 (torch.set_float32_matmul_precision("medium"),
@@ -161,6 +162,7 @@ typedef tpu_status_t (*tpu_k_shape_fn_t)(const tpu_k_call_t* call, tpu_tensor_t*
 enum {
   TPU_K_FLAG_RANDOM = 1u << 0, /* consumes random numbers */
   TPU_K_FLAG_LIST = 1u << 1,   /* a list op: see "List ops" below */
+  TPU_K_FLAG_MATMUL = 1u << 2, /* a matrix product: reads TPU_K_CALL_BF16_PRODUCTS */
 };
 
 typedef struct tpu_k_entry_t {

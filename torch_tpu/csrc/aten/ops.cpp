@@ -105,8 +105,11 @@ struct DriverDeclined : std::runtime_error {
 
 thread_local int tls_bf16_products = -1;  // -1: torch.get_float32_matmul_precision() decides
 
-// The permissions of a call, captured when it is issued (tpu_k_call_t.flags).
-uint32_t issue_flags() {
+// The permissions of a call to `entry`, captured when it is issued
+// (tpu_k_call_t.flags); only matrix products read any, so no other op pays
+// for reading torch's setting.
+uint32_t issue_flags(const tpu_k_entry_t* entry) {
+  if (!(entry->flags & TPU_K_FLAG_MATMUL)) return 0u;
   bool bf16 = tls_bf16_products >= 0
                   ? tls_bf16_products != 0
                   : at::globalContext().float32MatmulPrecision() == at::Float32MatmulPrecision::MEDIUM;
@@ -119,7 +122,7 @@ void submit(std::unique_ptr<Work> w, const char* op, c10::DeviceIndex index) {
   w->call.args = w->values.data();
   w->call.num_args = static_cast<int32_t>(w->values.size());
   w->call.pool = tpu_runtime_threadpool();
-  w->call.flags = issue_flags();
+  w->call.flags = issue_flags(w->entry);
   if (w->entry->check) {
     tpu_status_t st = w->entry->check(&w->call);
     if (st != TPU_OK) throw_for_op(st, op);
@@ -1151,7 +1154,7 @@ void run_staged(const c10::OperatorHandle& op, const OpPlan& plan, torch::jit::S
   w->call.args = w->values.data();
   w->call.num_args = static_cast<int32_t>(w->values.size());
   w->call.pool = tpu_runtime_threadpool();
-  w->call.flags = issue_flags();
+  w->call.flags = issue_flags(w->entry);
   if (plan.entry->flags & TPU_K_FLAG_RANDOM) {
     reserve_random(gen, index, tpu_k_random_counters(&w->call), &w->call.rng_seed, &w->call.rng_offset);
   }
