@@ -146,3 +146,42 @@ def test_strided_operands():
     torch.set_float32_matmul_precision("medium")
     exact, rounded = _refs(a, b)
     _check((a.to("tpu") @ b.to("tpu")).cpu(), exact, rounded, BF16)
+
+
+@pytest.mark.parametrize("epilogue", [False, True])
+def test_compiled_graph_reads_the_setting_at_each_run(epilogue):
+    """A graph compiled by torch.compile(backend="tpu") takes the precision in force
+    when it is called, as an eager product would (and as CUDA's compiled products,
+    which call cuBLAS at run time), torch.tpu.precision() blocks included."""
+    import torch._dynamo
+
+    torch._dynamo.reset()
+    g = _gen()
+    a, b, bias = torch.randn(96, 128, generator=g), torch.randn(128, 256, generator=g), torch.randn(256, generator=g)
+    exact, rounded = _refs(a, b, bias)
+    if epilogue:  # the product heads a fused group (bias add + ReLU on its tiles)
+        exact, rounded = exact.clamp_min(0), rounded.clamp_min(0)
+        fn = lambda x, y, z: torch.relu(x @ y + z)  # noqa: E731
+    else:
+        fn = lambda x, y, z: torch.addmm(z, x, y)  # noqa: E731
+    frames = []
+
+    def backend(gm, inputs):
+        frames.append(gm)
+        from torch_tpu._dynamo_backend import tpu_backend
+        return tpu_backend(gm, inputs)
+
+    f = torch.compile(fn, backend=backend, fullgraph=True, dynamic=False)
+    at, bt, zt = a.to("tpu"), b.to("tpu"), bias.to("tpu")
+    for setting in ("highest", "medium", "highest", "medium"):
+        torch.set_float32_matmul_precision(setting)
+        _check(f(at, bt, zt).cpu(), exact, rounded, BF16 and setting == "medium")
+    # dynamo guards on the global setting: one graph per setting, reused when it comes back
+    assert len(frames) == 2
+    # a precision() block is invisible to dynamo: the "medium" graph runs, in float32
+    with torch.tpu.precision(P.HIGHEST):
+        _check(f(at, bt, zt).cpu(), exact, rounded, False)
+    torch.set_float32_matmul_precision("highest")
+    with torch.tpu.precision(P.DEFAULT):  # and the "highest" graph in bfloat16
+        _check(f(at, bt, zt).cpu(), exact, rounded, BF16)
+    assert len(frames) == 2

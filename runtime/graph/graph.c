@@ -145,6 +145,8 @@ struct tpu_graph_t {
   tpu_k_call_t* hal_calls;
   int32_t* hal_slot_buf;
   int64_t* hal_slot_off;
+  /* the running execution's TPU_K_CALL_* flags for matrix-product nodes */
+  uint32_t call_flags;
 };
 
 _Static_assert((int)TPU_HAL_GRAPH_INPUT == (int)TPU_GRAPH_BUF_INPUT &&
@@ -1372,6 +1374,7 @@ typedef struct run_t {
   tpu_graph_t* g;
   void** inputs;
   void** outputs;
+  uint32_t call_flags; /* TPU_K_CALL_* for the matrix-product kernels */
 } run_t;
 
 static char* buf_base(const tpu_graph_t* g, const run_t* r, const buf_t* b) {
@@ -1398,10 +1401,12 @@ static void bind(tpu_graph_t* g, const run_t* r) {
   }
 }
 
-static tpu_status_t run_node(const node_t* n, tpu_threadpool_t* pool, tpu_k_value_t* vals, tpu_tensor_t* tens) {
+static tpu_status_t run_node(const tpu_graph_t* g, const node_t* n, tpu_threadpool_t* pool, tpu_k_value_t* vals,
+                             tpu_tensor_t* tens) {
   tpu_k_call_t call;
   memset(&call, 0, sizeof(call));
   call.op = n->entry->name;
+  call.flags = (n->entry->flags & TPU_K_FLAG_MATMUL) ? g->call_flags : 0u;
   call.num_args = n->nargs;
   call.args = vals;
   call.num_outputs = n->nout;
@@ -1481,7 +1486,7 @@ static void run_tiles(void* ctx, int64_t begin, int64_t end) {
           }
         }
       }
-      tpu_status_t st = run_node(n, c->pool, vals, tens);
+      tpu_status_t st = run_node(g, n, c->pool, vals, tens);
       if (st != TPU_OK) {
         keep_first_error(c->first_error, st);
         goto done;
@@ -1514,7 +1519,7 @@ static void run_gemv_blocks(void* ctx, int64_t begin, int64_t end) {
     copy_args(n, vals, tens);
     narrow(&tens[1], 1, c0, ncols);           /* B's columns */
     narrow(&tens[n->nargtens], 1, c0, ncols); /* the output's */
-    tpu_status_t st = run_node(n, NULL, vals, tens);
+    tpu_status_t st = run_node(c->g, n, NULL, vals, tens);
     if (st != TPU_OK) {
       keep_first_error(c->first_error, st);
       return;
@@ -1541,7 +1546,7 @@ static tpu_status_t run_step(tpu_graph_t* g, const step_t* st, tpu_threadpool_t*
   }
   if (st->node >= 0) {
     node_t* n = &g->nodes[st->node];
-    return run_node(n, pool, n->vals, n->tens);
+    return run_node(g, n, pool, n->vals, n->tens);
   }
   const group_t* gr = &g->groups[st->group];
   if (gr->fn) {
@@ -1620,6 +1625,7 @@ static tpu_status_t execute(void* ctx) {
   bool profiling = __atomic_load_n(&g->profiling, __ATOMIC_RELAXED) != 0;
   bool tracing = tpu_trace_enabled();
   bind(g, r);
+  g->call_flags = r->call_flags; /* the queue runs one item at a time: no other run reads it now */
   for (int32_t s = 0; s < g->nsteps; ++s) {
     const step_t* st = &g->steps[s];
     int64_t t0 = profiling || tracing ? (int64_t)tpu_now_ns() : 0;
@@ -1658,7 +1664,7 @@ static void run_cleanup(void* ctx) {
   free(r);
 }
 
-tpu_status_t tpu_graph_run(tpu_graph_t* g, void* const* inputs, void* const* outputs) {
+tpu_status_t tpu_graph_run(tpu_graph_t* g, void* const* inputs, void* const* outputs, uint32_t call_flags) {
   if (!g) return TPU_ERROR(TPU_STATUS_INVALID_ARGUMENT, "graph: NULL graph");
   if (!g->compiled) return TPU_ERROR(TPU_STATUS_FAILED_PRECONDITION, "graph: run before compile");
   if ((g->ninputs && !inputs) || (g->noutputs && !outputs)) {
@@ -1669,6 +1675,7 @@ tpu_status_t tpu_graph_run(tpu_graph_t* g, void* const* inputs, void* const* out
   run_t* r = malloc(sizeof(run_t) + (nptr ? nptr : 1) * sizeof(void*));
   if (!r) return TPU_ERROR(TPU_STATUS_OUT_OF_MEMORY, "graph: out of host memory");
   r->g = g;
+  r->call_flags = call_flags;
   r->inputs = (void**)(r + 1);
   r->outputs = r->inputs + g->ninputs;
   if (g->ninputs) memcpy(r->inputs, inputs, (size_t)g->ninputs * sizeof(void*));

@@ -133,7 +133,7 @@ static void test_fused_chain(int64_t R, int64_t C) {
     memset(outs[idx_s], 0, (size_t)R * sizeof(float));
     bool traced = rep == 0 && R == 3; /* the device-queue trace of one run (tpu/trace.h) */
     if (traced) CHECK_OK(tpu_trace_start(0));
-    CHECK_OK(tpu_graph_run(g, ins, (void* const*)outs));
+    CHECK_OK(tpu_graph_run(g, ins, (void* const*)outs, 0));
     sync0();
     if (traced) {
       tpu_trace_stop();
@@ -231,7 +231,7 @@ static void test_fused_reduction(int64_t R, int64_t C) {
   CHECKF(st.codegen_groups == (g_codegen ? 1 : 0), "codegen groups %lld", (long long)st.codegen_groups);
   void* ins[2] = {x, w};
   void* outs[1] = {y};
-  CHECK_OK(tpu_graph_run(g, ins, outs));
+  CHECK_OK(tpu_graph_run(g, ins, outs, 0));
   sync0();
   double max_err = 0;
   for (int64_t i = 0; i < R; ++i) {
@@ -280,7 +280,7 @@ static void test_planning(void) {
   }
   void* ins[2] = {xs, ws};
   void* outs[1] = {out};
-  CHECK_OK(tpu_graph_run(g, ins, outs));
+  CHECK_OK(tpu_graph_run(g, ins, outs, 0));
   sync0();
   CHECK(memcmp(out, xs, (size_t)(N * N) * sizeof(float)) == 0);
   tpu_graph_release(g);
@@ -314,10 +314,10 @@ static void test_errors(void) {
   CHECK_OK(tpu_graph_view(g, x, &m4, 4, &shifted));
   CHECK(shifted != x);
   CHECK_OK(tpu_graph_mark_output(g, out));
-  CHECK_STATUS(tpu_graph_run(g, NULL, NULL), TPU_STATUS_FAILED_PRECONDITION, "before compile");
+  CHECK_STATUS(tpu_graph_run(g, NULL, NULL, 0), TPU_STATUS_FAILED_PRECONDITION, "before compile");
   CHECK_OK(tpu_graph_compile(g));
   CHECK_STATUS(tpu_graph_input(g, &m4, &x), TPU_STATUS_FAILED_PRECONDITION, "already compiled");
-  CHECK_STATUS(tpu_graph_run(g, NULL, NULL), TPU_STATUS_INVALID_ARGUMENT, "missing");
+  CHECK_STATUS(tpu_graph_run(g, NULL, NULL, 0), TPU_STATUS_INVALID_ARGUMENT, "missing");
   tpu_graph_release(g);
 }
 
@@ -405,7 +405,7 @@ static void test_gemm_epilogue(int64_t B, int64_t M, int64_t K, int64_t N, bool 
       outs[idx] = res[fused][1];
     }
     void* ins[4] = {x, w, b, r};
-    CHECK_OK(tpu_graph_run(g, ins, outs));
+    CHECK_OK(tpu_graph_run(g, ins, outs, 0));
     sync0();
     tpu_graph_release(g);
   }
@@ -483,7 +483,7 @@ static void test_gemv_batch(int64_t K, const int64_t* Ns, int n) {
     CHECK_OK(tpu_graph_locate(g, prod[j], &kind, &idx, &off));
     outs[idx] = out[j];
   }
-  CHECK_OK(tpu_graph_run(g, ins, outs));
+  CHECK_OK(tpu_graph_run(g, ins, outs, 0));
   sync0();
   tpu_graph_release(g);
   double max_err = 0;

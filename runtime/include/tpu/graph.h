@@ -174,8 +174,13 @@ bool tpu_graph_group_generated(const tpu_graph_t* graph, int32_t group);
 
 /* Queues one run. `inputs[k]` is input k's pointer, `outputs[k]` output
  * buffer k (allocated by the caller on the graph's device, at least
- * tpu_graph_output_buffer_bytes(k) bytes). The arrays are copied. */
-tpu_status_t tpu_graph_run(tpu_graph_t* graph, void* const* inputs, void* const* outputs);
+ * tpu_graph_output_buffer_bytes(k) bytes). The arrays are copied.
+ * `call_flags`: TPU_K_CALL_* bits (tpu/kernels.h) this run hands to its
+ * matrix-product nodes (entries with TPU_K_FLAG_MATMUL), as an eager call
+ * issued now would get them (e.g. TPU_K_CALL_BF16_PRODUCTS under torch's
+ * "medium" float32 matmul precision); 0 for none. A graph the driver runs
+ * itself (run_graph) ignores them. */
+tpu_status_t tpu_graph_run(tpu_graph_t* graph, void* const* inputs, void* const* outputs, uint32_t call_flags);
 
 #ifdef __cplusplus
 }

@@ -85,6 +85,9 @@ bool run_decomposition(const c10::OperatorHandle& op, torch::jit::Stack* stack);
 // says ("medium": bfloat16). torch.tpu.precision() sets it for its block.
 void set_bf16_products(int mode);
 int bf16_products();
+// The TPU_K_CALL_* flags a matrix product issued now gets from those settings
+// (eager calls and compiled graph runs alike).
+uint32_t matmul_call_flags();
 
 // Allocates a new tpu tensor.
 at::Tensor empty_strided_tpu(c10::IntArrayRef size, c10::IntArrayRef stride,

@@ -185,7 +185,7 @@ class Graph {
       bufs.emplace_back(c10::Storage::use_byte_size_t(), bytes, allocator(), /*resizable=*/true);
       out.push_back(bufs.back().mutable_data());
     }
-    check(tpu_graph_run(g_, in.data(), out.data()));
+    check(tpu_graph_run(g_, in.data(), out.data(), matmul_call_flags()));
     std::vector<at::Tensor> results;
     for (const Located& l : located_) {
       c10::ScalarType dtype = from_tpu_dtype(static_cast<tpu_dtype_t>(l.meta.dtype));

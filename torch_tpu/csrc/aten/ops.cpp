@@ -105,15 +105,22 @@ struct DriverDeclined : std::runtime_error {
 
 thread_local int tls_bf16_products = -1;  // -1: torch.get_float32_matmul_precision() decides
 
-// The permissions of a call to `entry`, captured when it is issued
-// (tpu_k_call_t.flags); only matrix products read any, so no other op pays
-// for reading torch's setting.
-uint32_t issue_flags(const tpu_k_entry_t* entry) {
-  if (!(entry->flags & TPU_K_FLAG_MATMUL)) return 0u;
+}  // namespace
+
+uint32_t matmul_call_flags() {
   bool bf16 = tls_bf16_products >= 0
                   ? tls_bf16_products != 0
                   : at::globalContext().float32MatmulPrecision() == at::Float32MatmulPrecision::MEDIUM;
   return bf16 ? TPU_K_CALL_BF16_PRODUCTS : 0u;
+}
+
+namespace {
+
+// The permissions of a call to `entry`, captured when it is issued
+// (tpu_k_call_t.flags); only matrix products read any, so no other op pays
+// for reading torch's setting.
+uint32_t issue_flags(const tpu_k_entry_t* entry) {
+  return (entry->flags & TPU_K_FLAG_MATMUL) ? matmul_call_flags() : 0u;
 }
 
 // Validates synchronously, then queues the kernel on `index`'s device.
