@@ -210,3 +210,32 @@ def test_pipeline_text_generation(smol):
     n_in = smol.inputs("cpu")["input_ids"].shape[1]
     expected = smol.tok.decode(smol.cpu_greedy()[0, :n_in + 8], skip_special_tokens=True)
     assert res[0]["generated_text"] == expected
+
+
+def test_main_job_compiles_the_decode_step_only_where_it_pays():
+    from torch_tpu.generate import COMPILE_PAYS_FROM, cache_mode
+
+    assert cache_mode("auto", False, 64, "tpu") == (False, False)  # the README's 64 tokens: eager
+    assert cache_mode("auto", False, COMPILE_PAYS_FROM, "tpu") == (True, True)
+    assert cache_mode("auto", False, COMPILE_PAYS_FROM, "cpu") == (False, False)
+    assert cache_mode("auto", True, 64, "tpu") == (True, False)
+    assert cache_mode("on", False, 8, "tpu") == (True, True)
+    assert cache_mode("off", False, 10**6, "tpu") == (False, False)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("flags", [["--compile", "on"], ["--static-cache"]])
+def test_main_job_static_and_compiled_paths_equal_cpu(flags):
+    """The main job's --compile on (StaticCache, compiled decode step over the quantized
+    blocks) and --static-cache (eager) give the CPU's greedy tokens."""
+    import os
+    import subprocess
+    import sys
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    e = dict(os.environ, PYTHONPATH=root)
+    p = subprocess.run([sys.executable, "-m", "torch_tpu.generate", PROMPT, "--max-new-tokens", "8",
+                        "--compare-cpu", *flags], env=e, capture_output=True, text=True, timeout=900)
+    assert p.returncode == 0, p.stderr[-3000:]
+    want = "compiled forward" if "on" in flags else "static cache, eager forward"
+    assert want in p.stdout and "greedy tokens identical on tpu and cpu: True" in p.stdout, p.stdout[-3000:]

@@ -94,20 +94,40 @@ def weight_bytes_per_token(mdl):
     return total
 
 
-def run(tok, mdl, prompt: str, max_new_tokens: int, device: str, stream: bool):
+# Compiling the decode step pays from about this many new tokens: on this
+# project's 2-core reference machine SmolLM2's compiled static-cache step saves
+# ~8 ms a token (50.3 vs 35.6 tok/s) for ~9 s of tracing and compiling once per
+# process (docs/bench.md, torch.compile table).
+COMPILE_PAYS_FROM = 1024
+
+
+def cache_mode(compile_opt: str, static: bool, max_new_tokens: int, device: str):
+    """(static cache?, compiled forward?) for --compile auto|on|off and --static-cache."""
+    if compile_opt == "auto":
+        compiled = device.startswith("tpu") and max_new_tokens >= COMPILE_PAYS_FROM
+    else:
+        compiled = compile_opt == "on"
+    return static or compiled, compiled
+
+
+def run(tok, mdl, prompt: str, max_new_tokens: int, device: str, stream: bool, static: bool = False,
+        compiled: bool = False):
+    """Greedy generation: (ids, seconds to the first token, new tokens/s). `static`: a
+    StaticCache; `compiled`: with it, generate() compiles the decode step (backend "tpu")."""
     import torch
     from transformers import TextStreamer
 
     inputs = tok(prompt, return_tensors="pt").to(device)
     n_in = inputs["input_ids"].shape[1]
+    kw = {"cache_implementation": "static", "disable_compile": not compiled} if static else {}
     with torch.no_grad():
         t0 = time.perf_counter()
-        first = mdl.generate(**inputs, max_new_tokens=1, do_sample=False)
+        first = mdl.generate(**inputs, max_new_tokens=1, do_sample=False, **kw)
         _ = first.cpu()
         ttft = time.perf_counter() - t0
         t0 = time.perf_counter()
         streamer = TextStreamer(tok, skip_prompt=True) if stream else None
-        out = mdl.generate(**inputs, max_new_tokens=max_new_tokens, do_sample=False, streamer=streamer)
+        out = mdl.generate(**inputs, max_new_tokens=max_new_tokens, do_sample=False, streamer=streamer, **kw)
         ids = out[0].cpu()
         elapsed = time.perf_counter() - t0
     new = ids.shape[0] - n_in
@@ -126,6 +146,10 @@ def main(argv=None):
     p.add_argument("--stream", action="store_true", help="stream tokens as they are generated")
     p.add_argument("--dequantize", action="store_true",
                    help="GGUF: use Transformers' dequantized float weights instead of keeping the blocks")
+    p.add_argument("--static-cache", action="store_true", help="a StaticCache instead of the DynamicCache")
+    p.add_argument("--compile", choices=["auto", "on", "off"], default="auto",
+                   help="compile the decode step (static cache, torch.compile backend 'tpu'); auto: on tpu from "
+                        f"--max-new-tokens {COMPILE_PAYS_FROM}, where compiling pays for itself")
     a = p.parse_args(argv)
 
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -164,7 +188,12 @@ def main(argv=None):
                                                    "no quantized layer" if qrep is not None else f"device {a.device}")
         print(f"[torch_tpu] weights: dequantized to {a.dtype} ({why})")
     print(f"[torch_tpu] weight bytes read per token: {weight_bytes_per_token(mdl) / 2**20:.1f} MiB", flush=True)
-    ids, ttft, tps = run(tok, mdl, a.prompt, a.max_new_tokens, a.device, a.stream)
+    static, compiled = cache_mode(a.compile, a.static_cache, a.max_new_tokens, a.device)
+    print(f"[torch_tpu] decode: {'static' if static else 'dynamic'} cache, "
+          + ("compiled forward" if compiled else "eager forward")
+          + ("" if a.compile != "auto" else
+             f" (--compile auto: compiling pays from --max-new-tokens {COMPILE_PAYS_FROM})"), flush=True)
+    ids, ttft, tps = run(tok, mdl, a.prompt, a.max_new_tokens, a.device, a.stream, static, compiled)
     text = tok.decode(ids, skip_special_tokens=True)
     print(f"\n=== {a.device} ===\n{text}\n")
     print(f"time to first token: {ttft * 1000:.0f} ms   decode: {tps:.1f} tokens/s")
