@@ -1,0 +1,716 @@
+/* factor.c - dense matrix factorisations and what is built on them, in the
+ * conventions of LAPACK as PyTorch's CPU returns them (float32, float64):
+ *
+ *   LU with partial pivoting (getrf): linalg_lu_factor_ex, linalg_lu_solve,
+ *     _linalg_solve_ex, linalg_inv_ex, _linalg_det, _linalg_slogdet,
+ *     lu_unpack, linalg_lu;
+ *   Cholesky (potrf): linalg_cholesky_ex, _cholesky_solve_helper,
+ *     cholesky_inverse;
+ *   Householder QR (geqrf): geqrf, linalg_qr, linalg_householder_product,
+ *     ormqr.
+ *
+ * Every op works one matrix at a time, in parallel over the batch: the
+ * matrix is loaded from its strided view into a column-major double scratch
+ * (one buffer per chunk of batch elements: the exception to "kernels
+ * allocate nothing", failure is OUT_OF_MEMORY), factored there and stored to
+ * the outputs, whose sizes and strides (LAPACK's column-major layouts) came
+ * from PyTorch's meta functions. Factorisations of float32 round each
+ * operation's result to float32, so the pivots follow float32 arithmetic as
+ * LAPACK's sgetrf does; the solves accumulate in double.
+ *
+ * LU pivot choice is LAPACK's: the first row of largest |value| at or below
+ * the diagonal; a zero pivot leaves its column unscaled and sets info to its
+ * 1-based index (the first one). Pivots are 1-based int32, row interchanges
+ * applied in order. Cholesky's info is the order of the first leading minor
+ * that is not positive-definite. Householder reflectors are LAPACK's
+ * H = I - tau v v^T, v[0] = 1, beta = -sign(alpha) ||x||, tau = 0 when the
+ * column below the diagonal is zero.
+ *
+ * check_errors=True (lu_factor_ex, solve_ex, inv_ex, cholesky_ex) returns
+ * PyTorch's LinAlgError message from run(): being data-dependent, it surfaces
+ * at the next synchronisation rather than at the call.
+ */
+#include <float.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "kernels/kutil.h"
+
+/* ---- strided matrices and the batch ------------------------------------------ */
+
+typedef struct {
+  char* p;                  /* element [0, ..., 0]; NULL: absent */
+  int dt;
+  int64_t rs, cs;           /* byte strides of the matrix rows / columns */
+  int64_t bst[TPU_MAX_DIMS];/* byte strides of the batch dims */
+} fx_mat_t;
+
+typedef struct {
+  int nb;
+  int64_t sizes[TPU_MAX_DIMS];
+  int64_t count;
+} fx_batch_t;
+
+static void fx_batch_of(const tpu_tensor_t* t, int core, fx_batch_t* b) {
+  b->nb = t->ndim - core;
+  b->count = 1;
+  for (int d = 0; d < b->nb; ++d) {
+    b->sizes[d] = t->sizes[d];
+    b->count *= t->sizes[d];
+  }
+}
+
+/* The view of `t` with its last `core` dims (2: a matrix, 1: a vector, 0: a
+ * scalar) over the batch; `trans` swaps a matrix's row and column strides. */
+static tpu_status_t fx_mat(const tpu_k_call_t* call, const tpu_tensor_t* t, int core, const fx_batch_t* b,
+                           bool trans, fx_mat_t* m) {
+  memset(m, 0, sizeof(*m));
+  if (!t || t->dtype == TPU_DTYPE_INVALID) return TPU_OK;
+  TPU_RETURN_IF_ERROR(tpu_ku_batch_strides(call, t, core, b->sizes, b->nb, m->bst));
+  int64_t es = (int64_t)tpu_dtype_size(t->dtype);
+  m->p = (char*)t->data;
+  m->dt = t->dtype;
+  if (core >= 1) m->rs = t->strides[t->ndim - core] * es;
+  if (core == 2) m->cs = t->strides[t->ndim - 1] * es;
+  if (trans) {
+    int64_t s = m->rs;
+    m->rs = m->cs;
+    m->cs = s;
+  }
+  return TPU_OK;
+}
+
+static inline char* fx_at(const fx_mat_t* m, const fx_batch_t* b, int64_t bi) {
+  return tpu_ku_batch_at(m->p, b->sizes, m->bst, b->nb, bi);
+}
+
+/* Column-major scratch s (leading dimension ld) <-> rows x cols of a view. */
+static void fx_load(const fx_mat_t* m, const char* base, int64_t rows, int64_t cols, double* s, int64_t ld) {
+  for (int64_t j = 0; j < cols; ++j)
+    for (int64_t i = 0; i < rows; ++i) s[i + j * ld] = tpu_ku_load_f64(base + i * m->rs + j * m->cs, m->dt);
+}
+static void fx_store(const fx_mat_t* m, char* base, int64_t rows, int64_t cols, const double* s, int64_t ld) {
+  for (int64_t j = 0; j < cols; ++j)
+    for (int64_t i = 0; i < rows; ++i) tpu_ku_store_f64(base + i * m->rs + j * m->cs, m->dt, s[i + j * ld]);
+}
+
+static inline double fx_rnd(double x, bool f32) { return f32 ? (double)(float)x : x; }
+
+static bool fx_dtype_ok(int dt) { return dt == TPU_DTYPE_F32 || dt == TPU_DTYPE_F64; }
+
+/* ---- the job: one item per batch element -------------------------------------- */
+
+typedef struct fx_job_s fx_job_t;
+typedef void (*fx_item_fn_t)(fx_job_t* j, int64_t bi, double* ws);
+
+struct fx_job_s {
+  const tpu_k_call_t* call;
+  fx_batch_t b;
+  int64_t m, n, k;  /* the matrix is m x n, k = min(m, n) (or the columns solved) */
+  bool f32;
+  bool flag;        /* lu_solve: solve with A^T; cholesky: upper; lu_unpack: data */
+  bool flag2;       /* lu_unpack: pivots; ormqr: transpose */
+  bool flag3;       /* ormqr: left */
+  int64_t qcols;    /* linalg_qr: columns of Q (0: none) */
+  fx_mat_t a, b2, lu, piv, info, x, p, l, u, det, logdet;
+  size_t ws_bytes;
+  fx_item_fn_t item;
+  atomic_int oom, bad_pivot;
+};
+
+static void fx_chunk(void* ctx, int64_t begin, int64_t end) {
+  fx_job_t* j = (fx_job_t*)ctx;
+  double* ws = NULL;
+  if (j->ws_bytes) {
+    ws = (double*)malloc(j->ws_bytes);
+    if (!ws) {
+      atomic_store(&j->oom, 1);
+      return;
+    }
+  }
+  for (int64_t bi = begin; bi < end; ++bi) j->item(j, bi, ws);
+  free(ws);
+}
+
+/* Runs the job's items; `cost` is about the flops of one item. */
+static tpu_status_t fx_run(fx_job_t* j, double cost) {
+  if (j->b.count == 0) return TPU_OK;
+  double g = 262144.0 / (cost + 1.0);
+  int64_t grain = g < 1.0 ? 1 : (g > (double)j->b.count ? j->b.count : (int64_t)g);
+  tpu_parallel_for(j->call->pool, j->b.count, grain, fx_chunk, j);
+  if (atomic_load(&j->oom))
+    return TPU_ERROR(TPU_STATUS_OUT_OF_MEMORY, "%s: out of host memory for a %lldx%lld scratch matrix",
+                     j->call->op, (long long)j->m, (long long)j->n);
+  if (atomic_load(&j->bad_pivot))
+    return TPU_KU_INVALID(j->call, "pivots passed to lu_unpack/lu_solve must be between 1 and LU.size(-2) "
+                                   "inclusive. Did you use the LU factorization from torch.linalg.lu_factor?");
+  return TPU_OK;
+}
+
+/* PyTorch's _linalg_check_errors: the first batch element whose info is
+ * non-zero, as a LinAlgError message of `api` (FAILED_PRECONDITION:
+ * RuntimeError in Python). */
+typedef enum { FX_ERR_LU_FACTOR, FX_ERR_SOLVE, FX_ERR_INV, FX_ERR_CHOLESKY } fx_err_kind_t;
+
+static tpu_status_t fx_check_info(const fx_job_t* j, const tpu_tensor_t* info, const char* api,
+                                  fx_err_kind_t kind) {
+  for (int64_t bi = 0; bi < j->b.count; ++bi) {
+    int64_t v = tpu_ku_load_i64(fx_at(&j->info, &j->b, bi), j->info.dt);
+    if (v == 0) continue;
+    char batch[64] = "";
+    if (info->ndim > 0) snprintf(batch, sizeof(batch), ": (Batch element %lld)", (long long)bi);
+    long long i = (long long)v;
+    switch (kind) {
+      case FX_ERR_LU_FACTOR:
+        return TPU_ERROR(TPU_STATUS_FAILED_PRECONDITION,
+                         "%s%s: U[%lld,%lld] is zero and using it on lu_solve would result in a division by "
+                         "zero. If you still want to perform the factorization, consider calling "
+                         "linalg.lu(A, pivot) or linalg.lu_factor_ex(A, pivot)",
+                         api, batch, i, i);
+      case FX_ERR_SOLVE:
+        return TPU_ERROR(TPU_STATUS_FAILED_PRECONDITION,
+                         "%s%s: The solver failed because the input matrix is singular.", api, batch);
+      case FX_ERR_INV:
+        return TPU_ERROR(TPU_STATUS_FAILED_PRECONDITION,
+                         "%s%s: The diagonal element %lld is zero, the inversion could not be completed "
+                         "because the input matrix is singular.",
+                         api, batch, i);
+      default:
+        return TPU_ERROR(TPU_STATUS_FAILED_PRECONDITION,
+                         "%s%s: The factorization could not be completed because the input is not "
+                         "positive-definite (the leading minor of order %lld is not positive-definite).",
+                         api, batch, i);
+    }
+  }
+  return TPU_OK;
+}
+
+/* Validates the square or rectangular matrix input `A` (argument `ai`). */
+static tpu_status_t fx_input(const tpu_k_call_t* call, int ai, bool square, const tpu_tensor_t** out) {
+  const tpu_tensor_t* A = tpu_ku_tensor(call, ai);
+  if (!A || !call->outputs || call->num_outputs < 1) return TPU_KU_INVALID(call, "expected tensor arguments");
+  if (!fx_dtype_ok(A->dtype)) return tpu_ku_unsupported_dtype(call, A->dtype);
+  if (A->ndim < 2) return TPU_KU_INVALID(call, "expected a tensor with at least 2 dims, got %d", (int)A->ndim);
+  if (square && A->sizes[A->ndim - 1] != A->sizes[A->ndim - 2])
+    return TPU_KU_INVALID(call, "A must be batches of square matrices, but they are %lld by %lld matrices",
+                          (long long)A->sizes[A->ndim - 2], (long long)A->sizes[A->ndim - 1]);
+  *out = A;
+  return TPU_OK;
+}
+
+static const tpu_tensor_t* fx_out(const tpu_k_call_t* call, int i) {
+  return i < call->num_outputs && call->outputs[i].dtype != TPU_DTYPE_INVALID ? &call->outputs[i] : NULL;
+}
+
+/* Every floating output must be the input's dtype (out= of another dtype). */
+static tpu_status_t fx_same_dtype(const tpu_k_call_t* call, const tpu_tensor_t* t, int dt, const char* what) {
+  if (t && t->dtype != dt)
+    return TPU_KU_INVALID(call, "%s must be %s, got %s", what, tpu_dtype_name((tpu_dtype_t)dt),
+                          tpu_dtype_name((tpu_dtype_t)t->dtype));
+  return TPU_OK;
+}
+
+/* ---- LU ------------------------------------------------------------------------ */
+
+/* In-place LU of the m x n column-major `a`; piv[0..k) 0-based; returns info. */
+static int64_t fx_getrf(double* a, int64_t m, int64_t n, int64_t ld, int64_t* piv, bool f32) {
+  const int64_t k = m < n ? m : n;
+  const double sfmin = f32 ? FLT_MIN : DBL_MIN;
+  int64_t info = 0;
+  for (int64_t j = 0; j < k; ++j) {
+    double* col = a + j * ld;
+    int64_t p = j;
+    double best = fabs(col[j]);
+    for (int64_t i = j + 1; i < m; ++i) {
+      if (fabs(col[i]) > best) {
+        best = fabs(col[i]);
+        p = i;
+      }
+    }
+    piv[j] = p;
+    if (col[p] != 0.0) {
+      if (p != j) {
+        for (int64_t c = 0; c < n; ++c) {
+          double t = a[j + c * ld];
+          a[j + c * ld] = a[p + c * ld];
+          a[p + c * ld] = t;
+        }
+      }
+      double d = col[j];
+      if (fabs(d) >= sfmin) {
+        double r = fx_rnd(1.0 / d, f32);
+        for (int64_t i = j + 1; i < m; ++i) col[i] = fx_rnd(col[i] * r, f32);
+      } else {
+        for (int64_t i = j + 1; i < m; ++i) col[i] = fx_rnd(col[i] / d, f32);
+      }
+    } else if (info == 0) {
+      info = j + 1;
+    }
+    for (int64_t c = j + 1; c < n; ++c) {
+      double* cc = a + c * ld;
+      double u = cc[j];
+      if (u == 0.0) continue;
+      for (int64_t i = j + 1; i < m; ++i) cc[i] = fx_rnd(cc[i] - col[i] * u, f32);
+    }
+  }
+  return info;
+}
+
+/* Solves op(A) x = b in place, A = P L U factored in `lu` (n x n), op(A) = A^T
+ * when `trans`. */
+static void fx_getrs(const double* lu, int64_t n, int64_t ld, const int64_t* piv, double* x, bool trans) {
+  if (!trans) {
+    for (int64_t i = 0; i < n; ++i) {
+      double t = x[i];
+      x[i] = x[piv[i]];
+      x[piv[i]] = t;
+    }
+    for (int64_t j = 0; j < n; ++j) {
+      const double* col = lu + j * ld;
+      double xj = x[j];
+      if (xj == 0.0) continue;
+      for (int64_t i = j + 1; i < n; ++i) x[i] -= col[i] * xj;
+    }
+    for (int64_t j = n - 1; j >= 0; --j) {
+      const double* col = lu + j * ld;
+      x[j] /= col[j];
+      double xj = x[j];
+      if (xj == 0.0) continue;
+      for (int64_t i = 0; i < j; ++i) x[i] -= col[i] * xj;
+    }
+  } else {
+    for (int64_t i = 0; i < n; ++i) { /* U^T y = b */
+      const double* col = lu + i * ld;
+      double s = x[i];
+      for (int64_t j = 0; j < i; ++j) s -= col[j] * x[j];
+      x[i] = s / col[i];
+    }
+    for (int64_t i = n - 1; i >= 0; --i) { /* L^T z = y */
+      const double* col = lu + i * ld;
+      double s = x[i];
+      for (int64_t j = i + 1; j < n; ++j) s -= col[j] * x[j];
+      x[i] = s;
+    }
+    for (int64_t i = n - 1; i >= 0; --i) {
+      double t = x[i];
+      x[i] = x[piv[i]];
+      x[piv[i]] = t;
+    }
+  }
+}
+
+/* Loads 1-based pivots into piv[0..k) (0-based); false if one is out of range. */
+static bool fx_load_pivots(const fx_job_t* j, int64_t bi, int64_t k, int64_t rows, int64_t* piv) {
+  const char* pp = fx_at(&j->piv, &j->b, bi);
+  for (int64_t i = 0; i < k; ++i) {
+    int64_t v = tpu_ku_load_i64(pp + i * j->piv.rs, j->piv.dt);
+    if (v < 1 || v > rows) return false;
+    piv[i] = v - 1;
+  }
+  return true;
+}
+
+/* lu (m x n, ld m) and piv to the P, L, U outputs present. */
+static void fx_write_plu(const fx_job_t* j, int64_t bi, const double* lu, const int64_t* piv, int64_t* perm) {
+  const int64_t m = j->m, n = j->n, k = j->k;
+  if (j->l.p) {
+    char* L = fx_at(&j->l, &j->b, bi);
+    for (int64_t c = 0; c < k; ++c)
+      for (int64_t i = 0; i < m; ++i)
+        tpu_ku_store_f64(L + i * j->l.rs + c * j->l.cs, j->l.dt, i > c ? lu[i + c * m] : (i == c ? 1.0 : 0.0));
+  }
+  if (j->u.p) {
+    char* U = fx_at(&j->u, &j->b, bi);
+    for (int64_t c = 0; c < n; ++c)
+      for (int64_t i = 0; i < k; ++i)
+        tpu_ku_store_f64(U + i * j->u.rs + c * j->u.cs, j->u.dt, i <= c ? lu[i + c * m] : 0.0);
+  }
+  if (j->p.p) {
+    for (int64_t i = 0; i < m; ++i) perm[i] = i;
+    for (int64_t i = 0; i < k; ++i) {
+      int64_t t = perm[i];
+      perm[i] = perm[piv[i]];
+      perm[piv[i]] = t;
+    }
+    char* P = fx_at(&j->p, &j->b, bi);
+    for (int64_t c = 0; c < m; ++c)
+      for (int64_t i = 0; i < m; ++i)
+        tpu_ku_store_f64(P + i * j->p.rs + c * j->p.cs, j->p.dt, perm[c] == i ? 1.0 : 0.0);
+  }
+}
+
+/* Factor item: LU of a (or a^T) into the outputs present: LU, pivots, info,
+ * det, (sign, logabsdet), P L U. */
+static void fx_lu_item(fx_job_t* j, int64_t bi, double* ws) {
+  const int64_t m = j->m, n = j->n, k = j->k;
+  int64_t* piv = (int64_t*)(ws + m * n);
+  fx_load(&j->a, fx_at(&j->a, &j->b, bi), m, n, ws, m);
+  int64_t info = fx_getrf(ws, m, n, m, piv, j->f32);
+  if (j->lu.p) fx_store(&j->lu, fx_at(&j->lu, &j->b, bi), m, n, ws, m);
+  if (j->piv.p) {
+    char* pp = fx_at(&j->piv, &j->b, bi);
+    for (int64_t i = 0; i < k; ++i) tpu_ku_store_i64(pp + i * j->piv.rs, j->piv.dt, piv[i] + 1);
+  }
+  if (j->info.p) tpu_ku_store_i64(fx_at(&j->info, &j->b, bi), j->info.dt, info);
+  if (j->det.p || j->logdet.p) {
+    bool odd = false;
+    for (int64_t i = 0; i < k; ++i) odd ^= piv[i] != i;
+    double prod = odd ? -1.0 : 1.0, sgn = prod, logabs = 0.0;
+    for (int64_t i = 0; i < k; ++i) {
+      double d = ws[i + i * m];
+      prod *= d;
+      sgn *= d > 0 ? 1.0 : (d < 0 ? -1.0 : (d == 0 ? 0.0 : d));
+      logabs += log(fabs(d));
+    }
+    if (j->logdet.p) {
+      tpu_ku_store_f64(fx_at(&j->det, &j->b, bi), j->det.dt, sgn);
+      tpu_ku_store_f64(fx_at(&j->logdet, &j->b, bi), j->logdet.dt, logabs);
+    } else {
+      tpu_ku_store_f64(fx_at(&j->det, &j->b, bi), j->det.dt, prod);
+    }
+  }
+  fx_write_plu(j, bi, ws, piv, piv + k);
+}
+
+/* lu_unpack item: LU and pivots from their tensors. */
+static void fx_unpack_item(fx_job_t* j, int64_t bi, double* ws) {
+  const int64_t m = j->m, n = j->n, k = j->k;
+  int64_t* piv = (int64_t*)(ws + m * n);
+  if (j->l.p || j->u.p) fx_load(&j->lu, fx_at(&j->lu, &j->b, bi), m, n, ws, m);
+  if (j->p.p && !fx_load_pivots(j, bi, k, m, piv)) {
+    atomic_store(&j->bad_pivot, 1);
+    return;
+  }
+  fx_write_plu(j, bi, ws, piv, piv + k);
+}
+
+/* lu_solve item: op(A) X' = B' column by column (x, b2 are the primed views;
+ * k columns of n rows). */
+static void fx_solve_item(fx_job_t* j, int64_t bi, double* ws) {
+  const int64_t n = j->n;
+  double* lu = ws;
+  double* x = ws + n * n;
+  int64_t* piv = (int64_t*)(x + n);
+  fx_load(&j->lu, fx_at(&j->lu, &j->b, bi), n, n, lu, n);
+  if (!fx_load_pivots(j, bi, n, n, piv)) {
+    atomic_store(&j->bad_pivot, 1);
+    return;
+  }
+  const char* B = fx_at(&j->b2, &j->b, bi);
+  char* X = fx_at(&j->x, &j->b, bi);
+  for (int64_t c = 0; c < j->k; ++c) {
+    fx_load(&j->b2, B + c * j->b2.cs, n, 1, x, n);
+    fx_getrs(lu, n, n, piv, x, j->flag);
+    fx_store(&j->x, X + c * j->x.cs, n, 1, x, n);
+  }
+}
+
+/* inv item: LU of A, then the columns of the identity solved. */
+static void fx_inv_item(fx_job_t* j, int64_t bi, double* ws) {
+  const int64_t n = j->n;
+  double* x = ws + n * n;
+  int64_t* piv = (int64_t*)(x + n);
+  fx_load(&j->a, fx_at(&j->a, &j->b, bi), n, n, ws, n);
+  int64_t info = fx_getrf(ws, n, n, n, piv, j->f32);
+  tpu_ku_store_i64(fx_at(&j->info, &j->b, bi), j->info.dt, info);
+  char* X = fx_at(&j->x, &j->b, bi);
+  for (int64_t c = 0; c < n; ++c) {
+    for (int64_t i = 0; i < n; ++i) x[i] = i == c ? 1.0 : 0.0;
+    fx_getrs(ws, n, n, piv, x, false);
+    fx_store(&j->x, X + c * j->x.cs, n, 1, x, n);
+  }
+}
+
+static double fx_cube(int64_t m, int64_t n) { return (double)m * (double)n * (double)(m < n ? m : n) + (double)(m * n); }
+
+static void fx_job_init(fx_job_t* j, const tpu_k_call_t* call) {
+  memset(j, 0, sizeof(*j));
+  j->call = call;
+  atomic_init(&j->oom, 0);
+  atomic_init(&j->bad_pivot, 0);
+}
+
+/* A factor job over A (transposed when `transA`) with batch of A. */
+static tpu_status_t fx_setup_factor(fx_job_t* j, const tpu_k_call_t* call, const tpu_tensor_t* A, bool transA) {
+  fx_batch_of(A, 2, &j->b);
+  TPU_RETURN_IF_ERROR(fx_mat(call, A, 2, &j->b, transA, &j->a));
+  j->m = A->sizes[A->ndim - (transA ? 1 : 2)];
+  j->n = A->sizes[A->ndim - (transA ? 2 : 1)];
+  j->k = j->m < j->n ? j->m : j->n;
+  j->f32 = A->dtype == TPU_DTYPE_F32;
+  j->item = fx_lu_item;
+  j->ws_bytes = sizeof(double) * (size_t)(j->m * j->n + j->k + j->m + 1);
+  return TPU_OK;
+}
+
+static tpu_status_t fx_out_mat(fx_job_t* j, const tpu_k_call_t* call, int i, int core, int dt, fx_mat_t* m) {
+  const tpu_tensor_t* t = fx_out(call, i);
+  if (t && dt != TPU_DTYPE_INVALID) TPU_RETURN_IF_ERROR(fx_same_dtype(call, t, dt, "an output"));
+  if (t && tpu_tensor_numel(t) == 0 && j->b.count != 0 && core > 0) {
+    /* an output left empty by the meta function (unpack_data=False, mode='r') */
+    memset(m, 0, sizeof(*m));
+    return TPU_OK;
+  }
+  return fx_mat(call, t, core, &j->b, false, m);
+}
+
+/* linalg_lu_factor_ex(A, *, pivot, check_errors) -> (LU, pivots, info) */
+static tpu_status_t lu_factor_setup(const tpu_k_call_t* call, fx_job_t* j) {
+  const tpu_tensor_t* A = NULL;
+  TPU_RETURN_IF_ERROR(fx_input(call, 0, false, &A));
+  if (!tpu_ku_bool(call, 1, true))
+    return TPU_ERROR(TPU_STATUS_UNIMPLEMENTED, "linalg.lu_factor: LU without pivoting is not implemented on tpu");
+  if (call->num_outputs < 3) return TPU_KU_INVALID(call, "expected 3 outputs");
+  fx_job_init(j, call);
+  TPU_RETURN_IF_ERROR(fx_setup_factor(j, call, A, false));
+  TPU_RETURN_IF_ERROR(fx_out_mat(j, call, 0, 2, A->dtype, &j->lu));
+  TPU_RETURN_IF_ERROR(fx_out_mat(j, call, 1, 1, TPU_DTYPE_INVALID, &j->piv));
+  return fx_out_mat(j, call, 2, 0, TPU_DTYPE_INVALID, &j->info);
+}
+static tpu_status_t lu_factor_check(const tpu_k_call_t* call) {
+  fx_job_t j;
+  return lu_factor_setup(call, &j);
+}
+static tpu_status_t lu_factor_run(const tpu_k_call_t* call) {
+  fx_job_t j;
+  TPU_RETURN_IF_ERROR(lu_factor_setup(call, &j));
+  TPU_RETURN_IF_ERROR(fx_run(&j, fx_cube(j.m, j.n)));
+  if (tpu_ku_bool(call, 2, false))
+    return fx_check_info(&j, &call->outputs[2], "torch.linalg.lu_factor_ex", FX_ERR_LU_FACTOR);
+  return TPU_OK;
+}
+
+/* linalg_lu(A, *, pivot) -> (P, L, U) */
+static tpu_status_t lu_setup(const tpu_k_call_t* call, fx_job_t* j) {
+  const tpu_tensor_t* A = NULL;
+  TPU_RETURN_IF_ERROR(fx_input(call, 0, false, &A));
+  if (!tpu_ku_bool(call, 1, true))
+    return TPU_ERROR(TPU_STATUS_UNIMPLEMENTED, "linalg.lu_factor: LU without pivoting is not implemented on tpu");
+  if (call->num_outputs < 3) return TPU_KU_INVALID(call, "expected 3 outputs");
+  fx_job_init(j, call);
+  TPU_RETURN_IF_ERROR(fx_setup_factor(j, call, A, false));
+  TPU_RETURN_IF_ERROR(fx_out_mat(j, call, 0, 2, A->dtype, &j->p));
+  TPU_RETURN_IF_ERROR(fx_out_mat(j, call, 1, 2, A->dtype, &j->l));
+  return fx_out_mat(j, call, 2, 2, A->dtype, &j->u);
+}
+static tpu_status_t lu_check(const tpu_k_call_t* call) {
+  fx_job_t j;
+  return lu_setup(call, &j);
+}
+static tpu_status_t lu_run(const tpu_k_call_t* call) {
+  fx_job_t j;
+  TPU_RETURN_IF_ERROR(lu_setup(call, &j));
+  return fx_run(&j, fx_cube(j.m, j.n) + (double)(j.m * j.m));
+}
+
+/* _linalg_det(A) -> (result, LU, pivots); _linalg_slogdet(A) -> (sign,
+ * logabsdet, LU, pivots). Like the CPU, a contiguous A is factored as A^T
+ * (same determinant), which is what LU and pivots then hold. */
+static tpu_status_t det_setup(const tpu_k_call_t* call, fx_job_t* j) {
+  const tpu_tensor_t* A = NULL;
+  TPU_RETURN_IF_ERROR(fx_input(call, 0, true, &A));
+  bool slog = strncmp(call->op, "aten::_linalg_slogdet", 21) == 0;
+  if (call->num_outputs < (slog ? 4 : 3)) return TPU_KU_INVALID(call, "expected %d outputs", slog ? 4 : 3);
+  fx_job_init(j, call);
+  TPU_RETURN_IF_ERROR(fx_setup_factor(j, call, A, tpu_tensor_is_contiguous(A)));
+  int o = 0;
+  TPU_RETURN_IF_ERROR(fx_out_mat(j, call, o++, 0, A->dtype, &j->det));
+  if (slog) TPU_RETURN_IF_ERROR(fx_out_mat(j, call, o++, 0, A->dtype, &j->logdet));
+  TPU_RETURN_IF_ERROR(fx_out_mat(j, call, o++, 2, A->dtype, &j->lu));
+  return fx_out_mat(j, call, o, 1, TPU_DTYPE_INVALID, &j->piv);
+}
+static tpu_status_t det_check(const tpu_k_call_t* call) {
+  fx_job_t j;
+  return det_setup(call, &j);
+}
+static tpu_status_t det_run(const tpu_k_call_t* call) {
+  fx_job_t j;
+  TPU_RETURN_IF_ERROR(det_setup(call, &j));
+  return fx_run(&j, fx_cube(j.n, j.n));
+}
+
+/* lu_unpack(LU_data, LU_pivots, unpack_data, unpack_pivots) -> (P, L, U) */
+static tpu_status_t unpack_setup(const tpu_k_call_t* call, fx_job_t* j) {
+  const tpu_tensor_t* LU = NULL;
+  TPU_RETURN_IF_ERROR(fx_input(call, 0, false, &LU));
+  const tpu_tensor_t* piv = tpu_ku_tensor(call, 1);
+  if (!piv || piv->ndim < 1) return TPU_KU_INVALID(call, "expected LU_pivots with at least 1 dim");
+  if (call->num_outputs < 3) return TPU_KU_INVALID(call, "expected 3 outputs");
+  fx_job_init(j, call);
+  fx_batch_of(LU, 2, &j->b);
+  j->m = LU->sizes[LU->ndim - 2];
+  j->n = LU->sizes[LU->ndim - 1];
+  j->k = j->m < j->n ? j->m : j->n;
+  if (piv->sizes[piv->ndim - 1] != j->k)
+    return TPU_KU_INVALID(call, "LU_pivots has %lld elements per matrix, expected %lld",
+                          (long long)piv->sizes[piv->ndim - 1], (long long)j->k);
+  TPU_RETURN_IF_ERROR(fx_mat(call, LU, 2, &j->b, false, &j->lu));
+  TPU_RETURN_IF_ERROR(fx_mat(call, piv, 1, &j->b, false, &j->piv));
+  if (tpu_ku_bool(call, 3, true)) TPU_RETURN_IF_ERROR(fx_out_mat(j, call, 0, 2, LU->dtype, &j->p));
+  if (tpu_ku_bool(call, 2, true)) {
+    TPU_RETURN_IF_ERROR(fx_out_mat(j, call, 1, 2, LU->dtype, &j->l));
+    TPU_RETURN_IF_ERROR(fx_out_mat(j, call, 2, 2, LU->dtype, &j->u));
+  }
+  j->item = fx_unpack_item;
+  j->ws_bytes = sizeof(double) * (size_t)(j->m * j->n + j->k + j->m + 1);
+  return TPU_OK;
+}
+static tpu_status_t unpack_check(const tpu_k_call_t* call) {
+  fx_job_t j;
+  return unpack_setup(call, &j);
+}
+static tpu_status_t unpack_run(const tpu_k_call_t* call) {
+  fx_job_t j;
+  TPU_RETURN_IF_ERROR(unpack_setup(call, &j));
+  return fx_run(&j, (double)(j.m * (j.m + j.n)));
+}
+
+/* The solve of X (out) from LU, pivots and B, each a tensor with its batch
+ * broadcast to X's: op(A) X' = B' with X' = X, or X^T when !left. */
+static tpu_status_t fx_setup_solve(fx_job_t* j, const tpu_k_call_t* call, const tpu_tensor_t* LU,
+                                   const tpu_tensor_t* piv, const tpu_tensor_t* B, const tpu_tensor_t* X, bool left,
+                                   bool adjoint) {
+  if (!fx_dtype_ok(LU->dtype)) return tpu_ku_unsupported_dtype(call, LU->dtype);
+  if (!fx_dtype_ok(B->dtype)) return tpu_ku_unsupported_dtype(call, B->dtype);
+  if (!fx_dtype_ok(X->dtype)) return tpu_ku_unsupported_dtype(call, X->dtype);
+  if (LU->ndim < 2 || B->ndim < 2 || X->ndim < 2 || piv->ndim < 1)
+    return TPU_KU_INVALID(call, "expected matrices (LU, B, result) and a pivots vector");
+  int64_t n = LU->sizes[LU->ndim - 1];
+  if (LU->sizes[LU->ndim - 2] != n || piv->sizes[piv->ndim - 1] != n)
+    return TPU_KU_INVALID(call, "LU must be square with n pivots (got %lldx%lld, %lld pivots)",
+                          (long long)LU->sizes[LU->ndim - 2], (long long)n, (long long)piv->sizes[piv->ndim - 1]);
+  int64_t xr = X->sizes[X->ndim - 2], xc = X->sizes[X->ndim - 1];
+  if (B->sizes[B->ndim - 2] != xr || B->sizes[B->ndim - 1] != xc || (left ? xr : xc) != n)
+    return TPU_KU_INVALID(call, "B (%lldx%lld) does not match A (%lldx%lld) and the result",
+                          (long long)B->sizes[B->ndim - 2], (long long)B->sizes[B->ndim - 1], (long long)n,
+                          (long long)n);
+  fx_batch_of(X, 2, &j->b);
+  TPU_RETURN_IF_ERROR(fx_mat(call, LU, 2, &j->b, false, &j->lu));
+  TPU_RETURN_IF_ERROR(fx_mat(call, piv, 1, &j->b, false, &j->piv));
+  TPU_RETURN_IF_ERROR(fx_mat(call, B, 2, &j->b, !left, &j->b2));
+  TPU_RETURN_IF_ERROR(fx_mat(call, X, 2, &j->b, !left, &j->x));
+  j->m = j->n = n;
+  j->k = left ? xc : xr;
+  j->flag = adjoint != !left;
+  j->item = fx_solve_item;
+  j->ws_bytes = sizeof(double) * (size_t)(n * n + 2 * n + 1);
+  return TPU_OK;
+}
+
+/* linalg_lu_solve(LU, pivots, B, *, left, adjoint) -> out */
+static tpu_status_t lu_solve_setup(const tpu_k_call_t* call, fx_job_t* j) {
+  const tpu_tensor_t *LU = tpu_ku_tensor(call, 0), *piv = tpu_ku_tensor(call, 1), *B = tpu_ku_tensor(call, 2);
+  if (!LU || !piv || !B || call->num_outputs < 1 || !call->outputs)
+    return TPU_KU_INVALID(call, "expected tensor arguments");
+  fx_job_init(j, call);
+  return fx_setup_solve(j, call, LU, piv, B, &call->outputs[0], tpu_ku_bool(call, 3, true),
+                        tpu_ku_bool(call, 4, false));
+}
+static tpu_status_t lu_solve_check(const tpu_k_call_t* call) {
+  fx_job_t j;
+  return lu_solve_setup(call, &j);
+}
+static tpu_status_t lu_solve_run(const tpu_k_call_t* call) {
+  fx_job_t j;
+  TPU_RETURN_IF_ERROR(lu_solve_setup(call, &j));
+  if (tpu_tensor_numel(&call->outputs[0]) == 0) return TPU_OK;
+  return fx_run(&j, (double)(j.n * j.n) * (double)(j.k + 1));
+}
+
+/* _linalg_solve_ex(A, B, *, left, check_errors) -> (result, LU, pivots, info):
+ * LU of A (as the CPU returns it, whatever A's strides), B a vector (numpy's
+ * rule) when it is 1-d or A's shape without its last dim. */
+typedef struct {
+  fx_job_t factor, solve;
+  tpu_tensor_t b, x; /* B and result, as matrices */
+} fx_solve_ex_t;
+
+static tpu_status_t solve_ex_setup(const tpu_k_call_t* call, fx_solve_ex_t* s) {
+  const tpu_tensor_t* A = NULL;
+  TPU_RETURN_IF_ERROR(fx_input(call, 0, true, &A));
+  const tpu_tensor_t* B = tpu_ku_tensor(call, 1);
+  if (!B || call->num_outputs < 4) return TPU_KU_INVALID(call, "expected tensor arguments and 4 outputs");
+  if (!fx_dtype_ok(B->dtype)) return tpu_ku_unsupported_dtype(call, B->dtype);
+  fx_job_init(&s->factor, call);
+  TPU_RETURN_IF_ERROR(fx_setup_factor(&s->factor, call, A, false));
+  TPU_RETURN_IF_ERROR(fx_out_mat(&s->factor, call, 1, 2, A->dtype, &s->factor.lu));
+  TPU_RETURN_IF_ERROR(fx_out_mat(&s->factor, call, 2, 1, TPU_DTYPE_INVALID, &s->factor.piv));
+  TPU_RETURN_IF_ERROR(fx_out_mat(&s->factor, call, 3, 0, TPU_DTYPE_INVALID, &s->factor.info));
+  bool vec = B->ndim == 1;
+  if (!vec && B->ndim == A->ndim - 1) {
+    vec = true;
+    for (int d = 0; d < B->ndim; ++d) vec = vec && B->sizes[d] == A->sizes[d];
+  }
+  s->b = *B;
+  s->x = call->outputs[0];
+  if (vec) {
+    if (s->b.ndim >= TPU_MAX_DIMS || s->x.ndim >= TPU_MAX_DIMS) return TPU_KU_INVALID(call, "too many dims");
+    s->b.sizes[s->b.ndim] = 1;
+    s->b.strides[s->b.ndim++] = 1;
+    s->x.sizes[s->x.ndim] = 1;
+    s->x.strides[s->x.ndim++] = 1;
+  }
+  fx_job_init(&s->solve, call);
+  return fx_setup_solve(&s->solve, call, &call->outputs[1], &call->outputs[2], &s->b, &s->x,
+                        tpu_ku_bool(call, 2, true), false);
+}
+static tpu_status_t solve_ex_check(const tpu_k_call_t* call) {
+  fx_solve_ex_t s;
+  return solve_ex_setup(call, &s);
+}
+static tpu_status_t solve_ex_run(const tpu_k_call_t* call) {
+  fx_solve_ex_t s;
+  TPU_RETURN_IF_ERROR(solve_ex_setup(call, &s));
+  TPU_RETURN_IF_ERROR(fx_run(&s.factor, fx_cube(s.factor.n, s.factor.n)));
+  if (tpu_ku_bool(call, 3, false))
+    TPU_RETURN_IF_ERROR(fx_check_info(&s.factor, &call->outputs[3], "torch.linalg.solve_ex", FX_ERR_SOLVE));
+  if (tpu_tensor_numel(&call->outputs[0]) == 0) return TPU_OK;
+  return fx_run(&s.solve, (double)(s.solve.n * s.solve.n) * (double)(s.solve.k + 1));
+}
+
+/* linalg_inv_ex(A, *, check_errors) -> (inverse, info) */
+static tpu_status_t inv_setup(const tpu_k_call_t* call, fx_job_t* j) {
+  const tpu_tensor_t* A = NULL;
+  TPU_RETURN_IF_ERROR(fx_input(call, 0, true, &A));
+  if (call->num_outputs < 2) return TPU_KU_INVALID(call, "expected 2 outputs");
+  fx_job_init(j, call);
+  TPU_RETURN_IF_ERROR(fx_setup_factor(j, call, A, false));
+  TPU_RETURN_IF_ERROR(fx_out_mat(j, call, 0, 2, A->dtype, &j->x));
+  TPU_RETURN_IF_ERROR(fx_out_mat(j, call, 1, 0, TPU_DTYPE_INVALID, &j->info));
+  if (!j->info.p && j->b.count > 0) return TPU_KU_INVALID(call, "expected an info output");
+  j->item = fx_inv_item;
+  j->ws_bytes = sizeof(double) * (size_t)(j->n * j->n + 2 * j->n + 1);
+  return TPU_OK;
+}
+static tpu_status_t inv_check(const tpu_k_call_t* call) {
+  fx_job_t j;
+  return inv_setup(call, &j);
+}
+static tpu_status_t inv_run(const tpu_k_call_t* call) {
+  fx_job_t j;
+  TPU_RETURN_IF_ERROR(inv_setup(call, &j));
+  TPU_RETURN_IF_ERROR(fx_run(&j, 3.0 * fx_cube(j.n, j.n)));
+  if (tpu_ku_bool(call, 1, false)) return fx_check_info(&j, &call->outputs[1], "linalg.inv_ex", FX_ERR_INV);
+  return TPU_OK;
+}
+
+const tpu_k_entry_t tpu_k_factor_entries[] = {
+    {"aten::linalg_lu_factor_ex", lu_factor_run, lu_factor_check, 0, NULL},
+    {"aten::linalg_lu_factor_ex.out", lu_factor_run, lu_factor_check, 0, NULL},
+    {"aten::linalg_lu", lu_run, lu_check, 0, NULL},
+    {"aten::linalg_lu.out", lu_run, lu_check, 0, NULL},
+    {"aten::_linalg_det", det_run, det_check, 0, NULL},
+    {"aten::_linalg_det.result", det_run, det_check, 0, NULL},
+    {"aten::_linalg_slogdet", det_run, det_check, 0, NULL},
+    {"aten::_linalg_slogdet.sign", det_run, det_check, 0, NULL},
+    {"aten::lu_unpack", unpack_run, unpack_check, 0, NULL},
+    {"aten::lu_unpack.out", unpack_run, unpack_check, 0, NULL},
+    {"aten::linalg_lu_solve", lu_solve_run, lu_solve_check, 0, NULL},
+    {"aten::linalg_lu_solve.out", lu_solve_run, lu_solve_check, 0, NULL},
+    {"aten::_linalg_solve_ex", solve_ex_run, solve_ex_check, 0, NULL},
+    {"aten::_linalg_solve_ex.result", solve_ex_run, solve_ex_check, 0, NULL},
+    {"aten::linalg_inv_ex", inv_run, inv_check, 0, NULL},
+    {"aten::linalg_inv_ex.inverse", inv_run, inv_check, 0, NULL},
+};
+const size_t tpu_k_factor_count = sizeof(tpu_k_factor_entries) / sizeof(tpu_k_factor_entries[0]);
