@@ -695,6 +695,363 @@ static tpu_status_t inv_run(const tpu_k_call_t* call) {
   return TPU_OK;
 }
 
+/* ---- Cholesky -------------------------------------------------------------------- */
+
+/* In-place Cholesky A = L L^T of the lower triangle of `a` (n x n); returns
+ * info (0, or the order of the first leading minor not positive-definite,
+ * where it stops). */
+static int64_t fx_potrf(double* a, int64_t n, int64_t ld, bool f32) {
+  for (int64_t j = 0; j < n; ++j) {
+    double d = a[j + j * ld];
+    for (int64_t p = 0; p < j; ++p) d -= a[j + p * ld] * a[j + p * ld];
+    if (!(d > 0.0)) {
+      a[j + j * ld] = d;
+      return j + 1;
+    }
+    double ljj = fx_rnd(sqrt(d), f32);
+    a[j + j * ld] = ljj;
+    for (int64_t i = j + 1; i < n; ++i) {
+      double s = a[i + j * ld];
+      for (int64_t p = 0; p < j; ++p) s -= a[i + p * ld] * a[j + p * ld];
+      a[i + j * ld] = fx_rnd(s / ljj, f32);
+    }
+  }
+  return 0;
+}
+
+/* Solves L L^T x = b in place (L: the lower triangle of `l`). */
+static void fx_potrs(const double* l, int64_t n, int64_t ld, double* x) {
+  for (int64_t j = 0; j < n; ++j) {
+    const double* col = l + j * ld;
+    x[j] /= col[j];
+    double xj = x[j];
+    if (xj == 0.0) continue;
+    for (int64_t i = j + 1; i < n; ++i) x[i] -= col[i] * xj;
+  }
+  for (int64_t i = n - 1; i >= 0; --i) {
+    const double* col = l + i * ld;
+    double s = x[i];
+    for (int64_t j = i + 1; j < n; ++j) s -= col[j] * x[j];
+    x[i] = s / col[i];
+  }
+}
+
+/* cholesky_ex item: a (transposed view when upper) -> lower factor; the
+ * output view is transposed the same way, so U = L^T; zeros elsewhere. */
+static void fx_chol_item(fx_job_t* j, int64_t bi, double* ws) {
+  const int64_t n = j->n;
+  fx_load(&j->a, fx_at(&j->a, &j->b, bi), n, n, ws, n);
+  int64_t info = fx_potrf(ws, n, n, j->f32);
+  for (int64_t c = 0; c < n; ++c)
+    for (int64_t i = 0; i < c; ++i) ws[i + c * n] = 0.0;
+  fx_store(&j->l, fx_at(&j->l, &j->b, bi), n, n, ws, n);
+  tpu_ku_store_i64(fx_at(&j->info, &j->b, bi), j->info.dt, info);
+}
+
+/* _cholesky_solve_helper item (b2: the right-hand sides, k columns) and
+ * cholesky_inverse item (no b2: the identity's columns). */
+static void fx_chol_solve_item(fx_job_t* j, int64_t bi, double* ws) {
+  const int64_t n = j->n;
+  double* x = ws + n * n;
+  fx_load(&j->a, fx_at(&j->a, &j->b, bi), n, n, ws, n);
+  const char* B = j->b2.p ? fx_at(&j->b2, &j->b, bi) : NULL;
+  char* X = fx_at(&j->x, &j->b, bi);
+  for (int64_t c = 0; c < j->k; ++c) {
+    if (B) {
+      fx_load(&j->b2, B + c * j->b2.cs, n, 1, x, n);
+    } else {
+      for (int64_t i = 0; i < n; ++i) x[i] = i == c ? 1.0 : 0.0;
+    }
+    fx_potrs(ws, n, n, x);
+    fx_store(&j->x, X + c * j->x.cs, n, 1, x, n);
+  }
+}
+
+/* linalg_cholesky_ex(self, *, upper, check_errors) -> (L, info) */
+static tpu_status_t chol_setup(const tpu_k_call_t* call, fx_job_t* j) {
+  const tpu_tensor_t* A = NULL;
+  TPU_RETURN_IF_ERROR(fx_input(call, 0, true, &A));
+  if (call->num_outputs < 2) return TPU_KU_INVALID(call, "expected 2 outputs");
+  bool upper = tpu_ku_bool(call, 1, false);
+  fx_job_init(j, call);
+  fx_batch_of(A, 2, &j->b);
+  j->m = j->n = j->k = A->sizes[A->ndim - 1];
+  j->f32 = A->dtype == TPU_DTYPE_F32;
+  TPU_RETURN_IF_ERROR(fx_mat(call, A, 2, &j->b, upper, &j->a));
+  const tpu_tensor_t* L = fx_out(call, 0);
+  if (L) TPU_RETURN_IF_ERROR(fx_same_dtype(call, L, A->dtype, "L"));
+  TPU_RETURN_IF_ERROR(fx_mat(call, L, 2, &j->b, upper, &j->l));
+  TPU_RETURN_IF_ERROR(fx_out_mat(j, call, 1, 0, TPU_DTYPE_INVALID, &j->info));
+  if ((!j->l.p || !j->info.p) && j->b.count > 0) return TPU_KU_INVALID(call, "expected L and info outputs");
+  j->item = fx_chol_item;
+  j->ws_bytes = sizeof(double) * (size_t)(j->n * j->n + 1);
+  return TPU_OK;
+}
+static tpu_status_t chol_check(const tpu_k_call_t* call) {
+  fx_job_t j;
+  return chol_setup(call, &j);
+}
+static tpu_status_t chol_run(const tpu_k_call_t* call) {
+  fx_job_t j;
+  TPU_RETURN_IF_ERROR(chol_setup(call, &j));
+  TPU_RETURN_IF_ERROR(fx_run(&j, fx_cube(j.n, j.n) / 3.0));
+  if (tpu_ku_bool(call, 2, false))
+    return fx_check_info(&j, &call->outputs[1], "linalg.cholesky_ex", FX_ERR_CHOLESKY);
+  return TPU_OK;
+}
+
+/* _cholesky_solve_helper(self, A, upper) -> out: (A A^T or A^T A) X = self;
+ * cholesky_inverse(self, upper) -> out: the inverse of that product. Only
+ * the factor's triangle is read. */
+static tpu_status_t chol_solve_setup(const tpu_k_call_t* call, fx_job_t* j) {
+  bool inverse = strncmp(call->op, "aten::cholesky_inverse", 22) == 0;
+  const tpu_tensor_t* F = NULL;
+  TPU_RETURN_IF_ERROR(fx_input(call, inverse ? 0 : 1, true, &F));
+  const tpu_tensor_t* B = inverse ? NULL : tpu_ku_tensor(call, 0);
+  if (!inverse && !B) return TPU_KU_INVALID(call, "expected tensor arguments");
+  if (B && !fx_dtype_ok(B->dtype)) return tpu_ku_unsupported_dtype(call, B->dtype);
+  bool upper = tpu_ku_bool(call, inverse ? 1 : 2, false);
+  const tpu_tensor_t* X = &call->outputs[0];
+  TPU_RETURN_IF_ERROR(fx_same_dtype(call, X, F->dtype, "the result"));
+  if (X->ndim < 2) return TPU_KU_INVALID(call, "expected a matrix result");
+  int64_t n = F->sizes[F->ndim - 1];
+  if (X->sizes[X->ndim - 2] != n || (B && (B->ndim < 2 || B->sizes[B->ndim - 2] != n ||
+                                           B->sizes[B->ndim - 1] != X->sizes[X->ndim - 1])))
+    return TPU_KU_INVALID(call, "the right-hand side and result must have %lld rows", (long long)n);
+  fx_job_init(j, call);
+  fx_batch_of(X, 2, &j->b);
+  j->m = j->n = n;
+  j->k = X->sizes[X->ndim - 1];
+  TPU_RETURN_IF_ERROR(fx_mat(call, F, 2, &j->b, upper, &j->a));
+  TPU_RETURN_IF_ERROR(fx_mat(call, B, 2, &j->b, false, &j->b2));
+  TPU_RETURN_IF_ERROR(fx_mat(call, X, 2, &j->b, false, &j->x));
+  j->item = fx_chol_solve_item;
+  j->ws_bytes = sizeof(double) * (size_t)(n * n + n + 1);
+  return TPU_OK;
+}
+static tpu_status_t chol_solve_check(const tpu_k_call_t* call) {
+  fx_job_t j;
+  return chol_solve_setup(call, &j);
+}
+static tpu_status_t chol_solve_run(const tpu_k_call_t* call) {
+  fx_job_t j;
+  TPU_RETURN_IF_ERROR(chol_solve_setup(call, &j));
+  if (tpu_tensor_numel(&call->outputs[0]) == 0) return TPU_OK;
+  return fx_run(&j, 2.0 * (double)(j.n * j.n) * (double)(j.k + 1));
+}
+
+/* ---- Householder QR ---------------------------------------------------------------- */
+
+/* Reflector of x[0..len): x[0] becomes beta, x[1..) v (v[0] = 1 implied);
+ * returns tau. */
+static double fx_larfg(double* x, int64_t len, bool f32) {
+  double ss = 0.0;
+  for (int64_t i = 1; i < len; ++i) ss += x[i] * x[i];
+  if (ss == 0.0) return 0.0;
+  double alpha = x[0];
+  double beta = fx_rnd(-copysign(sqrt(alpha * alpha + ss), alpha), f32);
+  double tau = fx_rnd((beta - alpha) / beta, f32);
+  double scal = fx_rnd(1.0 / (alpha - beta), f32);
+  for (int64_t i = 1; i < len; ++i) x[i] = fx_rnd(x[i] * scal, f32);
+  x[0] = beta;
+  return tau;
+}
+
+/* c (rows x cols, ld) = (I - tau v v^T) c, v[0] = 1 implied. */
+static void fx_larf_left(const double* v, double tau, double* c, int64_t rows, int64_t cols, int64_t ld, bool f32) {
+  if (tau == 0.0) return;
+  for (int64_t q = 0; q < cols; ++q) {
+    double* cc = c + q * ld;
+    double w = cc[0];
+    for (int64_t i = 1; i < rows; ++i) w += v[i] * cc[i];
+    if (w == 0.0) continue;
+    w *= tau;
+    cc[0] = fx_rnd(cc[0] - w, f32);
+    for (int64_t i = 1; i < rows; ++i) cc[i] = fx_rnd(cc[i] - w * v[i], f32);
+  }
+}
+
+/* c (rows x len, ld) = c (I - tau v v^T). */
+static void fx_larf_right(const double* v, double tau, double* c, int64_t rows, int64_t len, int64_t ld, bool f32) {
+  if (tau == 0.0) return;
+  for (int64_t r = 0; r < rows; ++r) {
+    double w = c[r];
+    for (int64_t i = 1; i < len; ++i) w += c[r + i * ld] * v[i];
+    if (w == 0.0) continue;
+    w *= tau;
+    c[r] = fx_rnd(c[r] - w, f32);
+    for (int64_t i = 1; i < len; ++i) c[r + i * ld] = fx_rnd(c[r + i * ld] - w * v[i], f32);
+  }
+}
+
+static void fx_geqrf(double* a, int64_t m, int64_t n, int64_t ld, double* tau, bool f32) {
+  const int64_t k = m < n ? m : n;
+  for (int64_t j = 0; j < k; ++j) {
+    double* x = a + j + j * ld;
+    tau[j] = fx_larfg(x, m - j, f32);
+    fx_larf_left(x, tau[j], x + ld, m - j, n - j - 1, ld, f32);
+  }
+}
+
+/* q (m x qc) = the first qc columns of H_0 ... H_{k-1} (reflectors in a). */
+static void fx_orgqr(const double* a, int64_t lda, const double* tau, int64_t k, double* q, int64_t m, int64_t qc,
+                     bool f32) {
+  for (int64_t c = 0; c < qc; ++c)
+    for (int64_t i = 0; i < m; ++i) q[i + c * m] = i == c ? 1.0 : 0.0;
+  for (int64_t j = (k < qc ? k : qc) - 1; j >= 0; --j)
+    fx_larf_left(a + j + j * lda, tau[j], q + j + j * m, m - j, qc - j, m, f32);
+}
+
+/* geqrf, linalg_qr, householder_product and ormqr items. */
+static void fx_qr_item(fx_job_t* j, int64_t bi, double* ws) {
+  const int64_t m = j->m, n = j->n, k = j->k;
+  double* tau = ws + m * n;
+  double* q = tau + k + 1;
+  fx_load(&j->a, fx_at(&j->a, &j->b, bi), m, n, ws, m);
+  fx_geqrf(ws, m, n, m, tau, j->f32);
+  if (j->lu.p) fx_store(&j->lu, fx_at(&j->lu, &j->b, bi), m, n, ws, m); /* geqrf's a */
+  if (j->piv.p) fx_store(&j->piv, fx_at(&j->piv, &j->b, bi), k, 1, tau, k); /* geqrf's tau */
+  if (j->u.p) { /* R: the upper triangle of the first rrows rows */
+    int64_t rrows = j->flag ? m : k;
+    char* R = fx_at(&j->u, &j->b, bi);
+    for (int64_t c = 0; c < n; ++c)
+      for (int64_t i = 0; i < rrows; ++i)
+        tpu_ku_store_f64(R + i * j->u.rs + c * j->u.cs, j->u.dt, i <= c ? ws[i + c * m] : 0.0);
+  }
+  if (j->qcols > 0 && j->x.p) {
+    fx_orgqr(ws, m, tau, k, q, m, j->qcols, j->f32);
+    fx_store(&j->x, fx_at(&j->x, &j->b, bi), m, j->qcols, q, m);
+  }
+}
+
+static void fx_hh_item(fx_job_t* j, int64_t bi, double* ws) {
+  const int64_t m = j->m, n = j->n, k = j->k;
+  double* tau = ws + m * n;
+  double* q = tau + k + 1;
+  fx_load(&j->a, fx_at(&j->a, &j->b, bi), m, n, ws, m);
+  fx_load(&j->piv, fx_at(&j->piv, &j->b, bi), k, 1, tau, k);
+  fx_orgqr(ws, m, tau, k, q, m, n, j->f32);
+  fx_store(&j->x, fx_at(&j->x, &j->b, bi), m, n, q, m);
+}
+
+/* ormqr: a holds the reflectors (nq x k columns read), c the m x n matrix. */
+static void fx_ormqr_item(fx_job_t* j, int64_t bi, double* ws) {
+  const int64_t m = j->m, n = j->n, k = j->k, nq = j->flag3 ? m : n;
+  double* tau = ws + nq * k;
+  double* c = tau + k + 1;
+  fx_load(&j->a, fx_at(&j->a, &j->b, bi), nq, k, ws, nq);
+  fx_load(&j->piv, fx_at(&j->piv, &j->b, bi), k, 1, tau, k);
+  fx_load(&j->b2, fx_at(&j->b2, &j->b, bi), m, n, c, m);
+  bool descending = j->flag3 != j->flag2;
+  for (int64_t t = 0; t < k; ++t) {
+    int64_t r = descending ? k - 1 - t : t;
+    const double* v = ws + r + r * nq;
+    if (j->flag3) {
+      fx_larf_left(v, tau[r], c + r, m - r, n, m, j->f32);
+    } else {
+      fx_larf_right(v, tau[r], c + r * m, m, n - r, m, j->f32);
+    }
+  }
+  fx_store(&j->x, fx_at(&j->x, &j->b, bi), m, n, c, m);
+}
+
+/* geqrf(self) -> (a, tau); linalg_qr(A, mode) -> (Q, R) */
+static tpu_status_t qr_setup(const tpu_k_call_t* call, fx_job_t* j) {
+  const tpu_tensor_t* A = NULL;
+  TPU_RETURN_IF_ERROR(fx_input(call, 0, false, &A));
+  if (call->num_outputs < 2) return TPU_KU_INVALID(call, "expected 2 outputs");
+  bool geqrf = strncmp(call->op, "aten::geqrf", 11) == 0;
+  fx_job_init(j, call);
+  fx_batch_of(A, 2, &j->b);
+  j->m = A->sizes[A->ndim - 2];
+  j->n = A->sizes[A->ndim - 1];
+  j->k = j->m < j->n ? j->m : j->n;
+  j->f32 = A->dtype == TPU_DTYPE_F32;
+  TPU_RETURN_IF_ERROR(fx_mat(call, A, 2, &j->b, false, &j->a));
+  if (geqrf) {
+    TPU_RETURN_IF_ERROR(fx_out_mat(j, call, 0, 2, A->dtype, &j->lu));
+    TPU_RETURN_IF_ERROR(fx_out_mat(j, call, 1, 1, A->dtype, &j->piv));
+  } else {
+    const char* mode = tpu_ku_string(call, 1, "reduced");
+    bool complete = strcmp(mode, "complete") == 0;
+    if (!complete && strcmp(mode, "reduced") != 0 && strcmp(mode, "r") != 0)
+      return TPU_KU_INVALID(call, "qr received unrecognized mode '%s' but expected one of 'reduced' "
+                                  "(default), 'r', or 'complete'", mode);
+    j->flag = complete;
+    j->qcols = strcmp(mode, "r") == 0 ? 0 : (complete ? j->m : j->k);
+    if (j->qcols > 0) TPU_RETURN_IF_ERROR(fx_out_mat(j, call, 0, 2, A->dtype, &j->x));
+    TPU_RETURN_IF_ERROR(fx_out_mat(j, call, 1, 2, A->dtype, &j->u));
+  }
+  j->item = fx_qr_item;
+  j->ws_bytes = sizeof(double) * (size_t)(j->m * j->n + j->k + 1 + j->m * j->qcols + 1);
+  return TPU_OK;
+}
+static tpu_status_t qr_check(const tpu_k_call_t* call) {
+  fx_job_t j;
+  return qr_setup(call, &j);
+}
+static tpu_status_t qr_run(const tpu_k_call_t* call) {
+  fx_job_t j;
+  TPU_RETURN_IF_ERROR(qr_setup(call, &j));
+  return fx_run(&j, 2.0 * fx_cube(j.m, j.n) + (double)(j.m * j.qcols * j.k));
+}
+
+/* linalg_householder_product(input, tau) -> out; ormqr(self, input2 (tau),
+ * input3 (C), left, transpose) -> out */
+static tpu_status_t hh_setup(const tpu_k_call_t* call, fx_job_t* j) {
+  bool orm = strncmp(call->op, "aten::ormqr", 11) == 0;
+  const tpu_tensor_t* V = NULL;
+  TPU_RETURN_IF_ERROR(fx_input(call, 0, false, &V));
+  const tpu_tensor_t* tau = tpu_ku_tensor(call, 1);
+  const tpu_tensor_t* C = orm ? tpu_ku_tensor(call, 2) : NULL;
+  if (!tau || (orm && !C)) return TPU_KU_INVALID(call, "expected tensor arguments");
+  TPU_RETURN_IF_ERROR(fx_same_dtype(call, tau, V->dtype, "tau"));
+  if (C) TPU_RETURN_IF_ERROR(fx_same_dtype(call, C, V->dtype, "other"));
+  const tpu_tensor_t* X = &call->outputs[0];
+  TPU_RETURN_IF_ERROR(fx_same_dtype(call, X, V->dtype, "the result"));
+  if (tau->ndim < 1 || X->ndim < 2 || (C && C->ndim < 2))
+    return TPU_KU_INVALID(call, "expected a tau vector and matrices");
+  fx_job_init(j, call);
+  fx_batch_of(X, 2, &j->b);
+  int64_t vr = V->sizes[V->ndim - 2], vc = V->sizes[V->ndim - 1], k = tau->sizes[tau->ndim - 1];
+  j->m = X->sizes[X->ndim - 2];
+  j->n = X->sizes[X->ndim - 1];
+  j->k = k;
+  j->f32 = V->dtype == TPU_DTYPE_F32;
+  if (orm) {
+    j->flag3 = tpu_ku_bool(call, 3, true);
+    j->flag2 = tpu_ku_bool(call, 4, false);
+    int64_t nq = j->flag3 ? j->m : j->n;
+    if (C->sizes[C->ndim - 2] != j->m || C->sizes[C->ndim - 1] != j->n || vr != nq || k > vc || k > nq)
+      return TPU_KU_INVALID(call, "input (%lldx%lld), tau (%lld) and other (%lldx%lld) do not match",
+                            (long long)vr, (long long)vc, (long long)k, (long long)C->sizes[C->ndim - 2],
+                            (long long)C->sizes[C->ndim - 1]);
+    TPU_RETURN_IF_ERROR(fx_mat(call, C, 2, &j->b, false, &j->b2));
+    j->item = fx_ormqr_item;
+    j->ws_bytes = sizeof(double) * (size_t)(nq * k + k + 1 + j->m * j->n + 1);
+  } else {
+    if (vr != j->m || vc != j->n || j->n > j->m || k > j->n)
+      return TPU_KU_INVALID(call, "input (%lldx%lld) must have at least as many rows as columns, and tau "
+                                  "(%lld) at most as many elements as columns",
+                            (long long)vr, (long long)vc, (long long)k);
+    j->item = fx_hh_item;
+    j->ws_bytes = sizeof(double) * (size_t)(2 * j->m * j->n + k + 2);
+  }
+  TPU_RETURN_IF_ERROR(fx_mat(call, V, 2, &j->b, false, &j->a));
+  TPU_RETURN_IF_ERROR(fx_mat(call, tau, 1, &j->b, false, &j->piv));
+  return fx_mat(call, X, 2, &j->b, false, &j->x);
+}
+static tpu_status_t hh_check(const tpu_k_call_t* call) {
+  fx_job_t j;
+  return hh_setup(call, &j);
+}
+static tpu_status_t hh_run(const tpu_k_call_t* call) {
+  fx_job_t j;
+  TPU_RETURN_IF_ERROR(hh_setup(call, &j));
+  if (tpu_tensor_numel(&call->outputs[0]) == 0) return TPU_OK;
+  return fx_run(&j, 4.0 * (double)(j.m * j.n) * (double)(j.k + 1));
+}
+
 const tpu_k_entry_t tpu_k_factor_entries[] = {
     {"aten::linalg_lu_factor_ex", lu_factor_run, lu_factor_check, 0, NULL},
     {"aten::linalg_lu_factor_ex.out", lu_factor_run, lu_factor_check, 0, NULL},
@@ -712,5 +1069,19 @@ const tpu_k_entry_t tpu_k_factor_entries[] = {
     {"aten::_linalg_solve_ex.result", solve_ex_run, solve_ex_check, 0, NULL},
     {"aten::linalg_inv_ex", inv_run, inv_check, 0, NULL},
     {"aten::linalg_inv_ex.inverse", inv_run, inv_check, 0, NULL},
+    {"aten::linalg_cholesky_ex", chol_run, chol_check, 0, NULL},
+    {"aten::linalg_cholesky_ex.L", chol_run, chol_check, 0, NULL},
+    {"aten::_cholesky_solve_helper", chol_solve_run, chol_solve_check, 0, NULL},
+    {"aten::_cholesky_solve_helper.out", chol_solve_run, chol_solve_check, 0, NULL},
+    {"aten::cholesky_inverse", chol_solve_run, chol_solve_check, 0, NULL},
+    {"aten::cholesky_inverse.out", chol_solve_run, chol_solve_check, 0, NULL},
+    {"aten::geqrf", qr_run, qr_check, 0, NULL},
+    {"aten::geqrf.a", qr_run, qr_check, 0, NULL},
+    {"aten::linalg_qr", qr_run, qr_check, 0, NULL},
+    {"aten::linalg_qr.out", qr_run, qr_check, 0, NULL},
+    {"aten::linalg_householder_product", hh_run, hh_check, 0, NULL},
+    {"aten::linalg_householder_product.out", hh_run, hh_check, 0, NULL},
+    {"aten::ormqr", hh_run, hh_check, 0, NULL},
+    {"aten::ormqr.out", hh_run, hh_check, 0, NULL},
 };
 const size_t tpu_k_factor_count = sizeof(tpu_k_factor_entries) / sizeof(tpu_k_factor_entries[0]);
