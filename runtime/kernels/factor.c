@@ -431,6 +431,13 @@ static void fx_job_init(fx_job_t* j, const tpu_k_call_t* call) {
   atomic_init(&j->bad_pivot, 0);
 }
 
+/* check(): the op's setup alone (validation without touching data). */
+#define FX_CHECK(op)                                      \
+  static tpu_status_t op##_check(const tpu_k_call_t* call) { \
+    fx_job_t j;                                           \
+    return op##_setup(call, &j);                          \
+  }
+
 /* A factor job over A (transposed when `transA`) with batch of A. */
 static tpu_status_t fx_setup_factor(fx_job_t* j, const tpu_k_call_t* call, const tpu_tensor_t* A, bool transA) {
   fx_batch_of(A, 2, &j->b);
@@ -468,10 +475,7 @@ static tpu_status_t lu_factor_setup(const tpu_k_call_t* call, fx_job_t* j) {
   TPU_RETURN_IF_ERROR(fx_out_mat(j, call, 1, 1, TPU_DTYPE_INVALID, &j->piv));
   return fx_out_mat(j, call, 2, 0, TPU_DTYPE_INVALID, &j->info);
 }
-static tpu_status_t lu_factor_check(const tpu_k_call_t* call) {
-  fx_job_t j;
-  return lu_factor_setup(call, &j);
-}
+FX_CHECK(lu_factor)
 static tpu_status_t lu_factor_run(const tpu_k_call_t* call) {
   fx_job_t j;
   TPU_RETURN_IF_ERROR(lu_factor_setup(call, &j));
@@ -494,10 +498,7 @@ static tpu_status_t lu_setup(const tpu_k_call_t* call, fx_job_t* j) {
   TPU_RETURN_IF_ERROR(fx_out_mat(j, call, 1, 2, A->dtype, &j->l));
   return fx_out_mat(j, call, 2, 2, A->dtype, &j->u);
 }
-static tpu_status_t lu_check(const tpu_k_call_t* call) {
-  fx_job_t j;
-  return lu_setup(call, &j);
-}
+FX_CHECK(lu)
 static tpu_status_t lu_run(const tpu_k_call_t* call) {
   fx_job_t j;
   TPU_RETURN_IF_ERROR(lu_setup(call, &j));
@@ -520,10 +521,7 @@ static tpu_status_t det_setup(const tpu_k_call_t* call, fx_job_t* j) {
   TPU_RETURN_IF_ERROR(fx_out_mat(j, call, o++, 2, A->dtype, &j->lu));
   return fx_out_mat(j, call, o, 1, TPU_DTYPE_INVALID, &j->piv);
 }
-static tpu_status_t det_check(const tpu_k_call_t* call) {
-  fx_job_t j;
-  return det_setup(call, &j);
-}
+FX_CHECK(det)
 static tpu_status_t det_run(const tpu_k_call_t* call) {
   fx_job_t j;
   TPU_RETURN_IF_ERROR(det_setup(call, &j));
@@ -556,10 +554,7 @@ static tpu_status_t unpack_setup(const tpu_k_call_t* call, fx_job_t* j) {
   j->ws_bytes = sizeof(double) * (size_t)(j->m * j->n + j->k + j->m + 1);
   return TPU_OK;
 }
-static tpu_status_t unpack_check(const tpu_k_call_t* call) {
-  fx_job_t j;
-  return unpack_setup(call, &j);
-}
+FX_CHECK(unpack)
 static tpu_status_t unpack_run(const tpu_k_call_t* call) {
   fx_job_t j;
   TPU_RETURN_IF_ERROR(unpack_setup(call, &j));
@@ -607,10 +602,7 @@ static tpu_status_t lu_solve_setup(const tpu_k_call_t* call, fx_job_t* j) {
   return fx_setup_solve(j, call, LU, piv, B, &call->outputs[0], tpu_ku_bool(call, 3, true),
                         tpu_ku_bool(call, 4, false));
 }
-static tpu_status_t lu_solve_check(const tpu_k_call_t* call) {
-  fx_job_t j;
-  return lu_solve_setup(call, &j);
-}
+FX_CHECK(lu_solve)
 static tpu_status_t lu_solve_run(const tpu_k_call_t* call) {
   fx_job_t j;
   TPU_RETURN_IF_ERROR(lu_solve_setup(call, &j));
@@ -683,10 +675,7 @@ static tpu_status_t inv_setup(const tpu_k_call_t* call, fx_job_t* j) {
   j->ws_bytes = sizeof(double) * (size_t)(j->n * j->n + 2 * j->n + 1);
   return TPU_OK;
 }
-static tpu_status_t inv_check(const tpu_k_call_t* call) {
-  fx_job_t j;
-  return inv_setup(call, &j);
-}
+FX_CHECK(inv)
 static tpu_status_t inv_run(const tpu_k_call_t* call) {
   fx_job_t j;
   TPU_RETURN_IF_ERROR(inv_setup(call, &j));
@@ -787,10 +776,7 @@ static tpu_status_t chol_setup(const tpu_k_call_t* call, fx_job_t* j) {
   j->ws_bytes = sizeof(double) * (size_t)(j->n * j->n + 1);
   return TPU_OK;
 }
-static tpu_status_t chol_check(const tpu_k_call_t* call) {
-  fx_job_t j;
-  return chol_setup(call, &j);
-}
+FX_CHECK(chol)
 static tpu_status_t chol_run(const tpu_k_call_t* call) {
   fx_job_t j;
   TPU_RETURN_IF_ERROR(chol_setup(call, &j));
@@ -829,10 +815,7 @@ static tpu_status_t chol_solve_setup(const tpu_k_call_t* call, fx_job_t* j) {
   j->ws_bytes = sizeof(double) * (size_t)(n * n + n + 1);
   return TPU_OK;
 }
-static tpu_status_t chol_solve_check(const tpu_k_call_t* call) {
-  fx_job_t j;
-  return chol_solve_setup(call, &j);
-}
+FX_CHECK(chol_solve)
 static tpu_status_t chol_solve_run(const tpu_k_call_t* call) {
   fx_job_t j;
   TPU_RETURN_IF_ERROR(chol_solve_setup(call, &j));
@@ -986,10 +969,7 @@ static tpu_status_t qr_setup(const tpu_k_call_t* call, fx_job_t* j) {
   j->ws_bytes = sizeof(double) * (size_t)(j->m * j->n + j->k + 1 + j->m * j->qcols + 1);
   return TPU_OK;
 }
-static tpu_status_t qr_check(const tpu_k_call_t* call) {
-  fx_job_t j;
-  return qr_setup(call, &j);
-}
+FX_CHECK(qr)
 static tpu_status_t qr_run(const tpu_k_call_t* call) {
   fx_job_t j;
   TPU_RETURN_IF_ERROR(qr_setup(call, &j));
@@ -1041,10 +1021,7 @@ static tpu_status_t hh_setup(const tpu_k_call_t* call, fx_job_t* j) {
   TPU_RETURN_IF_ERROR(fx_mat(call, tau, 1, &j->b, false, &j->piv));
   return fx_mat(call, X, 2, &j->b, false, &j->x);
 }
-static tpu_status_t hh_check(const tpu_k_call_t* call) {
-  fx_job_t j;
-  return hh_setup(call, &j);
-}
+FX_CHECK(hh)
 static tpu_status_t hh_run(const tpu_k_call_t* call) {
   fx_job_t j;
   TPU_RETURN_IF_ERROR(hh_setup(call, &j));
