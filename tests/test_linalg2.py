@@ -193,6 +193,8 @@ def test_cholesky(dtype, upper):
     check(torch.cholesky_inverse, L, upper=upper)
     check(torch.cholesky_inverse, L[0, 0], upper=upper)
     check(LA.cholesky_ex, torch.zeros(0, 2, 2, dtype=dtype), upper=upper)
+    check(LA.cholesky_ex, torch.zeros(2, 0, 0, dtype=dtype), upper=upper)
+    check(LA.inv_ex, torch.zeros(2, 0, 0, dtype=dtype))
     # not positive-definite: info is the order of the first failing minor
     bad = A.clone()
     bad[0, 1, 2, 2] = -100.0

@@ -231,7 +231,20 @@ static void test_cholesky(void) {
   CHECK(ok(call_op("aten::_cholesky_solve_helper", 3, sargs, 1, &X.t)));
   CHECKF(close_f(at2(&X.t, 0, 0), 1.25, 1e-14, 0) && close_f(at2(&X.t, 1, 0), 1.5, 1e-14, 0), "x %g %g",
          at2(&X.t, 0, 0), at2(&X.t, 1, 0));
-  fr(&A); fr(&L); fr(&info); fr(&B); fr(&BL); fr(&Inv); fr(&R); fr(&X);
+  /* 0x0 matrices without storage: info 0 for each, nothing else touched */
+  int64_t zs[3] = {2, 0, 0}, zb[1] = {2};
+  tpu_tensor_t Z = T_(NULL, TPU_DTYPE_F64, 3, zs, NULL);
+  tt_t zi = tku_alloc(TPU_DTYPE_I32, 1, zb, NULL, 1, 0);
+  setf(&zi.t, 0, 7);
+  setf(&zi.t, 1, 7);
+  tpu_k_value_t zargs[3] = {vt(&Z), vb(false), vb(false)};
+  tpu_tensor_t zouts[2] = {Z, zi.t};
+  CHECK(ok(call_op("aten::linalg_cholesky_ex", 3, zargs, 2, zouts)));
+  CHECK(geti(&zi.t, 0) == 0 && geti(&zi.t, 1) == 0);
+  setf(&zi.t, 0, 7);
+  CHECK(ok(call_op("aten::linalg_inv_ex", 2, zargs, 2, zouts)));
+  CHECK(geti(&zi.t, 0) == 0);
+  fr(&A); fr(&L); fr(&info); fr(&B); fr(&BL); fr(&Inv); fr(&R); fr(&X); fr(&zi);
 }
 
 static void test_qr(void) {
