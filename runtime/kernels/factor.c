@@ -144,8 +144,8 @@ static tpu_status_t fx_run(fx_job_t* j, double cost) {
     return TPU_ERROR(TPU_STATUS_OUT_OF_MEMORY, "%s: out of host memory for a %lldx%lld scratch matrix",
                      j->call->op, (long long)j->m, (long long)j->n);
   if (atomic_load(&j->bad_pivot)) /* a RuntimeError, as the CPU raises */
-    return TPU_ERROR(TPU_STATUS_FAILED_PRECONDITION, "%s: pivots passed to lu_unpack/lu_solve must be between 1 and LU.size(-2) "
-                                   "inclusive. Did you use the LU factorization from torch.linalg.lu_factor?", j->call->op);
+    return TPU_ERROR(TPU_STATUS_FAILED_PRECONDITION, "%s: pivots passed to lu_unpack must be between 1 and LU.size(-2) "
+                     "inclusive.Did you properly pass the result of lu_factor?", j->call->op); /* the CPU's words */
   return TPU_OK;
 }
 
