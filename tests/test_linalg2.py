@@ -177,6 +177,8 @@ def test_errors_like_cpu():
     both(LA.lu_factor_ex, torch.zeros(2, 3, 3), check_errors=True, match="Batch element 0.*U\\[1,1\\] is zero")
     both(LA.cholesky_ex, -torch.eye(3), check_errors=True, match="leading minor of order 1")
     both(LA.inv_ex, torch.zeros(3, 3), check_errors=True, match="diagonal element 1 is zero")
+    with pytest.raises(torch.linalg.LinAlgError, match="not positive-definite"):  # the CPU's type
+        LA.cholesky_ex(_tpu(-torch.eye(2)), check_errors=True)[0].cpu()
     LU, piv = LA.lu_factor(_rand(3, 3))
     with pytest.raises(RuntimeError, match="pivots"):
         torch.lu_unpack(_tpu(LU), _tpu(piv) * 0)[0].cpu()

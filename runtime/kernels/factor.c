@@ -150,8 +150,8 @@ static tpu_status_t fx_run(fx_job_t* j, double cost) {
 }
 
 /* PyTorch's _linalg_check_errors: the first batch element whose info is
- * non-zero, as a LinAlgError message of `api` (FAILED_PRECONDITION:
- * RuntimeError in Python). */
+ * non-zero, as the message of `api` (TPU_STATUS_LINALG: LinAlgError, but for
+ * lu_factor, whose error the CPU raises as a plain RuntimeError). */
 typedef enum { FX_ERR_LU_FACTOR, FX_ERR_SOLVE, FX_ERR_INV, FX_ERR_CHOLESKY } fx_err_kind_t;
 
 static tpu_status_t fx_check_info(const fx_job_t* j, const tpu_tensor_t* info, const char* api,
@@ -163,22 +163,22 @@ static tpu_status_t fx_check_info(const fx_job_t* j, const tpu_tensor_t* info, c
     if (info->ndim > 0) snprintf(batch, sizeof(batch), ": (Batch element %lld)", (long long)bi);
     long long i = (long long)v;
     switch (kind) {
-      case FX_ERR_LU_FACTOR:
+      case FX_ERR_LU_FACTOR: /* a plain RuntimeError on the CPU */
         return TPU_ERROR(TPU_STATUS_FAILED_PRECONDITION,
                          "%s%s: U[%lld,%lld] is zero and using it on lu_solve would result in a division by "
                          "zero. If you still want to perform the factorization, consider calling "
                          "linalg.lu(A, pivot) or linalg.lu_factor_ex(A, pivot)",
                          api, batch, i, i);
       case FX_ERR_SOLVE:
-        return TPU_ERROR(TPU_STATUS_FAILED_PRECONDITION,
+        return TPU_ERROR(TPU_STATUS_LINALG,
                          "%s%s: The solver failed because the input matrix is singular.", api, batch);
       case FX_ERR_INV:
-        return TPU_ERROR(TPU_STATUS_FAILED_PRECONDITION,
+        return TPU_ERROR(TPU_STATUS_LINALG,
                          "%s%s: The diagonal element %lld is zero, the inversion could not be completed "
                          "because the input matrix is singular.",
                          api, batch, i);
       default:
-        return TPU_ERROR(TPU_STATUS_FAILED_PRECONDITION,
+        return TPU_ERROR(TPU_STATUS_LINALG,
                          "%s%s: The factorization could not be completed because the input is not "
                          "positive-definite (the leading minor of order %lld is not positive-definite).",
                          api, batch, i);
