@@ -94,6 +94,7 @@ from . import _google  # noqa: E402
 _google.install(_tpu_module)  # Google's TorchTPU names: torch.tpu.ops, .optimizers, ..., torch_tpu._internal
 from . import quant  # noqa: E402  (torch.ops.tpu.q_linear: GGUF-block linear layers)
 from . import _attention  # noqa: E402
+from . import _linalg_meta  # noqa: E402  (a meta function for aten::geqrf)
 
 _attention.install()  # aten::_scaled_dot_product_flash/cudnn_attention(_backward) on the fused kernels
 

@@ -16,7 +16,7 @@ struct tpu_status_s {
   const char* message;
 };
 
-#define TPU_STATUS_NUM_CODES 8
+#define TPU_STATUS_NUM_CODES 9
 #define TPU_STATUS_FALLBACK_MSG "out of memory while reporting an error"
 
 static struct tpu_status_s g_fallback[TPU_STATUS_NUM_CODES] = {
@@ -24,6 +24,7 @@ static struct tpu_status_s g_fallback[TPU_STATUS_NUM_CODES] = {
     FB(TPU_STATUS_OK), FB(TPU_STATUS_INVALID_ARGUMENT), FB(TPU_STATUS_OUT_OF_MEMORY),
     FB(TPU_STATUS_UNIMPLEMENTED), FB(TPU_STATUS_OUT_OF_RANGE),
     FB(TPU_STATUS_FAILED_PRECONDITION), FB(TPU_STATUS_INTERNAL), FB(TPU_STATUS_UNAVAILABLE),
+    FB(TPU_STATUS_LINALG),
 #undef FB
 };
 
@@ -116,6 +117,7 @@ const char* tpu_status_code_name(tpu_status_code_t code) {
     case TPU_STATUS_FAILED_PRECONDITION: return "FAILED_PRECONDITION";
     case TPU_STATUS_INTERNAL: return "INTERNAL";
     case TPU_STATUS_UNAVAILABLE: return "UNAVAILABLE";
+    case TPU_STATUS_LINALG: return "LINALG";
   }
   return "UNKNOWN";
 }

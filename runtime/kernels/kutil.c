@@ -242,6 +242,26 @@ tpu_status_t tpu_ku_wrap_dim(const tpu_k_call_t* c, int64_t dim, int32_t ndim,
   return TPU_OK;
 }
 
+tpu_status_t tpu_ku_batch_strides(const tpu_k_call_t* c, const tpu_tensor_t* t, int core,
+                                  const int64_t* bsizes, int nb, int64_t* out) {
+  int tb = t->ndim - core;
+  if (tb < 0) return TPU_KU_INVALID(c, "an input has %d dims, expected at least %d", (int)t->ndim, core);
+  if (tb > nb) return TPU_KU_INVALID(c, "batch dims of an input exceed the output's");
+  int64_t es = (int64_t)tpu_dtype_size(t->dtype);
+  for (int d = 0; d < nb; ++d) {
+    int td = d - (nb - tb);
+    if (td < 0 || t->sizes[td] == 1) {
+      out[d] = 0;
+    } else if (t->sizes[td] == bsizes[d]) {
+      out[d] = t->strides[td] * es;
+    } else {
+      return TPU_KU_INVALID(c, "batch dims do not broadcast (%lld vs %lld)", (long long)t->sizes[td],
+                            (long long)bsizes[d]);
+    }
+  }
+  return TPU_OK;
+}
+
 /* ---- errors --------------------------------------------------------------- */
 
 tpu_status_t tpu_ku_check_scalar_fits(const tpu_k_call_t* c, int i, int dtype) {

@@ -122,6 +122,23 @@ tpu_status_t tpu_ku_check_scalar_fits(const tpu_k_call_t* c, int i, int dtype);
 /* The same for a value `v` (TPU_K_DOUBLE / INT / BOOL; other kinds pass). */
 tpu_status_t tpu_ku_check_value_fits(const tpu_k_call_t* c, const tpu_k_value_t* v, int dtype);
 
+/* Byte strides of t's batch dims (all but its last `core` dims) broadcast onto
+ * `nb` batch dims of sizes `bsizes` (right-aligned; a missing or size-1 dim
+ * gets stride 0), written to out[0..nb). INVALID_ARGUMENT naming the op when
+ * t has more batch dims or they do not broadcast. */
+tpu_status_t tpu_ku_batch_strides(const tpu_k_call_t* c, const tpu_tensor_t* t, int core,
+                                  const int64_t* bsizes, int nb, int64_t* out);
+/* Pointer to batch element `bi` (row-major over bsizes[0..nb)) of `base`
+ * with byte strides bst[0..nb). */
+static inline char* tpu_ku_batch_at(const char* base, const int64_t* bsizes, const int64_t* bst,
+                                    int nb, int64_t bi) {
+  for (int d = nb - 1; d >= 0; --d) {
+    base += (bi % bsizes[d]) * bst[d];
+    bi /= bsizes[d];
+  }
+  return (char*)base;
+}
+
 /* ---- errors --------------------------------------------------------------- */
 /* UNIMPLEMENTED: "<op>: dtype <name> is not supported on tpu". */
 tpu_status_t tpu_ku_unsupported_dtype(const tpu_k_call_t* c, int dtype);

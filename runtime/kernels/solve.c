@@ -92,29 +92,6 @@ static void sv_work(void* ctx, int64_t begin, int64_t end) {
   }
 }
 
-/* Broadcast strides (bytes) of t's batch dims onto the output's `nb` batch
- * dims; INVALID if they do not broadcast. */
-static tpu_status_t sv_batch_strides(const tpu_k_call_t* call, const tpu_tensor_t* t,
-                                     const int64_t* bsizes, int nb, int64_t* out) {
-  int tb = t->ndim - 2;
-  if (tb > nb) return TPU_KU_INVALID(call, "batch dims of an input exceed the output's");
-  int64_t es = (int64_t)tpu_dtype_size(t->dtype);
-  for (int d = 0; d < nb; ++d) {
-    int td = d - (nb - tb);
-    if (td < 0) {
-      out[d] = 0;
-    } else if (t->sizes[td] == bsizes[d]) {
-      out[d] = t->sizes[td] == 1 ? 0 : t->strides[td] * es;
-    } else if (t->sizes[td] == 1) {
-      out[d] = 0;
-    } else {
-      return TPU_KU_INVALID(call, "batch dims do not broadcast (%lld vs %lld)",
-                            (long long)t->sizes[td], (long long)bsizes[d]);
-    }
-  }
-  return TPU_OK;
-}
-
 static bool sv_is_lst(const char* op) { return strncmp(op, "aten::linalg_solve_triangular", 29) == 0; }
 
 /* Builds the core problem; used by both check (validation) and run. */
@@ -180,8 +157,8 @@ static tpu_status_t sv_setup(const tpu_k_call_t* call, sv_prob_t* p) {
     p->bsizes[d] = X->sizes[d];
     p->bst_x[d] = X->strides[d] * xs;
   }
-  TPU_RETURN_IF_ERROR(sv_batch_strides(call, A, p->bsizes, p->nb, p->bst_a));
-  TPU_RETURN_IF_ERROR(sv_batch_strides(call, B, p->bsizes, p->nb, p->bst_b));
+  TPU_RETURN_IF_ERROR(tpu_ku_batch_strides(call, A, 2, p->bsizes, p->nb, p->bst_a));
+  TPU_RETURN_IF_ERROR(tpu_ku_batch_strides(call, B, 2, p->bsizes, p->nb, p->bst_b));
   if (!lst) {
     const tpu_tensor_t* Mo = &call->outputs[1];
     if (!sv_dtype_ok(Mo->dtype)) return tpu_ku_unsupported_dtype(call, Mo->dtype);

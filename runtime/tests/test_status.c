@@ -42,6 +42,7 @@ static void test_codes(void) {
       {TPU_STATUS_FAILED_PRECONDITION, "FAILED_PRECONDITION"},
       {TPU_STATUS_INTERNAL, "INTERNAL"},
       {TPU_STATUS_UNAVAILABLE, "UNAVAILABLE"},
+      {TPU_STATUS_LINALG, "LINALG"},
   };
   for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
     CHECK_STREQ(tpu_status_code_name(cases[i].code), cases[i].name);

@@ -29,6 +29,8 @@ typedef enum tpu_status_code_e {
   TPU_STATUS_FAILED_PRECONDITION = 5, /* wrong state (e.g. no such device) */
   TPU_STATUS_INTERNAL = 6,          /* a bug or an OS failure */
   TPU_STATUS_UNAVAILABLE = 7,       /* resource temporarily unavailable */
+  TPU_STATUS_LINALG = 8,            /* a singular or not positive-definite matrix where the
+                                       caller asked for errors: torch.linalg.LinAlgError */
 } tpu_status_code_t;
 
 typedef struct tpu_status_s* tpu_status_t;

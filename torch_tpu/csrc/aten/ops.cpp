@@ -481,6 +481,7 @@ struct OpPlan {
   bool pointwise = false;                         // PyTorch's `pointwise` tag
   bool stats_in_input_dtype = false;              // see run_native
   std::optional<c10::OperatorHandle> functional;  // the op without in-place/out= writes
+  std::optional<c10::OperatorHandle> out_functional;  // an out= op's functional overload (see resize_out)
 };
 
 std::mutex g_plans_mu;
@@ -547,6 +548,7 @@ void find_semantic_args(const c10::OperatorHandle& op, OpPlan& plan) {
   auto functional = functional_of(op.schema());
   plan.pointwise = op.hasTag(at::Tag::pointwise) || (functional && functional->hasTag(at::Tag::pointwise));
   if (plan.pointwise) plan.functional = functional;
+  if (plan.out_arg >= 0) plan.out_functional = functional;
   plan.stats_in_input_dtype = op.schema().name() == "aten::native_layer_norm" && op.schema().overload_name().empty();
   // As on the CPU: every out= tensor but a reduction's, and whatever a
   // pointwise op writes, must not have two elements at one address.
@@ -1190,6 +1192,37 @@ void run_staged(const c10::OperatorHandle& op, const OpPlan& plan, torch::jit::S
   for (auto& o : outputs) stack->emplace_back(std::move(o));
 }
 
+// An out= tensor of other sizes is resized, then takes the strides the op's
+// functional overload returns when they are dense, as PyTorch's structured
+// kernels' resize_out does (LAPACK's column-major factors, for one); the
+// out= overload's own meta function may not say (Python meta functions
+// resize out= tensors contiguously).
+void resize_out(const at::Tensor& out, const OutMeta& m, const OutMeta* functional) {
+  tpu_resize_(out, m.sizes, std::nullopt);
+  if (functional == nullptr || !functional->defined || functional->sizes != m.sizes ||
+      out.strides() == c10::IntArrayRef(functional->strides)) {
+    return;
+  }
+  if (at::empty_strided(functional->sizes, functional->strides, out.options().device(c10::DeviceType::Meta))
+          .is_non_overlapping_and_dense()) {
+    out.as_strided_(functional->sizes, functional->strides);
+  }
+}
+
+// The functional overload's output metadata for an out= call's arguments.
+std::vector<OutMeta> functional_meta(const OpPlan& plan, const c10::FunctionSchema& schema,
+                                     c10::ArrayRef<c10::IValue> args, c10::DeviceIndex index) {
+  torch::jit::Stack fargs;
+  for (size_t i = 0; i < args.size(); ++i) {
+    if (!(writes(schema.arguments()[i]) && schema.arguments()[i].kwarg_only())) fargs.push_back(args[i]);
+  }
+  try {
+    return output_meta(*plan.out_functional, plan_for(*plan.out_functional), fargs, index);
+  } catch (const c10::Error&) {
+    return {};  // no functional meta function for these arguments: the out= overload's strides
+  }
+}
+
 void run_native(const c10::OperatorHandle& op, const OpPlan& plan, torch::jit::Stack* stack) {
   const auto& schema = op.schema();
   const size_t nargs = schema.arguments().size();
@@ -1263,6 +1296,7 @@ void run_native(const c10::OperatorHandle& op, const OpPlan& plan, torch::jit::S
     metas[1].dtype = metas[2].dtype = dt;
   }
   std::vector<at::Tensor> outputs;
+  std::vector<OutMeta> fmetas;  // the functional overload's, when an out= tensor is resized
   for (size_t i = 0; i < metas.size(); ++i) {
     const OutMeta& m = metas[i];
     int alias = plan.list_return ? -1 : plan.out_alias[i];
@@ -1270,7 +1304,10 @@ void run_native(const c10::OperatorHandle& op, const OpPlan& plan, torch::jit::S
       outputs.emplace_back();
     } else if (alias >= 0) {
       at::Tensor out = args[alias].toTensor();
-      if (out.sizes() != c10::IntArrayRef(m.sizes)) tpu_resize_(out, m.sizes, std::nullopt);
+      if (out.sizes() != c10::IntArrayRef(m.sizes)) {
+        if (plan.out_functional.has_value() && fmetas.empty()) fmetas = functional_meta(plan, schema, args, index);
+        resize_out(out, m, i < fmetas.size() ? &fmetas[i] : nullptr);
+      }
       outputs.push_back(out);
     } else {
       outputs.push_back(empty_strided_tpu(m.sizes, m.strides, m.dtype, index));

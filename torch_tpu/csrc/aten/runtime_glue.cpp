@@ -19,6 +19,8 @@ void throw_status(tpu_status_t status) {
       TORCH_CHECK_NOT_IMPLEMENTED(false, msg);
     case TPU_STATUS_OUT_OF_RANGE:
       TORCH_CHECK_INDEX(false, msg);
+    case TPU_STATUS_LINALG:
+      TORCH_CHECK_LINALG(false, msg);
     default:
       TORCH_CHECK(false, msg);
   }
