@@ -96,6 +96,9 @@ from . import quant  # noqa: E402  (torch.ops.tpu.q_linear: GGUF-block linear la
 from . import _attention  # noqa: E402
 
 _attention.install()  # aten::_scaled_dot_product_flash/cudnn_attention(_backward) on the fused kernels
+from . import _meta  # noqa: E402
+
+_meta.install()  # Meta kernels for the ATen ops PyTorch has none for (_logcumsumexp)
 
 
 def fallback_report():

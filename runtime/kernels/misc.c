@@ -1,5 +1,5 @@
 /* misc.c - kernel family "misc" (see tpu/kernels.h for the ABI): histc, eye,
- * log_sigmoid forward/backward, erfinv.
+ * log_sigmoid forward/backward, erfinv, _cdist_forward, _pdist_forward.
  *
  * histc: floating inputs follow the CPU: bin = (x - min) * bins / (max - min)
  * evaluated in the input dtype's arithmetic (each f16/bf16 operation
@@ -430,8 +430,162 @@ static tpu_status_t mi_un_run(const tpu_k_call_t* call) {
   return TPU_OK;
 }
 
+/* ---- _cdist_forward, _pdist_forward ----------------------------------------
+ * The p-norm distance of row pairs, as the CPU's direct kernel (the matrix
+ * product form of p = 2 for large inputs runs above, through cdist's
+ * composite): p = 0 counts the differing elements, p = 1 sums |d|, p = 2 is
+ * sqrt(sum d^2), p = inf max |d| (NaN if a difference is NaN), any other p
+ * (sum |d|^p)^(1/p). Sums in double, the result rounded once to the dtype
+ * (float32 or float64: the CPU has no other). cdist broadcasts the batch dims
+ * of x1 [..., P, M] and x2 [..., R, M] to the output's [..., P, R]; pdist
+ * writes the pairs i < j of x [N, M] in row-major order. */
+typedef struct {
+  int dt;
+  double p;
+  int64_t M, P, R, nbatch;
+  int32_t nb;                 /* batch dims */
+  int64_t bsize[TPU_MAX_DIMS]; /* the output's batch sizes */
+  int64_t b1[TPU_MAX_DIMS], b2[TPU_MAX_DIMS], bo[TPU_MAX_DIMS]; /* their strides, elements */
+  const char *x1, *x2;
+  char* out;
+  int64_t r1, c1, r2, c2, ro, co; /* row/column strides of x1, x2 and the output */
+  bool pdist;
+} mi_dist_t;
+
+static double mi_dist_pair(const mi_dist_t* d, const char* a, int64_t ca, const char* b, int64_t cb) {
+  const int64_t es = (int64_t)tpu_dtype_size((tpu_dtype_t)d->dt);
+  const double p = d->p;
+  double acc = 0.0;
+  for (int64_t m = 0; m < d->M; ++m) {
+    const double v = fabs(tpu_ku_load_f64(a + m * ca * es, d->dt) - tpu_ku_load_f64(b + m * cb * es, d->dt));
+    if (p == 0.0) acc += v != 0.0 ? 1.0 : 0.0;
+    else if (p == 1.0) acc += v;
+    else if (p == 2.0) acc += v * v;
+    else if (isinf(p)) acc = (v != v || acc != acc) ? NAN : (v > acc ? v : acc);
+    else acc += pow(v, p);
+  }
+  if (p == 0.0 || p == 1.0 || isinf(p)) return acc;
+  if (p == 2.0) return sqrt(acc);
+  return pow(acc, 1.0 / p);
+}
+
+/* task t: one row i of x1 (cdist: in batch t / P) against every row it pairs with */
+static void mi_dist_par(void* ctx, int64_t begin, int64_t end) {
+  const mi_dist_t* d = (const mi_dist_t*)ctx;
+  const int64_t es = (int64_t)tpu_dtype_size((tpu_dtype_t)d->dt);
+  for (int64_t t = begin; t < end; ++t) {
+    if (d->pdist) {
+      const int64_t i = t, n = d->P;
+      int64_t k = i * n - i * (i + 1) / 2; /* index of the pair (i, i + 1) */
+      for (int64_t j = i + 1; j < n; ++j, ++k) {
+        const double v = mi_dist_pair(d, d->x1 + i * d->r1 * es, d->c1, d->x1 + j * d->r1 * es, d->c1);
+        tpu_ku_store_f64(d->out + k * d->co * es, d->dt, v);
+      }
+      continue;
+    }
+    int64_t bi = t / d->P, i = t % d->P, o1 = 0, o2 = 0, oo = 0;
+    for (int32_t k = d->nb - 1; k >= 0; --k) {
+      const int64_t idx = bi % d->bsize[k];
+      bi /= d->bsize[k];
+      o1 += idx * d->b1[k];
+      o2 += idx * d->b2[k];
+      oo += idx * d->bo[k];
+    }
+    const char* a = d->x1 + (o1 + i * d->r1) * es;
+    for (int64_t j = 0; j < d->R; ++j) {
+      const double v = mi_dist_pair(d, a, d->c1, d->x2 + (o2 + j * d->r2) * es, d->c2);
+      tpu_ku_store_f64(d->out + (oo + i * d->ro + j * d->co) * es, d->dt, v);
+    }
+  }
+}
+
+static tpu_status_t mi_dist_setup(const tpu_k_call_t* call, mi_dist_t* d) {
+  memset(d, 0, sizeof(*d));
+  d->pdist = strncmp(call->op, "aten::_pdist", 12) == 0;
+  const tpu_tensor_t* x1 = tpu_ku_tensor(call, 0);
+  const tpu_tensor_t* x2 = d->pdist ? x1 : tpu_ku_tensor(call, 1);
+  if (!x1 || !x2 || call->num_outputs < 1) return TPU_KU_INVALID(call, "expected tensor arguments");
+  const tpu_tensor_t* o = &call->outputs[0];
+  const char* name = d->pdist ? "pdist" : "cdist";
+  d->p = tpu_ku_double(call, d->pdist ? 1 : 2, 2.0);
+  if (d->pdist ? x1->ndim != 2 : (x1->ndim < 2 || x2->ndim < 2))
+    return TPU_KU_INVALID(call, "%s only supports %s tensors, got: %dD and %dD", name,
+                          d->pdist ? "2D" : "at least 2D", (int)x1->ndim, (int)x2->ndim);
+  if (!tpu_dtype_is_floating((tpu_dtype_t)x1->dtype))
+    return TPU_KU_INVALID(call, "%s only supports floating-point dtypes, X1 got: %s", name,
+                          tpu_dtype_name((tpu_dtype_t)x1->dtype));
+  if (x2->dtype != x1->dtype || o->dtype != x1->dtype)
+    return TPU_KU_INVALID(call, "expected scalar type %s but found %s", tpu_dtype_name((tpu_dtype_t)x1->dtype),
+                          tpu_dtype_name((tpu_dtype_t)(x2->dtype != x1->dtype ? x2->dtype : o->dtype)));
+  if (x1->dtype != TPU_DTYPE_F32 && x1->dtype != TPU_DTYPE_F64) return tpu_ku_unsupported_dtype(call, x1->dtype);
+  if (!d->pdist && !(d->p >= 0.0)) return TPU_KU_INVALID(call, "cdist only supports non-negative p values");
+  const int32_t n1 = x1->ndim, n2 = x2->ndim;
+  d->M = x1->sizes[n1 - 1];
+  if (x2->sizes[n2 - 1] != d->M)
+    return TPU_KU_INVALID(call, "X1 and X2 must have the same number of columns. X1: %lld X2: %lld",
+                          (long long)d->M, (long long)x2->sizes[n2 - 1]);
+  d->dt = x1->dtype;
+  d->x1 = (const char*)x1->data;
+  d->x2 = (const char*)x2->data;
+  d->out = (char*)o->data;
+  d->P = x1->sizes[n1 - 2];
+  d->r1 = x1->strides[n1 - 2];
+  d->c1 = x1->strides[n1 - 1];
+  if (d->pdist) {
+    const int64_t want = d->P * (d->P - 1) / 2;
+    if (o->ndim != 1 || o->sizes[0] != (want > 0 ? want : 0))
+      return TPU_KU_INVALID(call, "pdist: out must be [%lld] for %lld rows", (long long)(want > 0 ? want : 0),
+                            (long long)d->P);
+    d->co = o->strides[0];
+    d->nbatch = 1;
+    return TPU_OK;
+  }
+  d->R = x2->sizes[n2 - 2];
+  d->r2 = x2->strides[n2 - 2];
+  d->c2 = x2->strides[n2 - 1];
+  const int32_t no = o->ndim;
+  d->nb = no - 2;
+  if (no < 2 || o->sizes[no - 2] != d->P || o->sizes[no - 1] != d->R || n1 - 2 > d->nb || n2 - 2 > d->nb)
+    return TPU_KU_INVALID(call, "cdist: out (%d-D) must be [..., %lld, %lld]", (int)no, (long long)d->P,
+                          (long long)d->R);
+  d->ro = o->strides[no - 2];
+  d->co = o->strides[no - 1];
+  d->nbatch = 1;
+  for (int32_t k = 0; k < d->nb; ++k) {
+    const int32_t k1 = k - (d->nb - (n1 - 2)), k2 = k - (d->nb - (n2 - 2));
+    const int64_t s1 = k1 >= 0 ? x1->sizes[k1] : 1, s2 = k2 >= 0 ? x2->sizes[k2] : 1, so = o->sizes[k];
+    if ((s1 != so && s1 != 1) || (s2 != so && s2 != 1))
+      return TPU_KU_INVALID(call, "cdist: batch dim %d of X1 (%lld) and X2 (%lld) do not broadcast to %lld", (int)k,
+                            (long long)s1, (long long)s2, (long long)so);
+    d->bsize[k] = so;
+    d->b1[k] = s1 == 1 ? 0 : x1->strides[k1];
+    d->b2[k] = s2 == 1 ? 0 : x2->strides[k2];
+    d->bo[k] = o->strides[k];
+    d->nbatch *= so;
+  }
+  return TPU_OK;
+}
+
+static tpu_status_t mi_dist_check(const tpu_k_call_t* call) {
+  mi_dist_t d;
+  return mi_dist_setup(call, &d);
+}
+
+static tpu_status_t mi_dist_run(const tpu_k_call_t* call) {
+  mi_dist_t d;
+  TPU_RETURN_IF_ERROR(mi_dist_setup(call, &d));
+  if (tpu_tensor_numel(&call->outputs[0]) == 0) return TPU_OK;
+  const int64_t tasks = d.nbatch * d.P, per = (d.pdist ? d.P / 2 + 1 : d.R) * (d.M + 1);
+  tpu_parallel_for(call->pool, tasks, 1 + 16384 / per, mi_dist_par, &d);
+  return TPU_OK;
+}
+
 const tpu_k_entry_t tpu_k_misc_entries[] = {
     {"aten::histc", mi_histc_run, mi_histc_check, 0, NULL},
+    {"aten::_cdist_forward", mi_dist_run, mi_dist_check, 0, NULL},
+    {"aten::_cdist_forward.out", mi_dist_run, mi_dist_check, 0, NULL},
+    {"aten::_pdist_forward", mi_dist_run, mi_dist_check, 0, NULL},
+    {"aten::_pdist_forward.out", mi_dist_run, mi_dist_check, 0, NULL},
     {"aten::histc.out", mi_histc_run, mi_histc_check, 0, NULL},
     {"aten::eye.out", mi_eye_run, mi_eye_check, 0, NULL},
     {"aten::eye.m_out", mi_eye_run, mi_eye_check, 0, NULL},

@@ -1,7 +1,8 @@
 /* special.c - kernel family "special" (see tpu/kernels.h for the ABI): the
  * gamma-function family (lgamma, digamma, polygamma), erfc, erfcx, cosh,
  * sinh, the modified Bessel functions i0, i0e, i1, i1e, k0, k1 (and scaled),
- * the spherical Bessel j0, ndtri as unary elementwise ops; frexp (one input,
+ * the spherical Bessel j0, the Bessel functions j0, j1, y0, y1, Airy's Ai and
+ * ndtri as unary elementwise ops; frexp (one input,
  * two outputs); igamma, igammac, the Hurwitz zeta and the
  * orthogonal polynomials (Chebyshev T/U/V/W and their shifted forms, Hermite
  * H and He, Laguerre, Legendre) of a tensor x and a tensor degree n.
