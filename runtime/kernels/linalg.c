@@ -431,9 +431,11 @@ static void la_gemv_par(void* ctx, int64_t begin, int64_t end) {
   for (int64_t t = begin; t < end; ++t) la_gemv_task((const la_gemm_t*)ctx, t);
 }
 
-/* ---- plain loops: small float problems, f64, integers ------------------------ */
+/* ---- plain loops: small float problems, f64, integers ------------------------
+ * Floating products accumulate with fused multiply-adds along K, as the CPU's
+ * BLAS does (addbmm's per-batch sums then equal the CPU's to the bit). */
 
-static void la_naive_row(const la_gemm_t* g, int64_t row) {
+static inline __attribute__((always_inline)) void la_naive_row(const la_gemm_t* g, int64_t row) {
   int64_t bi = row / g->M, m = row % g->M;
   int cls = g->c.dt;
   for (int64_t n = 0; n < g->N; ++n) {
@@ -441,15 +443,14 @@ static void la_naive_row(const la_gemm_t* g, int64_t row) {
     if (cls == TPU_DTYPE_F64) {
       double s = 0.0;
       for (int64_t k = 0; k < g->K; ++k)
-        s += tpu_ku_load_f64(la_at(&g->a, bi, m, k), g->a.dt) *
-             tpu_ku_load_f64(la_at(&g->b, bi, k, n), g->b.dt);
+        s = fma(tpu_ku_load_f64(la_at(&g->a, bi, m, k), g->a.dt), tpu_ku_load_f64(la_at(&g->b, bi, k, n), g->b.dt), s);
       double v = g->alpha * s;
       if (g->bias.p) v += g->beta * tpu_ku_load_f64(la_at(&g->bias, bi, m, n), g->bias.dt);
       *(double*)cp = v;
     } else if (tpu_dtype_is_floating((tpu_dtype_t)cls)) {
       float s = 0.0f;
       for (int64_t k = 0; k < g->K; ++k)
-        s += la_ldf(la_at(&g->a, bi, m, k), g->a.dt) * la_ldf(la_at(&g->b, bi, k, n), g->b.dt);
+        s = fmaf(la_ldf(la_at(&g->a, bi, m, k), g->a.dt), la_ldf(la_at(&g->b, bi, k, n), g->b.dt), s);
       float v = (float)g->alpha * s;
       if (g->bias.p) v += la_bias_f(g, bi, m, n);
       la_stf(cp, cls, v);
@@ -470,6 +471,13 @@ static void la_naive_par(void* ctx, int64_t begin, int64_t end) {
   for (int64_t r = begin; r < end; ++r) la_naive_row((const la_gemm_t*)ctx, r);
 }
 
+#if LA_X86
+/* the same loops with fma()/fmaf() as instructions (CPUs with FMA: g->avx2) */
+__attribute__((target("fma"))) static void la_naive_par_fma(void* ctx, int64_t begin, int64_t end) {
+  for (int64_t r = begin; r < end; ++r) la_naive_row((const la_gemm_t*)ctx, r);
+}
+#endif
+
 /* ---- driver --------------------------------------------------------------------- */
 
 static void la_gemm_run(la_gemm_t* g, tpu_threadpool_t* pool) {
@@ -481,6 +489,12 @@ static void la_gemm_run(la_gemm_t* g, tpu_threadpool_t* pool) {
   if (!fl || g->K == 0 || flops <= 4096.0) {
     int64_t rows = g->batch * g->M;
     int64_t grain = (int64_t)(1 + 32768.0 / ((double)g->N * (double)(g->K + 1)));
+#if LA_X86
+    if (la_use_avx2()) {
+      tpu_parallel_for(pool, rows, grain, la_naive_par_fma, g);
+      return;
+    }
+#endif
     tpu_parallel_for(pool, rows, grain, la_naive_par, g);
     return;
   }

@@ -1,5 +1,5 @@
 /* misc.c - kernel family "misc" (see tpu/kernels.h for the ABI): histc, eye,
- * log_sigmoid forward/backward, erfinv, _cdist_forward, _pdist_forward.
+ * log_sigmoid forward/backward, erfinv, _cdist_forward/_pdist_forward and their backward.
  *
  * histc: floating inputs follow the CPU: bin = (x - min) * bins / (max - min)
  * evaluated in the input dtype's arithmetic (each f16/bf16 operation
@@ -580,12 +580,172 @@ static tpu_status_t mi_dist_run(const tpu_k_call_t* call) {
   return TPU_OK;
 }
 
+/* _cdist_backward(grad, x1, x2, p, cdist) -> d/dx1 of sum(grad * cdist), of
+ * the broadcast batch shape [..., P, M]; _pdist_backward(grad, x, p, pdist)
+ * -> [N, M]. Per pair, with d = x1_m - x2_m and the pair's distance r, the
+ * CPU's derivatives: p = 0: 0; p = 1: sign(d); p = 2: d / r; p = inf:
+ * sign(d) where |d| == r; p < 2: sign(d) |d|^(p-1) / r^(p-1), 0 for d = 0
+ * when p < 1; any other p: d |d|^(p-2) / r^(p-1); 0 wherever r = 0 (for
+ * p = 2 and the general forms). Sums over the pairs in double. */
+static double mi_dist_deriv(double p, double d, double r) {
+  const double s = (double)((0.0 < d) - (d < 0.0));
+  if (p == 0.0) return 0.0;
+  if (p == 1.0) return s;
+  if (isinf(p)) return s * (1.0 - fmin(1.0, ceil(fabs(fabs(d) - r))));
+  if (r == 0.0) return 0.0;
+  if (p == 2.0) return d / r;
+  if (p < 2.0) return (d == 0.0 && p < 1.0) ? 0.0 : s * pow(fabs(d), p - 1.0) / pow(r, p - 1.0);
+  return d * pow(fabs(d), p - 2.0) / pow(r, p - 1.0);
+}
+
+typedef struct {
+  mi_dist_t f;             /* x1, x2 and the shapes, as the forward's (out: grad_x1) */
+  const char *g, *r;       /* grad and the forward's result */
+  int64_t gbo[TPU_MAX_DIMS], rbo[TPU_MAX_DIMS]; /* their batch strides */
+  int64_t gr, gc, rr, rc;  /* their row/column strides (pdist: gc, rc) */
+} mi_distb_t;
+
+static void mi_distb_par(void* ctx, int64_t begin, int64_t end) {
+  const mi_distb_t* b = (const mi_distb_t*)ctx;
+  const mi_dist_t* d = &b->f;
+  const int64_t es = (int64_t)tpu_dtype_size((tpu_dtype_t)d->dt);
+  for (int64_t t = begin; t < end; ++t) {
+    int64_t bi = t / d->P, i = t % d->P, o1 = 0, o2 = 0, oo = 0, og = 0, orr = 0;
+    for (int32_t k = d->nb - 1; k >= 0; --k) {
+      const int64_t idx = bi % d->bsize[k];
+      bi /= d->bsize[k];
+      o1 += idx * d->b1[k];
+      o2 += idx * d->b2[k];
+      oo += idx * d->bo[k];
+      og += idx * b->gbo[k];
+      orr += idx * b->rbo[k];
+    }
+    const char* a = d->x1 + (o1 + i * d->r1) * es;
+    const int64_t nj = d->pdist ? d->P : d->R;
+    for (int64_t m = 0; m < d->M; ++m) {
+      const double am = tpu_ku_load_f64(a + m * d->c1 * es, d->dt);
+      double acc = 0.0;
+      for (int64_t j = 0; j < nj; ++j) {
+        double gv, rv, bm;
+        if (d->pdist) {
+          if (j == i) continue;
+          const int64_t lo = i < j ? i : j, hi = i < j ? j : i, k = lo * d->P - lo * (lo + 1) / 2 + (hi - lo - 1);
+          gv = tpu_ku_load_f64(b->g + k * b->gc * es, d->dt);
+          rv = tpu_ku_load_f64(b->r + k * b->rc * es, d->dt);
+          bm = tpu_ku_load_f64(d->x1 + (j * d->r1 + m * d->c1) * es, d->dt);
+        } else {
+          gv = tpu_ku_load_f64(b->g + (og + i * b->gr + j * b->gc) * es, d->dt);
+          rv = tpu_ku_load_f64(b->r + (orr + i * b->rr + j * b->rc) * es, d->dt);
+          bm = tpu_ku_load_f64(d->x2 + (o2 + j * d->r2 + m * d->c2) * es, d->dt);
+        }
+        acc += gv * mi_dist_deriv(d->p, am - bm, rv);
+      }
+      tpu_ku_store_f64(d->out + (oo + i * d->ro + m * d->co) * es, d->dt, acc);
+    }
+  }
+}
+
+static tpu_status_t mi_distb_setup(const tpu_k_call_t* call, mi_distb_t* b) {
+  memset(b, 0, sizeof(*b));
+  mi_dist_t* d = &b->f;
+  d->pdist = strncmp(call->op, "aten::_pdist", 12) == 0;
+  const int xi = 1, x2i = d->pdist ? 1 : 2, pi = d->pdist ? 2 : 3, ri = d->pdist ? 3 : 4;
+  const tpu_tensor_t* g = tpu_ku_tensor(call, 0);
+  const tpu_tensor_t* x1 = tpu_ku_tensor(call, xi);
+  const tpu_tensor_t* x2 = tpu_ku_tensor(call, x2i);
+  const tpu_tensor_t* r = tpu_ku_tensor(call, ri);
+  if (!g || !x1 || !x2 || !r || call->num_outputs < 1) return TPU_KU_INVALID(call, "expected tensor arguments");
+  const tpu_tensor_t* o = &call->outputs[0];
+  const char* name = d->pdist ? "_pdist_backward" : "_cdist_backward";
+  if (d->pdist ? x1->ndim != 2 : (x1->ndim < 2 || x2->ndim < 2))
+    return TPU_KU_INVALID(call, "%s: expected %s inputs, got %dD and %dD", name, d->pdist ? "2D" : "at least 2D",
+                          (int)x1->ndim, (int)x2->ndim);
+  if (x1->dtype != TPU_DTYPE_F32 && x1->dtype != TPU_DTYPE_F64) return tpu_ku_unsupported_dtype(call, x1->dtype);
+  if (x2->dtype != x1->dtype || g->dtype != x1->dtype || r->dtype != x1->dtype || o->dtype != x1->dtype)
+    return TPU_KU_INVALID(call, "%s: grad, inputs, result and output must share one dtype (%s)", name,
+                          tpu_dtype_name((tpu_dtype_t)x1->dtype));
+  d->p = tpu_ku_double(call, pi, 2.0);
+  const int32_t n1 = x1->ndim, n2 = x2->ndim, no = o->ndim;
+  d->M = x1->sizes[n1 - 1];
+  d->P = x1->sizes[n1 - 2];
+  if (x2->sizes[n2 - 1] != d->M)
+    return TPU_KU_INVALID(call, "%s: X1 and X2 must have the same number of columns. X1: %lld X2: %lld", name,
+                          (long long)d->M, (long long)x2->sizes[n2 - 1]);
+  d->dt = x1->dtype;
+  d->x1 = (const char*)x1->data;
+  d->x2 = (const char*)x2->data;
+  d->out = (char*)o->data;
+  d->r1 = x1->strides[n1 - 2];
+  d->c1 = x1->strides[n1 - 1];
+  b->g = (const char*)g->data;
+  b->r = (const char*)r->data;
+  d->nbatch = 1;
+  if (no != (d->pdist ? 2 : (n1 > n2 ? n1 : n2)) || o->sizes[no - 2] != d->P || o->sizes[no - 1] != d->M)
+    return TPU_KU_INVALID(call, "%s: out (%d-D) must be [..., %lld, %lld]", name, (int)no, (long long)d->P,
+                          (long long)d->M);
+  d->ro = o->strides[no - 2];
+  d->co = o->strides[no - 1];
+  if (d->pdist) {
+    const int64_t np = d->P * (d->P - 1) / 2;
+    if (g->ndim != 1 || r->ndim != 1 || g->sizes[0] != np || r->sizes[0] != np)
+      return TPU_KU_INVALID(call, "%s: grad and pdist must have %lld elements", name, (long long)np);
+    b->gc = g->strides[0];
+    b->rc = r->strides[0];
+    return TPU_OK;
+  }
+  d->R = x2->sizes[n2 - 2];
+  d->r2 = x2->strides[n2 - 2];
+  d->c2 = x2->strides[n2 - 1];
+  d->nb = no - 2;
+  if (g->ndim != no || r->ndim != no || g->sizes[no - 2] != d->P || g->sizes[no - 1] != d->R ||
+      r->sizes[no - 2] != d->P || r->sizes[no - 1] != d->R)
+    return TPU_KU_INVALID(call, "%s: grad and cdist must be [..., %lld, %lld]", name, (long long)d->P,
+                          (long long)d->R);
+  b->gr = g->strides[no - 2];
+  b->gc = g->strides[no - 1];
+  b->rr = r->strides[no - 2];
+  b->rc = r->strides[no - 1];
+  for (int32_t k = 0; k < d->nb; ++k) {
+    const int32_t k1 = k - (d->nb - (n1 - 2)), k2 = k - (d->nb - (n2 - 2));
+    const int64_t s1 = k1 >= 0 ? x1->sizes[k1] : 1, s2 = k2 >= 0 ? x2->sizes[k2] : 1, so = o->sizes[k];
+    if ((s1 != so && s1 != 1) || (s2 != so && s2 != 1) || g->sizes[k] != so || r->sizes[k] != so)
+      return TPU_KU_INVALID(call, "%s: batch dim %d of X1 (%lld) and X2 (%lld) do not broadcast to %lld", name,
+                            (int)k, (long long)s1, (long long)s2, (long long)so);
+    d->bsize[k] = so;
+    d->b1[k] = s1 == 1 ? 0 : x1->strides[k1];
+    d->b2[k] = s2 == 1 ? 0 : x2->strides[k2];
+    d->bo[k] = o->strides[k];
+    b->gbo[k] = g->strides[k];
+    b->rbo[k] = r->strides[k];
+    d->nbatch *= so;
+  }
+  return TPU_OK;
+}
+
+static tpu_status_t mi_distb_check(const tpu_k_call_t* call) {
+  mi_distb_t b;
+  return mi_distb_setup(call, &b);
+}
+
+static tpu_status_t mi_distb_run(const tpu_k_call_t* call) {
+  mi_distb_t b;
+  TPU_RETURN_IF_ERROR(mi_distb_setup(call, &b));
+  if (tpu_tensor_numel(&call->outputs[0]) == 0) return TPU_OK;
+  const int64_t tasks = b.f.nbatch * b.f.P, per = (b.f.pdist ? b.f.P : b.f.R) * (b.f.M + 1);
+  tpu_parallel_for(call->pool, tasks, 1 + 16384 / per, mi_distb_par, &b);
+  return TPU_OK;
+}
+
 const tpu_k_entry_t tpu_k_misc_entries[] = {
     {"aten::histc", mi_histc_run, mi_histc_check, 0, NULL},
     {"aten::_cdist_forward", mi_dist_run, mi_dist_check, 0, NULL},
     {"aten::_cdist_forward.out", mi_dist_run, mi_dist_check, 0, NULL},
     {"aten::_pdist_forward", mi_dist_run, mi_dist_check, 0, NULL},
     {"aten::_pdist_forward.out", mi_dist_run, mi_dist_check, 0, NULL},
+    {"aten::_cdist_backward", mi_distb_run, mi_distb_check, 0, NULL},
+    {"aten::_cdist_backward.out", mi_distb_run, mi_distb_check, 0, NULL},
+    {"aten::_pdist_backward", mi_distb_run, mi_distb_check, 0, NULL},
+    {"aten::_pdist_backward.out", mi_distb_run, mi_distb_check, 0, NULL},
     {"aten::histc.out", mi_histc_run, mi_histc_check, 0, NULL},
     {"aten::eye.out", mi_eye_run, mi_eye_check, 0, NULL},
     {"aten::eye.m_out", mi_eye_run, mi_eye_check, 0, NULL},
