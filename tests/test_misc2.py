@@ -1,0 +1,236 @@
+"""addbmm (runtime/kernels/linalg.c), _logcumsumexp (reduce.c), cdist and
+pdist with their backward (misc.c) on native kernels, against PyTorch's CPU:
+every dtype the CPU accepts (and its errors for the others), broadcast and
+strided operands, empty inputs, out= and in-place overloads, alpha/beta,
+infinities and NaN, every p of the distances, and gradients. With
+TORCH_TPU_FALLBACK=error in force: none may reach the CPU fallback."""
+import pytest
+import torch
+
+import torch_tpu
+from pointwise_util import assert_no_fallback
+
+pytestmark = pytest.mark.usefixtures("no_fallback")
+INF, NAN = float("inf"), float("nan")
+
+
+def _t(x):
+    return x.to("tpu")
+
+
+def _rand(shape, dtype, g):
+    if dtype.is_floating_point:
+        return (torch.randn(shape, generator=g, dtype=torch.float64) * 3).to(dtype)
+    lo = 0 if dtype == torch.uint8 else -5
+    return torch.randint(lo, 6, shape, generator=g).to(dtype)
+
+
+# ---- addbmm --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16, torch.float16, torch.int64,
+                                   torch.int32, torch.int16, torch.int8, torch.uint8], ids=str)
+def test_addbmm(dtype):
+    torch_tpu.reset_fallback_report()
+    g = torch.Generator().manual_seed(0)
+    a, b = _rand((4, 5, 6), dtype, g), _rand((4, 6, 7), dtype, g)
+    floating = dtype.is_floating_point
+    scalars = [{}, dict(beta=0.5, alpha=2.0) if floating else dict(beta=2, alpha=3), dict(beta=0)]
+    for self in (_rand((5, 7), dtype, g), _rand((7,), dtype, g), _rand((), dtype, g), _rand((5, 1), dtype, g)):
+        for kw in scalars:
+            want = torch.addbmm(self, a, b, **kw)
+            got = torch.addbmm(_t(self), _t(a), _t(b), **kw)
+            assert got.dtype == want.dtype and got.shape == want.shape
+            torch.testing.assert_close(got.cpu(), want)
+    nan_self = torch.full((5, 7), NAN).to(dtype) if floating else _rand((5, 7), dtype, g)
+    # beta = 0 ignores self (its NaNs too); strided and transposed batches
+    torch.testing.assert_close(torch.addbmm(_t(nan_self), _t(a), _t(b), beta=0).cpu(),
+                               torch.addbmm(nan_self, a, b, beta=0))
+    at, bt = a.transpose(1, 2).contiguous().transpose(1, 2), b[:, :, ::1].permute(0, 2, 1).contiguous().permute(0, 2, 1)
+    torch.testing.assert_close(torch.addbmm(_t(nan_self), _t(at)[::2], _t(bt)[::2], beta=0).cpu(),
+                               torch.addbmm(nan_self, at[::2], bt[::2], beta=0))
+    # out= and in-place
+    self = _rand((5, 7), dtype, g)
+    want = torch.addbmm(self, a, b)
+    out = torch.empty(5, 7, dtype=dtype, device="tpu")
+    torch.addbmm(_t(self), _t(a), _t(b), out=out)
+    torch.testing.assert_close(out.cpu(), want)
+    y = _t(self)
+    y.addbmm_(_t(a), _t(b))
+    torch.testing.assert_close(y.cpu(), want)
+    # no batches: beta * self (zeros for beta = 0)
+    for beta in (2, 0):
+        torch.testing.assert_close(torch.addbmm(_t(self), _t(a[:0]), _t(b[:0]), beta=beta).cpu(),
+                                   torch.addbmm(self, a[:0], b[:0], beta=beta))
+    assert_no_fallback("addbmm")
+
+
+def test_addbmm_float32_equals_cpu_and_grad():
+    """Each batch's product accumulates with fused multiply-adds into the
+    output, as the CPU's addmm_ per batch: the float32 results are the CPU's
+    bits, where one sum over all batches would be 1e-5 off."""
+    g = torch.Generator().manual_seed(1)
+    s, a, b = (torch.randn(sh, generator=g) * 9 for sh in [(5, 10), (5, 5, 5), (5, 5, 10)])
+    assert torch.equal(torch.addbmm(_t(s), _t(a), _t(b)).cpu(), torch.addbmm(s, a, b))
+    leaves = [x.clone().requires_grad_() for x in (s, a, b)]
+    tl = [_t(x).detach().requires_grad_() for x in (s, a, b)]
+    gw = torch.autograd.grad(torch.addbmm(*leaves, beta=0.5, alpha=2).square().sum(), leaves)
+    gt = torch.autograd.grad(torch.addbmm(*tl, beta=0.5, alpha=2).square().sum(), tl)
+    for x, y in zip(gt, gw):
+        torch.testing.assert_close(x.cpu(), y, rtol=1e-5, atol=1e-3)
+    assert_no_fallback("addbmm", "bmm", "mm")
+
+
+def test_addbmm_errors():
+    f32, f64 = torch.randn(3, 2, 4), torch.randn(3, 4, 5, dtype=torch.float64)
+    for args in [(torch.randn(2, 5), f32, f64),  # mixed dtypes
+                 (torch.randn(2, 5, dtype=torch.float64), f32, torch.randn(3, 4, 5)),  # self's dtype
+                 (torch.randn(2, 5), f32, torch.randn(2, 4, 5)),  # batch counts
+                 (torch.randn(2, 5), f32, torch.randn(3, 3, 5)),  # inner sizes
+                 (torch.randn(3, 5), f32, torch.randn(3, 4, 5)),  # self not broadcastable
+                 (torch.randn(2, 5), torch.randn(2, 4), torch.randn(4, 5))]:  # 2-D batches
+        with pytest.raises((RuntimeError, IndexError)):
+            torch.addbmm(*args)
+        with pytest.raises((RuntimeError, ValueError, IndexError)):
+            torch.addbmm(*[_t(x) for x in args]).cpu()
+    with pytest.raises(RuntimeError):  # out= of another dtype
+        torch.addbmm(_t(torch.randn(2, 5)), _t(f32), _t(torch.randn(3, 4, 5)),
+                     out=torch.empty(2, 5, dtype=torch.float64, device="tpu")).cpu()
+
+
+# ---- logcumsumexp ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16, torch.float16], ids=str)
+def test_logcumsumexp(dtype):
+    torch_tpu.reset_fallback_report()
+    g = torch.Generator().manual_seed(0)
+    x = (torch.randn(7, 9, generator=g, dtype=torch.float64) * 20).to(dtype)
+    x[1, 3], x[2, 2], x[3, 4], x[4, 0], x[4, 1] = INF, -INF, NAN, -INF, -INF
+    x[5, 5], x[5, 6] = INF, INF
+    x[6] = -INF  # a row of -inf stays -inf
+    for d in (0, 1, -1):
+        want = torch.logcumsumexp(x, d)
+        got = torch.logcumsumexp(_t(x), d)
+        assert got.dtype == dtype
+        torch.testing.assert_close(got.cpu(), want, equal_nan=True)
+    torch.testing.assert_close(torch.logcumsumexp(_t(x).t(), 1).cpu(), torch.logcumsumexp(x.t(), 1), equal_nan=True)
+    torch.testing.assert_close(torch.logcumsumexp(_t(x)[::2, 1::3], 0).cpu(), torch.logcumsumexp(x[::2, 1::3], 0),
+                               equal_nan=True)
+    big = (torch.randn(3, 4, 200, generator=g, dtype=torch.float64) * 5).to(dtype)
+    torch.testing.assert_close(torch.logcumsumexp(_t(big), 2).cpu(), torch.logcumsumexp(big, 2))
+    out = torch.empty(7, 9, dtype=dtype, device="tpu")
+    torch.logcumsumexp(_t(x), 1, out=out)
+    torch.testing.assert_close(out.cpu(), torch.logcumsumexp(x, 1), equal_nan=True)
+    z = torch.tensor(-2.5, dtype=dtype)
+    torch.testing.assert_close(torch.logcumsumexp(_t(z), 0).cpu(), torch.logcumsumexp(z, 0))
+    assert torch.logcumsumexp(_t(torch.empty(0, 3, dtype=dtype)), 0).shape == (0, 3)
+    assert_no_fallback("_logcumsumexp", "logcumsumexp")
+
+
+def test_logcumsumexp_grad_and_errors():
+    g = torch.Generator().manual_seed(2)
+    x = torch.randn(4, 6, generator=g, dtype=torch.float64)
+    xc, xt = x.clone().requires_grad_(), _t(x).requires_grad_()
+    gw = torch.autograd.grad(torch.logcumsumexp(xc, 1).sin().sum(), xc)[0]
+    gt = torch.autograd.grad(torch.logcumsumexp(xt, 1).sin().sum(), xt)[0]
+    torch.testing.assert_close(gt.cpu(), gw)
+    with pytest.raises(IndexError):
+        torch.logcumsumexp(_t(x), 2)
+    with pytest.raises(NotImplementedError):  # no integer kernel, as on the CPU
+        torch.logcumsumexp(_t(x).long(), 0).cpu()
+    with pytest.raises(RuntimeError, match="expected scalar_type"):
+        torch.logcumsumexp(_t(x), 0, out=torch.empty(4, 6, device="tpu"))
+    assert_no_fallback("_logcumsumexp", "logcumsumexp")
+
+
+# ---- cdist, pdist ----------------------------------------------------------------
+
+PS = [0.0, 0.5, 1.0, 1.5, 2.0, 3.0, INF]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
+@pytest.mark.parametrize("p", PS, ids=str)
+def test_cdist(p, dtype):
+    torch_tpu.reset_fallback_report()
+    g = torch.Generator().manual_seed(0)
+    for s1, s2 in [((5, 4), (7, 4)), ((2, 5, 4), (2, 7, 4)), ((2, 1, 5, 4), (3, 7, 4)), ((0, 4), (3, 4)),
+                   ((3, 0), (2, 0)), ((2, 0, 4), (2, 3, 4)), ((30, 3), (27, 3))]:
+        x1, x2 = _rand(s1, dtype, g), _rand(s2, dtype, g)
+        for mode in ("use_mm_for_euclid_dist", "donot_use_mm_for_euclid_dist"):
+            torch.testing.assert_close(torch.cdist(_t(x1), _t(x2), p, compute_mode=mode).cpu(),
+                                       torch.cdist(x1, x2, p, compute_mode=mode))
+        if x1.numel() and x2.numel():
+            x1[..., 0, :] = x2[(0,) * (x2.dim() - 2) + (0,)]  # a zero distance
+        want = torch.cdist(x1, x2, p)
+        got = torch.cdist(_t(x1), _t(x2), p)
+        assert got.dtype == want.dtype and got.shape == want.shape
+        torch.testing.assert_close(got.cpu(), want)
+        xt = x1.transpose(-1, -2).contiguous().transpose(-1, -2)
+        torch.testing.assert_close(torch.cdist(_t(xt), _t(x2), p).cpu(), want)
+    assert_no_fallback("_cdist_forward")
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
+@pytest.mark.parametrize("p", PS, ids=str)
+def test_pdist(p, dtype):
+    torch_tpu.reset_fallback_report()
+    g = torch.Generator().manual_seed(0)
+    for n, m in [(0, 3), (1, 3), (2, 3), (7, 5), (6, 0)]:
+        x = _rand((n, m), dtype, g)
+        if n > 2:
+            x[2] = x[0]
+        want = torch.pdist(x, p)
+        got = torch.pdist(_t(x), p)
+        assert got.shape == want.shape
+        torch.testing.assert_close(got.cpu(), want)
+        torch.testing.assert_close(torch.pdist(_t(x.t().contiguous()).t(), p).cpu(), want)
+    assert_no_fallback("_pdist_forward")
+
+
+@pytest.mark.parametrize("p", PS, ids=str)
+def test_cdist_pdist_grad(p):
+    """Backward of both inputs (x2's is _cdist_backward with the operands
+    swapped), with broadcast batches, a zero distance and ties for p = inf."""
+    torch_tpu.reset_fallback_report()
+    g = torch.Generator().manual_seed(3)
+    x1 = torch.randn(2, 1, 5, 4, generator=g, dtype=torch.float64)
+    x2 = torch.randn(3, 6, 4, generator=g, dtype=torch.float64)
+    x1[1, 0, 0] = x2[0, 0]
+    w = torch.randn(2, 3, 5, 6, generator=g, dtype=torch.float64)
+    c1, c2 = x1.clone().requires_grad_(), x2.clone().requires_grad_()
+    t1, t2 = _t(x1).requires_grad_(), _t(x2).requires_grad_()
+    want = torch.autograd.grad((torch.cdist(c1, c2, p) * w).sum(), (c1, c2))
+    got = torch.autograd.grad((torch.cdist(t1, t2, p) * _t(w)).sum(), (t1, t2))
+    for a, b in zip(got, want):
+        torch.testing.assert_close(a.cpu(), b)
+    x = torch.randint(-3, 4, (6, 3), generator=g).double()  # ties: p = inf has several maxima
+    x[3] = x[1]
+    c, t = x.clone().requires_grad_(), _t(x).requires_grad_()
+    v = torch.randn(15, generator=g, dtype=torch.float64)
+    want = torch.autograd.grad((torch.pdist(c, p) * v).sum(), c)[0]
+    got = torch.autograd.grad((torch.pdist(t, p) * _t(v)).sum(), t)[0]
+    torch.testing.assert_close(got.cpu(), want)
+    assert_no_fallback("_cdist_forward", "_cdist_backward", "_pdist_forward", "_pdist_backward")
+
+
+def test_cdist_pdist_errors():
+    a = torch.ops.aten
+    cases = [lambda d: a._cdist_forward(torch.randn(3, device=d), torch.randn(3, 3, device=d), 2.0, None),
+             lambda d: a._cdist_forward(torch.randn(2, 3, device=d), torch.randn(3, 4, device=d), 2.0, None),
+             lambda d: a._cdist_forward(torch.ones(2, 3, device=d).long(), torch.ones(3, 3, device=d).long(), 2.0,
+                                        None),
+             lambda d: a._cdist_forward(torch.randn(2, 3, device=d), torch.randn(3, 3, device=d), -1.0, None),
+             lambda d: a._cdist_forward(torch.randn(2, 3, device=d), torch.randn(3, 3, device=d).double(), 2.0, None),
+             lambda d: a._cdist_forward(torch.randn(2, 3, device=d).half(), torch.randn(3, 3, device=d).half(), 2.0,
+                                        None),
+             lambda d: torch.pdist(torch.randn(3, device=d)),
+             lambda d: torch.pdist(torch.randn(3, 4, device=d).half())]
+    for f in cases:
+        with pytest.raises(Exception) as cpu:
+            f("cpu")
+        with pytest.raises(Exception) as tpu:
+            f("tpu").cpu()
+        assert isinstance(tpu.value, (RuntimeError, ValueError, NotImplementedError, IndexError)), (cpu.value, tpu.value)
+    with pytest.raises((RuntimeError, ValueError), match="non-negative p"):
+        a._cdist_forward(_t(torch.randn(2, 3)), _t(torch.randn(3, 3)), -1.0, None)
