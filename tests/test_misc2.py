@@ -234,3 +234,56 @@ def test_cdist_pdist_errors():
         assert isinstance(tpu.value, (RuntimeError, ValueError, NotImplementedError, IndexError)), (cpu.value, tpu.value)
     with pytest.raises((RuntimeError, ValueError), match="non-negative p"):
         a._cdist_forward(_t(torch.randn(2, 3)), _t(torch.randn(3, 3)), -1.0, None)
+
+
+# ---- adaptive average pooling ---------------------------------------------------
+
+_ADAPTIVE = [((2, 3, 5, 7, 6), (2, 3, 4)), ((3, 4, 4, 4), (4, 4, 4)), ((1, 2, 7, 5, 9), (3, 1, 5)),
+             ((2, 3, 5, 7, 6), (7, 9, 11)), ((2, 1, 4, 4, 4), (1, 1, 1))]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16, torch.float16], ids=str)
+def test_adaptive_avg_pool(dtype):
+    """3-d forward, 2-d and 3-d backward: output windows that overlap, sizes
+    larger than the input, a single output, batched and unbatched, a
+    transposed input. float16/bfloat16 sum and divide in the dtype step by
+    step, as the CPU: equal to the bit."""
+    torch_tpu.reset_fallback_report()
+    F, a = torch.nn.functional, torch.ops.aten
+    g = torch.Generator().manual_seed(4)
+    exact = dtype in (torch.bfloat16, torch.float16)
+    check = (lambda x, y: torch.testing.assert_close(x, y, rtol=0, atol=0)) if exact else torch.testing.assert_close
+    for shape, osz in _ADAPTIVE:
+        x = torch.randn(shape, generator=g).to(dtype)
+        check(F.adaptive_avg_pool3d(_t(x), osz).cpu(), F.adaptive_avg_pool3d(x, osz))
+        xt = x.transpose(-1, -3)
+        check(F.adaptive_avg_pool3d(_t(x).transpose(-1, -3), osz).cpu(), F.adaptive_avg_pool3d(xt, osz))
+        go = torch.randn(F.adaptive_avg_pool3d(x, osz).shape, generator=g).to(dtype)
+        check(a._adaptive_avg_pool3d_backward(_t(go), _t(x)).cpu(), a._adaptive_avg_pool3d_backward(go, x))
+        x2 = x.flatten(-3, -2)
+        go2 = torch.randn(F.adaptive_avg_pool2d(x2, osz[1:]).shape, generator=g).to(dtype)
+        check(a._adaptive_avg_pool2d_backward(_t(go2), _t(x2)).cpu(), a._adaptive_avg_pool2d_backward(go2, x2))
+    if dtype == torch.float64:  # autograd reaches the backward kernels
+        x = torch.randn(2, 3, 5, 7, 6, generator=g, dtype=dtype)
+        w = torch.randn(2, 3, 3, 2, 4, generator=g, dtype=dtype)
+        c, t = x.clone().requires_grad_(), _t(x).requires_grad_()
+        want = torch.autograd.grad((F.adaptive_avg_pool3d(c, (3, 2, 4)) * w).sum(), c)[0]
+        got = torch.autograd.grad((F.adaptive_avg_pool3d(t, (3, 2, 4)) * _t(w)).sum(), t)[0]
+        torch.testing.assert_close(got.cpu(), want)
+    out = torch.empty(2, 3, 2, 3, 4, dtype=dtype, device="tpu")
+    x = torch.randn(2, 3, 5, 7, 6, generator=g).to(dtype)
+    a._adaptive_avg_pool3d.out(_t(x), [2, 3, 4], out=out)
+    check(out.cpu(), F.adaptive_avg_pool3d(x, (2, 3, 4)))
+    assert_no_fallback("_adaptive_avg_pool3d", "_adaptive_avg_pool3d_backward", "_adaptive_avg_pool2d_backward")
+
+
+def test_adaptive_avg_pool_errors():
+    F = torch.nn.functional
+    with pytest.raises(RuntimeError):  # integers: no kernel on the CPU either
+        F.adaptive_avg_pool3d(torch.ones(1, 2, 2, 2, dtype=torch.int64), 1)
+    with pytest.raises((RuntimeError, NotImplementedError)):
+        F.adaptive_avg_pool3d(_t(torch.ones(1, 2, 2, 2, dtype=torch.int64)), 1).cpu()
+    with pytest.raises((RuntimeError, IndexError)):  # a 2-D input
+        F.adaptive_avg_pool3d(torch.ones(2, 2), 1)
+    with pytest.raises((RuntimeError, IndexError)):
+        F.adaptive_avg_pool3d(_t(torch.ones(2, 2)), 1).cpu()
