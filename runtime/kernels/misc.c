@@ -1,5 +1,6 @@
 /* misc.c - kernel family "misc" (see tpu/kernels.h for the ABI): histc, eye,
- * log_sigmoid forward/backward, erfinv, _cdist_forward/_pdist_forward and their backward.
+ * log_sigmoid forward/backward, erfinv, _cdist_forward/_pdist_forward and their backward,
+ * segment_reduce.
  *
  * histc: floating inputs follow the CPU: bin = (x - min) * bins / (max - min)
  * evaluated in the input dtype's arithmetic (each f16/bf16 operation
@@ -736,8 +737,177 @@ static tpu_status_t mi_distb_run(const tpu_k_call_t* call) {
   return TPU_OK;
 }
 
+/* ---- segment_reduce ----------------------------------------------------------
+ * segment_reduce(data, reduce, lengths | offsets, axis, unsafe, initial): data's
+ * dim `axis` cut into consecutive segments, each reduced to one element. The
+ * segments of outer row o (data's dims before axis) come from lengths[o, :]
+ * (their sizes) or offsets[o, :] (S + 1 bounds). As the CPU: the reduction
+ * starts from `initial`, else 0 (sum, mean), 1 (prod), -inf (max), +inf (min);
+ * max/min propagate NaN; mean divides by the segment's size, and an empty
+ * segment's mean is `initial`, else NaN. Every step in the dtype's own
+ * arithmetic (float16/bfloat16: float, rounded to the dtype each time). The
+ * lengths or offsets are read when the op runs: negative lengths, rows that
+ * do not add up to data's size (or exceed it with unsafe=True) and offsets
+ * that decrease or leave [0, size] are errors. */
+typedef enum { MI_SEG_SUM, MI_SEG_MEAN, MI_SEG_PROD, MI_SEG_MAX, MI_SEG_MIN } mi_seg_op_t;
+
+typedef struct {
+  mi_seg_op_t op;
+  int dt;
+  bool has_initial, offsets;
+  double initial;
+  const tpu_tensor_t *data, *idx, *out; /* idx: lengths or offsets */
+  int32_t axis;
+  int64_t S, L;                          /* segments, data's size along axis */
+  int64_t outer, inner;                  /* products of data's dims before and after axis */
+} mi_seg_t;
+
+static double mi_seg_round(int dt, double v) { return dt == TPU_DTYPE_F64 ? v : mi_round(dt, v); }
+
+/* element offset of `flat` over dims [d0, d1) of t, unravelled by `sizes` */
+static int64_t mi_seg_offset(const tpu_tensor_t* t, const int64_t* sizes, int32_t d0, int32_t d1, int32_t tdim0,
+                             int64_t flat) {
+  int64_t off = 0;
+  for (int32_t d = d1 - 1; d >= d0; --d) {
+    off += (flat % sizes[d]) * t->strides[tdim0 + (d - d0)];
+    flat /= sizes[d];
+  }
+  return off;
+}
+
+/* segment s of outer row o: [*start, *start + *len) */
+static void mi_seg_bounds(const mi_seg_t* g, int64_t o, int64_t s, int64_t* start, int64_t* len) {
+  const tpu_tensor_t* t = g->idx;
+  const int64_t es = (int64_t)tpu_dtype_size((tpu_dtype_t)t->dtype);
+  const char* row = (const char*)t->data + mi_seg_offset(t, g->data->sizes, 0, g->axis, 0, o) * es;
+  const int64_t st = t->strides[g->axis] * es;
+  if (g->offsets) {
+    *start = tpu_ku_load_i64(row + s * st, t->dtype);
+    *len = tpu_ku_load_i64(row + (s + 1) * st, t->dtype) - *start;
+    return;
+  }
+  int64_t a = 0;
+  for (int64_t k = 0; k < s; ++k) a += tpu_ku_load_i64(row + k * st, t->dtype);
+  *start = a;
+  *len = tpu_ku_load_i64(row + s * st, t->dtype);
+}
+
+static void mi_seg_par(void* ctx, int64_t begin, int64_t end) {
+  const mi_seg_t* g = (const mi_seg_t*)ctx;
+  const tpu_tensor_t *x = g->data, *y = g->out;
+  const int64_t xes = (int64_t)tpu_dtype_size((tpu_dtype_t)x->dtype), yes = (int64_t)tpu_dtype_size((tpu_dtype_t)y->dtype);
+  const int32_t nd = x->ndim;
+  double init = g->op == MI_SEG_PROD ? 1.0 : g->op == MI_SEG_MAX ? -INFINITY : g->op == MI_SEG_MIN ? INFINITY : 0.0;
+  if (g->has_initial) init = mi_seg_round(g->dt, g->initial);
+  for (int64_t t = begin; t < end; ++t) {
+    const int64_t o = t / g->S, s = t % g->S;
+    int64_t start, len;
+    mi_seg_bounds(g, o, s, &start, &len);
+    const int64_t xo = mi_seg_offset(x, x->sizes, 0, g->axis, 0, o), yo = mi_seg_offset(y, x->sizes, 0, g->axis, 0, o);
+    for (int64_t i = 0; i < g->inner; ++i) {
+      const int64_t xi = mi_seg_offset(x, x->sizes, g->axis + 1, nd, g->axis + 1, i);
+      const int64_t yi = mi_seg_offset(y, x->sizes, g->axis + 1, nd, g->axis + 1, i);
+      double r = init;
+      for (int64_t j = start; j < start + len; ++j) {
+        const double v = tpu_ku_load_f64((const char*)x->data + (xo + j * x->strides[g->axis] + xi) * xes, g->dt);
+        switch (g->op) {
+          case MI_SEG_SUM: case MI_SEG_MEAN: r = mi_seg_round(g->dt, r + v); break;
+          case MI_SEG_PROD: r = mi_seg_round(g->dt, r * v); break;
+          case MI_SEG_MAX: r = (isnan(v) || isnan(r)) ? NAN : (v > r ? v : r); break;
+          default: r = (isnan(v) || isnan(r)) ? NAN : (v < r ? v : r); break;
+        }
+      }
+      if (g->op == MI_SEG_MEAN) r = len == 0 ? (g->has_initial ? init : NAN) : mi_seg_round(g->dt, r / (double)len);
+      tpu_ku_store_f64((char*)y->data + (yo + s * y->strides[g->axis] + yi) * yes, g->dt, r);
+    }
+  }
+}
+
+static tpu_status_t mi_seg_setup(const tpu_k_call_t* call, mi_seg_t* g) {
+  memset(g, 0, sizeof(*g));
+  g->data = tpu_ku_tensor(call, 0);
+  const char* red = tpu_ku_string(call, 1, NULL);
+  const tpu_tensor_t* lengths = tpu_ku_is_none(call, 2) ? NULL : tpu_ku_tensor(call, 2);
+  const tpu_tensor_t* indices = tpu_ku_is_none(call, 3) ? NULL : tpu_ku_tensor(call, 3);
+  const tpu_tensor_t* offsets = tpu_ku_is_none(call, 4) ? NULL : tpu_ku_tensor(call, 4);
+  if (!g->data || !red || call->num_outputs < 1) return TPU_KU_INVALID(call, "expected data, reduce and an output");
+  g->out = &call->outputs[0];
+  if (!strcmp(red, "sum")) g->op = MI_SEG_SUM;
+  else if (!strcmp(red, "mean")) g->op = MI_SEG_MEAN;
+  else if (!strcmp(red, "prod")) g->op = MI_SEG_PROD;
+  else if (!strcmp(red, "max") || !strcmp(red, "amax")) g->op = MI_SEG_MAX;
+  else if (!strcmp(red, "min") || !strcmp(red, "amin")) g->op = MI_SEG_MIN;
+  else return TPU_KU_INVALID(call, "reduce argument must be either sum, prod, mean, amax or amin, got %s", red);
+  if (indices) return TPU_ERROR(TPU_STATUS_UNIMPLEMENTED, "%s: indices based reduction is not supported yet", call->op);
+  if (!lengths == !offsets)
+    return TPU_KU_INVALID(call, "segment_reduce(): exactly one of lengths and offsets must be given");
+  g->offsets = offsets != NULL;
+  g->idx = offsets ? offsets : lengths;
+  const tpu_tensor_t *x = g->data, *ix = g->idx, *y = g->out;
+  if (!tpu_dtype_is_floating((tpu_dtype_t)x->dtype)) return tpu_ku_unsupported_dtype(call, x->dtype);
+  if (y->dtype != x->dtype) return tpu_ku_unsupported_dtype(call, y->dtype);
+  if (ix->dtype != TPU_DTYPE_I64 && ix->dtype != TPU_DTYPE_I32) return tpu_ku_unsupported_dtype(call, ix->dtype);
+  g->dt = x->dtype;
+  g->axis = (int32_t)tpu_ku_int(call, 5, 0);
+  if (g->axis < 0) g->axis += x->ndim;
+  if (g->axis < 0 || g->axis >= x->ndim || ix->ndim != g->axis + 1)
+    return TPU_KU_INVALID(call, "segment_reduce(): axis %d of %d-D data needs %s of %d dims (got %d)",
+                          (int)g->axis, (int)x->ndim, offsets ? "offsets" : "lengths", (int)g->axis + 1, (int)ix->ndim);
+  g->S = ix->sizes[g->axis] - (offsets ? 1 : 0);
+  g->L = x->sizes[g->axis];
+  if (g->S < 0) return TPU_KU_INVALID(call, "segment_reduce(): offsets must hold at least one value");
+  if (y->ndim != x->ndim) return TPU_KU_INVALID(call, "segment_reduce(): output rank %d, data %d", (int)y->ndim,
+                                                (int)x->ndim);
+  g->outer = g->inner = 1;
+  for (int32_t d = 0; d < x->ndim; ++d) {
+    const int64_t want = d == g->axis ? g->S : x->sizes[d];
+    if (y->sizes[d] != want || (d < g->axis && ix->sizes[d] != x->sizes[d]))
+      return TPU_KU_INVALID(call, "segment_reduce(): size mismatch at dim %d", (int)d);
+    if (d < g->axis) g->outer *= x->sizes[d];
+    if (d > g->axis) g->inner *= x->sizes[d];
+  }
+  if (!tpu_ku_is_none(call, 7)) {
+    g->has_initial = true;
+    g->initial = tpu_ku_double(call, 7, 0.0);
+  }
+  return TPU_OK;
+}
+
+static tpu_status_t mi_seg_check(const tpu_k_call_t* call) {
+  mi_seg_t g;
+  return mi_seg_setup(call, &g);
+}
+
+static tpu_status_t mi_seg_run(const tpu_k_call_t* call) {
+  mi_seg_t g;
+  TPU_RETURN_IF_ERROR(mi_seg_setup(call, &g));
+  const bool unsafe = tpu_ku_is_none(call, 6) ? false : call->args[6].v.b;
+  /* the segments must lie inside data along axis: read them before any element */
+  for (int64_t o = 0; o < g.outer; ++o) {
+    int64_t prev_end = 0;
+    for (int64_t s = 0; s < g.S; ++s) {
+      int64_t start, len;
+      mi_seg_bounds(&g, o, s, &start, &len);
+      if (len < 0 || start < 0 || start + len > g.L || (g.offsets && s > 0 && start != prev_end))
+        return TPU_KU_INVALID(call, "segment_reduce(): segment %lld of row %lld, [%lld, %lld), is outside data's %lld "
+                              "elements along axis %d", (long long)s, (long long)o, (long long)start,
+                              (long long)(start + len), (long long)g.L, (int)g.axis);
+      prev_end = start + len;
+    }
+    if (!g.offsets && !unsafe && prev_end != g.L)
+      return TPU_KU_INVALID(call, "segment_reduce(): Expected all rows of lengths along axis to sum to "
+                            "data.size(lengths.dim()-1) when !unsafe (row %lld sums to %lld, not %lld).",
+                            (long long)o, (long long)prev_end, (long long)g.L);
+  }
+  if (tpu_tensor_numel(g.out) == 0) return TPU_OK;
+  tpu_parallel_for(call->pool, g.outer * g.S, 1 + 4096 / (g.inner * (g.L / (g.S ? g.S : 1) + 1)), mi_seg_par, &g);
+  return TPU_OK;
+}
+
 const tpu_k_entry_t tpu_k_misc_entries[] = {
     {"aten::histc", mi_histc_run, mi_histc_check, 0, NULL},
+    {"aten::segment_reduce", mi_seg_run, mi_seg_check, 0, NULL},
+    {"aten::segment_reduce.out", mi_seg_run, mi_seg_check, 0, NULL},
     {"aten::_cdist_forward", mi_dist_run, mi_dist_check, 0, NULL},
     {"aten::_cdist_forward.out", mi_dist_run, mi_dist_check, 0, NULL},
     {"aten::_pdist_forward", mi_dist_run, mi_dist_check, 0, NULL},
