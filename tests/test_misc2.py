@@ -287,3 +287,60 @@ def test_adaptive_avg_pool_errors():
         F.adaptive_avg_pool3d(torch.ones(2, 2), 1)
     with pytest.raises((RuntimeError, IndexError)):
         F.adaptive_avg_pool3d(_t(torch.ones(2, 2)), 1).cpu()
+
+
+# ---- segment_reduce ---------------------------------------------------------------
+
+_REDUCE = ["sum", "mean", "max", "min", "prod", "amax", "amin"]
+
+
+def _seg(data, reduce, **kw):
+    """segment_reduce on tpu and on the CPU: equal to the bit (NaN where NaN)."""
+    want = torch.segment_reduce(data, reduce, **kw)
+    got = torch.segment_reduce(_t(data), reduce, **{k: _t(v) if isinstance(v, torch.Tensor) else v
+                                                     for k, v in kw.items()})
+    assert got.dtype == want.dtype and got.shape == want.shape
+    torch.testing.assert_close(got.cpu(), want, rtol=0, atol=0, equal_nan=True)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16, torch.float16], ids=str)
+@pytest.mark.parametrize("reduce", _REDUCE)
+def test_segment_reduce(reduce, dtype):
+    """Empty segments (their initial value, NaN for mean), NaN, initial=,
+    int32 and int64 lengths, offsets, axis > 0 with per-row lengths, strided
+    data and long segments."""
+    torch_tpu.reset_fallback_report()
+    g = torch.Generator().manual_seed(5)
+    d = torch.tensor([1.0, NAN, 3.0, 4.0, -2.0, 5.0, INF, -1.0]).to(dtype)
+    lengths = torch.tensor([2, 0, 3, 1, 2])
+    _seg(d, reduce, lengths=lengths)
+    _seg(d, reduce, lengths=lengths.int(), initial=7.0)
+    _seg(d, reduce, offsets=torch.tensor([0, 2, 2, 5, 6, 8]))
+    _seg(d[2:], reduce, offsets=torch.tensor([1, 3, 3, 6]), unsafe=True)
+    x = torch.randn(3, 10, 4, generator=g).to(dtype)
+    _seg(x, reduce, lengths=torch.tensor([[3, 3, 4], [0, 10, 0], [1, 2, 7]]), axis=1)
+    _seg(x, reduce, offsets=torch.tensor([[0, 3, 6, 10], [0, 0, 10, 10], [0, 1, 3, 10]]), axis=1, initial=-1.5)
+    x0 = torch.randn(10, 3, 2, generator=g).to(dtype)
+    _seg(x0, reduce, lengths=torch.tensor([4, 0, 6]))
+    _seg(x0.transpose(1, 2), reduce, lengths=torch.tensor([4, 0, 6]), axis=0)
+    _seg(torch.randn(4, 300, generator=g).to(dtype), reduce, lengths=torch.tensor([[100, 200]] * 4), axis=1)
+    assert_no_fallback("segment_reduce")
+
+
+def test_segment_reduce_errors():
+    def both(fn, exc):
+        with pytest.raises(exc):
+            fn("cpu")
+        with pytest.raises((exc, ValueError)):
+            fn("tpu").cpu()
+
+    ones = lambda d: torch.ones(4, device=d)  # noqa: E731
+    ln = lambda v, d: torch.tensor(v, device=d)  # noqa: E731
+    both(lambda d: torch.segment_reduce(ones(d), "sum", lengths=ln([2, 1], d)), RuntimeError)  # sums to 3, not 4
+    both(lambda d: torch.segment_reduce(ones(d), "sum", lengths=ln([2, -1, 3], d)), RuntimeError)
+    both(lambda d: torch.segment_reduce(ones(d), "sum", offsets=ln([0, 3, 2, 4], d)), RuntimeError)
+    both(lambda d: torch.segment_reduce(ones(d), "median", lengths=ln([2, 2], d)), RuntimeError)
+    both(lambda d: torch.segment_reduce(ones(d).long(), "sum", lengths=ln([2, 2], d)), NotImplementedError)
+    with pytest.raises(ValueError, match="outside"):  # unsafe=True past the end: an error, not a read beyond data
+        torch.segment_reduce(_t(torch.ones(4)), "sum", lengths=_t(torch.tensor([2, 5])), unsafe=True).cpu()
+    assert_no_fallback("segment_reduce")
