@@ -1,6 +1,6 @@
 /* misc.c - kernel family "misc" (see tpu/kernels.h for the ABI): histc, eye,
  * log_sigmoid forward/backward, erfinv, _cdist_forward/_pdist_forward and their backward,
- * segment_reduce.
+ * segment_reduce and its backward.
  *
  * histc: floating inputs follow the CPU: bin = (x - min) * bins / (max - min)
  * evaluated in the input dtype's arithmetic (each f16/bf16 operation
@@ -904,10 +904,131 @@ static tpu_status_t mi_seg_run(const tpu_k_call_t* call) {
   return TPU_OK;
 }
 
+/* _segment_reduce_backward(grad, output, data, reduce, lengths | offsets, axis,
+ * initial) -> d/d data, as the CPU: sum passes grad to every element of the
+ * segment, mean grad / size; max/min give grad to the elements equal to the
+ * output and to NaNs, divided by their count where grad is positive (the
+ * CPU leaves a negative grad whole on every tie); prod gives
+ * (grad * output) / x, and for a zero or NaN x grad times the product of
+ * initial (else 1) and the segment's other elements, in order. Elements in no
+ * segment get 0. Every step in the dtype's arithmetic. */
+typedef struct {
+  mi_seg_t f;                    /* data, the segments, and (out) grad_input */
+  const tpu_tensor_t *grad, *y;  /* grad and output: [..., S, ...] */
+} mi_segb_t;
+
+static void mi_segb_par(void* ctx, int64_t begin, int64_t end) {
+  const mi_segb_t* b = (const mi_segb_t*)ctx;
+  const mi_seg_t* g = &b->f;
+  const tpu_tensor_t *x = g->data, *gi = g->out;
+  const int64_t es = (int64_t)tpu_dtype_size((tpu_dtype_t)g->dt);
+  const int32_t nd = x->ndim, ax = g->axis;
+  const double init = g->has_initial ? mi_seg_round(g->dt, g->initial) : 1.0;
+#define MI_AT(t, o, j, i) ((char*)(t)->data + (mi_seg_offset(t, x->sizes, 0, ax, 0, o) + (j) * (t)->strides[ax] + \
+                                               mi_seg_offset(t, x->sizes, ax + 1, nd, ax + 1, i)) * es)
+  for (int64_t o = begin; o < end; ++o) {
+    for (int64_t j = 0; j < g->L; ++j)
+      for (int64_t i = 0; i < g->inner; ++i) tpu_ku_store_f64(MI_AT(gi, o, j, i), g->dt, 0.0);
+    for (int64_t s = 0; s < g->S; ++s) {
+      int64_t start, len;
+      mi_seg_bounds(g, o, s, &start, &len);
+      for (int64_t i = 0; i < g->inner; ++i) {
+        const double gv = tpu_ku_load_f64(MI_AT(b->grad, o, s, i), g->dt);
+        const double yv = tpu_ku_load_f64(MI_AT(b->y, o, s, i), g->dt);
+        int64_t count = 0;
+        if (g->op == MI_SEG_MAX || g->op == MI_SEG_MIN)
+          for (int64_t j = start; j < start + len; ++j) {
+            const double v = tpu_ku_load_f64(MI_AT(x, o, j, i), g->dt);
+            count += v == yv || isnan(v);
+          }
+        for (int64_t j = start; j < start + len; ++j) {
+          const double v = tpu_ku_load_f64(MI_AT(x, o, j, i), g->dt);
+          double r;
+          switch (g->op) {
+            case MI_SEG_SUM: r = gv; break;
+            case MI_SEG_MEAN: r = mi_seg_round(g->dt, gv / (double)len); break;
+            case MI_SEG_MAX: case MI_SEG_MIN:
+              r = (v == yv || isnan(v)) ? (count >= 2 && gv > 0 ? mi_seg_round(g->dt, gv / (double)count) : gv) : 0.0;
+              break;
+            default:
+              if (v == 0.0 || isnan(v)) {
+                double p = init;
+                for (int64_t k = start; k < start + len; ++k)
+                  if (k != j) p = mi_seg_round(g->dt, p * tpu_ku_load_f64(MI_AT(x, o, k, i), g->dt));
+                r = mi_seg_round(g->dt, gv * p);
+              } else {
+                r = mi_seg_round(g->dt, mi_seg_round(g->dt, gv * yv) / v);
+              }
+              break;
+          }
+          tpu_ku_store_f64(MI_AT(gi, o, j, i), g->dt, r);
+        }
+      }
+    }
+  }
+#undef MI_AT
+}
+
+static tpu_status_t mi_segb_setup(const tpu_k_call_t* call, mi_segb_t* b) {
+  memset(b, 0, sizeof(*b));
+  /* as the forward's arguments: (data, reduce, lengths, indices = None, offsets, axis, unsafe, initial) */
+  tpu_k_value_t args[8];
+  const int map[8] = {2, 3, 4, -1, 5, 6, -1, 7};
+  for (int k = 0; k < 8; ++k) {
+    memset(&args[k], 0, sizeof(args[k]));
+    if (map[k] >= 0 && map[k] < call->num_args) args[k] = call->args[map[k]];
+  }
+  args[6].kind = TPU_K_BOOL;
+  args[6].v.b = false;
+  tpu_k_call_t fwd = *call;
+  fwd.args = args;
+  fwd.num_args = 8;
+  b->grad = tpu_ku_tensor(call, 0);
+  b->y = tpu_ku_tensor(call, 1);
+  if (!b->grad || !b->y || call->num_outputs < 1) return TPU_KU_INVALID(call, "expected grad, output and data");
+  /* the forward's checks with grad as its output, then grad_input as data's twin */
+  fwd.outputs = b->grad;
+  TPU_RETURN_IF_ERROR(mi_seg_setup(&fwd, &b->f));
+  const tpu_tensor_t *x = b->f.data, *gi = &call->outputs[0];
+  if (b->y->dtype != x->dtype || gi->dtype != x->dtype) return tpu_ku_unsupported_dtype(call, b->y->dtype);
+  if (b->y->ndim != b->grad->ndim || gi->ndim != x->ndim)
+    return TPU_KU_INVALID(call, "_segment_reduce_backward: output and grad_input ranks");
+  for (int32_t d = 0; d < x->ndim; ++d)
+    if (b->y->sizes[d] != b->grad->sizes[d] || gi->sizes[d] != x->sizes[d])
+      return TPU_KU_INVALID(call, "_segment_reduce_backward: size mismatch at dim %d", (int)d);
+  b->f.out = gi;
+  return TPU_OK;
+}
+
+static tpu_status_t mi_segb_check(const tpu_k_call_t* call) {
+  mi_segb_t b;
+  return mi_segb_setup(call, &b);
+}
+
+static tpu_status_t mi_segb_run(const tpu_k_call_t* call) {
+  mi_segb_t b;
+  TPU_RETURN_IF_ERROR(mi_segb_setup(call, &b));
+  const mi_seg_t* g = &b.f;
+  for (int64_t o = 0; o < g->outer; ++o)
+    for (int64_t s = 0, prev = 0; s < g->S; ++s) {
+      int64_t start, len;
+      mi_seg_bounds(g, o, s, &start, &len);
+      if (len < 0 || start < 0 || start + len > g->L || start < prev)
+        return TPU_KU_INVALID(call, "segment %lld of row %lld, [%lld, %lld), is outside data's %lld elements",
+                              (long long)s, (long long)o, (long long)start, (long long)(start + len), (long long)g->L);
+      prev = start + len;
+    }
+  if (tpu_tensor_numel(g->out) == 0) return TPU_OK;
+  tpu_parallel_for(call->pool, g->outer, 1, mi_segb_par, &b);
+  return TPU_OK;
+}
+
 const tpu_k_entry_t tpu_k_misc_entries[] = {
     {"aten::histc", mi_histc_run, mi_histc_check, 0, NULL},
     {"aten::segment_reduce", mi_seg_run, mi_seg_check, 0, NULL},
     {"aten::segment_reduce.out", mi_seg_run, mi_seg_check, 0, NULL},
+    {"aten::_segment_reduce_backward", mi_segb_run, mi_segb_check, 0, NULL},
+    {"aten::_segment_reduce_backward.out", mi_segb_run, mi_segb_check, 0, NULL},
     {"aten::_cdist_forward", mi_dist_run, mi_dist_check, 0, NULL},
     {"aten::_cdist_forward.out", mi_dist_run, mi_dist_check, 0, NULL},
     {"aten::_pdist_forward", mi_dist_run, mi_dist_check, 0, NULL},
