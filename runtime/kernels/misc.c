@@ -1,6 +1,6 @@
 /* misc.c - kernel family "misc" (see tpu/kernels.h for the ABI): histc, eye,
  * log_sigmoid forward/backward, erfinv, _cdist_forward/_pdist_forward and their backward,
- * segment_reduce and its backward.
+ * segment_reduce and its backward, _embedding_bag(_forward_only).
  *
  * histc: floating inputs follow the CPU: bin = (x - min) * bins / (max - min)
  * evaluated in the input dtype's arithmetic (each f16/bf16 operation
@@ -1023,9 +1023,163 @@ static tpu_status_t mi_segb_run(const tpu_k_call_t* call) {
   return TPU_OK;
 }
 
+/* ---- _embedding_bag / _embedding_bag_forward_only ------------------------------
+ * (weight [V, D], indices [N], offsets, scale_grad_by_freq, mode, sparse,
+ * per_sample_weights, include_last_offset, padding_idx) -> (output [B, D],
+ * offset2bag, bag_size [B], max_indices), as the CPU: bag b holds indices
+ * [offsets[b], offsets[b + 1]) (the last bag runs to N, or with
+ * include_last_offset to offsets[B], which PyTorch documents as N: the CPU's
+ * paths disagree when it is not); entries equal to padding_idx are skipped. mode 0
+ * sums (times per_sample_weights when given), 1 averages over the bag's
+ * other entries, 2 takes the max (the first largest; its weight row in
+ * max_indices [B, D]); an empty bag is 0. offset2bag (when PyTorch sizes it
+ * N) is each entry's bag; bag_size the bag's entries (0 for mode 0);
+ * max_indices for modes 0 and 1 repeats bag_size (all in the indices' integer
+ * dtype; their sizes are the meta function's). Sums in float (double for
+ * float64), the result rounded once. Indices outside [0, V) and offsets
+ * that do not start at 0 or decrease are errors. */
+typedef struct {
+  const tpu_tensor_t *w, *ix, *off, *psw;
+  const tpu_tensor_t* out[4];
+  int64_t V, D, N, B, pad;
+  int mode;
+  bool last; /* include_last_offset: offsets[B] ends the last bag */
+} mi_eb_t;
+
+static int64_t mi_eb_i(const tpu_tensor_t* t, int64_t i) {
+  return tpu_ku_load_i64((const char*)t->data + i * t->strides[0] * (int64_t)tpu_dtype_size((tpu_dtype_t)t->dtype),
+                         t->dtype);
+}
+static void mi_eb_store_i(const tpu_tensor_t* t, int64_t i, int64_t j, int64_t v) {
+  const int64_t off = i * t->strides[0] + (t->ndim > 1 ? j * t->strides[1] : 0);
+  tpu_ku_store_i64((char*)t->data + off * (int64_t)tpu_dtype_size((tpu_dtype_t)t->dtype), t->dtype, v);
+}
+
+static void mi_eb_bounds(const mi_eb_t* e, int64_t b, int64_t* s, int64_t* t) {
+  *s = mi_eb_i(e->off, b);
+  *t = b + 1 < e->B || e->last ? mi_eb_i(e->off, b + 1) : e->N;
+}
+
+static void mi_eb_par(void* ctx, int64_t begin, int64_t end) {
+  const mi_eb_t* e = (const mi_eb_t*)ctx;
+  const tpu_tensor_t *w = e->w, *o = e->out[0];
+  const int dt = w->dtype;
+  const bool f64 = dt == TPU_DTYPE_F64;
+  const int64_t wes = (int64_t)tpu_dtype_size((tpu_dtype_t)dt);
+  for (int64_t b = begin; b < end; ++b) {
+    int64_t s, t, count = 0;
+    mi_eb_bounds(e, b, &s, &t);
+    for (int64_t k = s; k < t; ++k) count += mi_eb_i(e->ix, k) != e->pad;
+    for (int64_t d = 0; d < e->D; ++d) {
+      double acc = 0.0;
+      int64_t arg = 0;
+      bool seen = false;
+      for (int64_t k = s; k < t; ++k) {
+        const int64_t r = mi_eb_i(e->ix, k);
+        if (r == e->pad) continue;
+        double v = tpu_ku_load_f64((const char*)w->data + (r * w->strides[0] + d * w->strides[1]) * wes, dt);
+        if (e->mode == 2) {
+          if (!seen || v > acc) {
+            acc = v;
+            arg = r;
+          }
+          seen = true;
+          continue;
+        }
+        if (e->psw) v = f64 ? v * tpu_ku_load_f64((const char*)e->psw->data + k * e->psw->strides[0] * wes, dt)
+                            : (double)((float)v * (float)tpu_ku_load_f64((const char*)e->psw->data +
+                                                                         k * e->psw->strides[0] * wes, dt));
+        acc = f64 ? acc + v : (double)((float)acc + (float)v);
+      }
+      if (e->mode == 1 && count > 0) acc = f64 ? acc / (double)count : (double)((float)acc / (float)count);
+      tpu_ku_store_f64((char*)o->data + (b * o->strides[0] + d * o->strides[1]) * wes, dt, acc);
+      if (e->mode == 2 && e->out[3]->ndim == 2) mi_eb_store_i(e->out[3], b, d, arg);
+    }
+    const int64_t bs = e->mode == 0 ? 0 : count;
+    mi_eb_store_i(e->out[2], b, 0, bs);
+    if (e->out[3]->ndim == 1 && e->out[3]->sizes[0] == e->B) mi_eb_store_i(e->out[3], b, 0, bs);
+    if (e->out[1]->sizes[0] == e->N)
+      for (int64_t k = s; k < t; ++k) mi_eb_store_i(e->out[1], k, 0, b);
+  }
+}
+
+static tpu_status_t mi_eb_setup(const tpu_k_call_t* call, mi_eb_t* e) {
+  memset(e, 0, sizeof(*e));
+  e->w = tpu_ku_tensor(call, 0);
+  e->ix = tpu_ku_tensor(call, 1);
+  e->off = tpu_ku_tensor(call, 2);
+  e->psw = tpu_ku_is_none(call, 6) ? NULL : tpu_ku_tensor(call, 6);
+  if (!e->w || !e->ix || !e->off || call->num_outputs < 4) return TPU_KU_INVALID(call, "expected weight, indices, offsets");
+  for (int k = 0; k < 4; ++k) e->out[k] = &call->outputs[k];
+  e->mode = (int)tpu_ku_int(call, 4, 0);
+  e->pad = tpu_ku_is_none(call, 8) ? -1 : tpu_ku_int(call, 8, -1);
+  const bool last = e->last = !tpu_ku_is_none(call, 7) && call->args[7].v.b;
+  const tpu_tensor_t *w = e->w, *ix = e->ix, *off = e->off;
+  if (w->ndim != 2 || ix->ndim != 1 || off->ndim != 1)
+    return TPU_KU_INVALID(call, "expected a 2-D weight and 1-D indices and offsets (got %d-D, %d-D, %d-D)",
+                          (int)w->ndim, (int)ix->ndim, (int)off->ndim);
+  if (e->mode < 0 || e->mode > 2) return TPU_KU_INVALID(call, "mode has to be one of sum, mean or max (got %d)", e->mode);
+  if (!tpu_dtype_is_floating((tpu_dtype_t)w->dtype)) return tpu_ku_unsupported_dtype(call, w->dtype);
+  if ((ix->dtype != TPU_DTYPE_I64 && ix->dtype != TPU_DTYPE_I32) || off->dtype != ix->dtype)
+    return TPU_KU_INVALID(call, "expected int64 or int32 indices and offsets of one dtype (got %s and %s)",
+                          tpu_dtype_name((tpu_dtype_t)ix->dtype), tpu_dtype_name((tpu_dtype_t)off->dtype));
+  if (e->psw && (e->mode != 0 || e->psw->ndim != 1 || e->psw->sizes[0] != ix->sizes[0] || e->psw->dtype != w->dtype))
+    return TPU_KU_INVALID(call, "per_sample_weights: mode sum only, one weight per index in weight's dtype");
+  e->V = w->sizes[0];
+  e->D = w->sizes[1];
+  e->N = ix->sizes[0];
+  e->B = off->sizes[0] - (last ? 1 : 0);
+  if (e->B < 0) e->B = 0;
+  if (e->pad < 0 && e->pad != -1) e->pad += e->V; /* a negative padding_idx counts from the end */
+  const tpu_tensor_t *o = e->out[0], *o2b = e->out[1], *bs = e->out[2], *mi = e->out[3];
+  if (o->dtype != w->dtype || o->ndim != 2 || o->sizes[0] != e->B || o->sizes[1] != e->D)
+    return TPU_KU_INVALID(call, "output must be [%lld, %lld] of weight's dtype", (long long)e->B, (long long)e->D);
+  if (o2b->ndim != 1 || (o2b->sizes[0] != e->N && o2b->sizes[0] != 0) || bs->ndim != 1 ||
+      (bs->sizes[0] != e->B && bs->sizes[0] != off->sizes[0]) ||
+      mi->ndim < 1 || mi->ndim > 2 || (mi->ndim == 2 && (mi->sizes[0] != e->B || mi->sizes[1] != e->D)) ||
+      (mi->ndim == 1 && mi->sizes[0] != e->B && mi->sizes[0] != 0))
+    return TPU_KU_INVALID(call, "offset2bag, bag_size or max_indices of unexpected sizes");
+  for (int k = 1; k < 4; ++k)
+    if (e->out[k]->dtype != TPU_DTYPE_I64 && e->out[k]->dtype != TPU_DTYPE_I32 && tpu_tensor_numel(e->out[k]) > 0)
+      return tpu_ku_unsupported_dtype(call, e->out[k]->dtype);
+  return TPU_OK;
+}
+
+static tpu_status_t mi_eb_check(const tpu_k_call_t* call) {
+  mi_eb_t e;
+  return mi_eb_setup(call, &e);
+}
+
+static tpu_status_t mi_eb_run(const tpu_k_call_t* call) {
+  mi_eb_t e;
+  TPU_RETURN_IF_ERROR(mi_eb_setup(call, &e));
+  for (int64_t k = 0; k < e.N; ++k) {
+    const int64_t r = mi_eb_i(e.ix, k);
+    if (r < 0 || r >= e.V)
+      return TPU_KU_INVALID(call, "index %lld of indices is out of range for %lld embeddings", (long long)r,
+                            (long long)e.V);
+  }
+  for (int64_t b = 0, prev = 0; b < e.B; ++b) {
+    int64_t s, t;
+    mi_eb_bounds(&e, b, &s, &t);
+    if ((b == 0 && s != 0) || s < prev || t < s || t > e.N)
+      return TPU_KU_INVALID(call, "offsets must start at 0 and not decrease within %lld indices (bag %lld: [%lld, %lld))",
+                            (long long)e.N, (long long)b, (long long)s, (long long)t);
+    prev = s;
+  }
+  for (int64_t b = e.B; b < e.out[2]->sizes[0]; ++b) mi_eb_store_i(e.out[2], b, 0, 0); /* meta: one per offset */
+  if (e.B == 0) return TPU_OK;
+  tpu_parallel_for(call->pool, e.B, 1 + 4096 / (e.D * (e.N / e.B + 1) + 1), mi_eb_par, &e);
+  return TPU_OK;
+}
+
 const tpu_k_entry_t tpu_k_misc_entries[] = {
     {"aten::histc", mi_histc_run, mi_histc_check, 0, NULL},
     {"aten::segment_reduce", mi_seg_run, mi_seg_check, 0, NULL},
+    {"aten::_embedding_bag", mi_eb_run, mi_eb_check, 0, NULL},
+    {"aten::_embedding_bag.out", mi_eb_run, mi_eb_check, 0, NULL},
+    {"aten::_embedding_bag_forward_only", mi_eb_run, mi_eb_check, 0, NULL},
+    {"aten::_embedding_bag_forward_only.out", mi_eb_run, mi_eb_check, 0, NULL},
     {"aten::segment_reduce.out", mi_seg_run, mi_seg_check, 0, NULL},
     {"aten::_segment_reduce_backward", mi_segb_run, mi_segb_check, 0, NULL},
     {"aten::_segment_reduce_backward.out", mi_segb_run, mi_segb_check, 0, NULL},
