@@ -377,3 +377,55 @@ def test_segment_reduce_backward(reduce, dtype):
         got = torch.autograd.grad(torch.segment_reduce(t, reduce, lengths=_t(lc)).sum(), t)[0]
         torch.testing.assert_close(got.cpu(), want)
     assert_no_fallback("segment_reduce", "_segment_reduce_backward")
+
+
+# ---- embedding_bag ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16, torch.float16], ids=str)
+@pytest.mark.parametrize("mode", [0, 1, 2], ids=["sum", "mean", "max"])
+def test_embedding_bag(mode, dtype):
+    """_embedding_bag and _embedding_bag_forward_only: an empty bag, padding_idx,
+    include_last_offset, per-sample weights, int32 and int64 indices; the
+    bag ids, sizes and argmax rows equal the CPU's wherever the meta function
+    sizes them as the CPU does (it sizes offset2bag N and max_indices 0 for
+    mode sum, the CPU 0 and B)."""
+    torch_tpu.reset_fallback_report()
+    a = torch.ops.aten
+    g = torch.Generator().manual_seed(7)
+    w = torch.randn(10, 3, generator=g).to(dtype)
+    idx = torch.tensor([1, 2, 4, 5, 4, 3, 2, 9])
+    for fn in (a._embedding_bag_forward_only, a._embedding_bag):
+        for pad in (-1, 2):
+            for last in (False, True):
+                offs = torch.tensor([0, 4, 4, 6, 8]) if last else torch.tensor([0, 4, 4, 6])
+                for psw in ([None, torch.rand(8, generator=g).to(dtype)] if mode == 0 else [None]):
+                    for it in (torch.int64, torch.int32):
+                        args = (w, idx.to(it), offs.to(it), False, mode, False, psw, last, pad)
+                        want = fn(*args)
+                        got = fn(*[_t(x) if isinstance(x, torch.Tensor) else x for x in args])
+                        torch.testing.assert_close(got[0].cpu(), want[0])
+                        for x, y in zip(want[1:], got[1:]):
+                            assert y.dtype == x.dtype
+                            if x.shape == y.shape:
+                                assert torch.equal(y.cpu(), x)
+    ww = torch.randn(20, 5, generator=g).to(dtype)
+    name = ["sum", "mean", "max"][mode]
+    ii = torch.randint(0, 20, (4, 6), generator=g)
+    F = torch.nn.functional
+    torch.testing.assert_close(F.embedding_bag(_t(ii), _t(ww), mode=name).cpu(), F.embedding_bag(ii, ww, mode=name))
+    torch.testing.assert_close(F.embedding_bag(_t(ii), _t(ww), mode=name, padding_idx=3).cpu(),
+                               F.embedding_bag(ii, ww, mode=name, padding_idx=3))
+    assert_no_fallback("_embedding_bag", "_embedding_bag_forward_only")
+
+
+def test_embedding_bag_errors():
+    F = torch.nn.functional
+    for f in (lambda d: F.embedding_bag(torch.tensor([1, 20], device=d), torch.randn(20, 3, device=d),
+                                        torch.tensor([0], device=d)),
+              lambda d: F.embedding_bag(torch.tensor([1, 2], device=d), torch.randn(20, 3, device=d),
+                                        torch.tensor([1], device=d))):
+        with pytest.raises(RuntimeError):
+            f("cpu")
+        with pytest.raises(ValueError, match="out of range|offsets must start at 0"):
+            f("tpu").cpu()
