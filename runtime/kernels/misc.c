@@ -1,6 +1,6 @@
 /* misc.c - kernel family "misc" (see tpu/kernels.h for the ABI): histc, eye,
  * log_sigmoid forward/backward, erfinv, _cdist_forward/_pdist_forward and their backward,
- * segment_reduce and its backward, _embedding_bag(_forward_only).
+ * segment_reduce and its backward, _embedding_bag(_forward_only) and its dense backward.
  *
  * histc: floating inputs follow the CPU: bin = (x - min) * bins / (max - min)
  * evaluated in the input dtype's arithmetic (each f16/bf16 operation
@@ -1173,6 +1173,171 @@ static tpu_status_t mi_eb_run(const tpu_k_call_t* call) {
   return TPU_OK;
 }
 
+/* _embedding_bag_backward (dense: sparse=False) -> grad_weight [num_weights, D]:
+ * each non-padding index k of bag b adds grad[b] (times per_sample_weights[k];
+ * mode mean: divided by bag_size[b]; scale_grad_by_freq: by the index's count
+ * in the batch) to its row; mode max adds grad[b, d] to row
+ * maximum_indices[b, d] of non-empty bags. _embedding_bag_per_sample_weights_backward
+ * -> [N]: grad[b] . weight[indices[k]] (0 for padding). An index's bag is the
+ * last b with offsets[b] <= k. Sums in float (double for float64). */
+typedef struct {
+  const tpu_tensor_t *g, *ix, *off, *bs, *mx, *psw, *w;
+  const tpu_tensor_t* out;
+  int64_t N, B, D, V, pad;
+  int mode;
+  bool freq, psw_bwd;
+} mi_ebb_t;
+
+/* the bag of index k: the last b < B with offsets[b] <= k (-1: none) */
+static int64_t mi_ebb_bag(const mi_ebb_t* e, int64_t k) {
+  int64_t lo = 0, hi = (e->off->sizes[0] < e->B ? e->off->sizes[0] : e->B) - 1, b = -1;
+  while (lo <= hi) {
+    const int64_t mid = lo + (hi - lo) / 2;
+    if (mi_eb_i(e->off, mid) <= k) {
+      b = mid;
+      lo = mid + 1;
+    } else {
+      hi = mid - 1;
+    }
+  }
+  return b;
+}
+
+static double mi_ebb_ld(const tpu_tensor_t* t, int64_t i, int64_t j) {
+  return tpu_ku_load_f64((const char*)t->data + (i * t->strides[0] + (t->ndim > 1 ? j * t->strides[1] : 0)) *
+                                                    (int64_t)tpu_dtype_size((tpu_dtype_t)t->dtype),
+                         t->dtype);
+}
+
+static void mi_ebb_par(void* ctx, int64_t begin, int64_t end) {
+  const mi_ebb_t* e = (const mi_ebb_t*)ctx;
+  const tpu_tensor_t* o = e->out;
+  const int dt = o->dtype;
+  const bool f64 = dt == TPU_DTYPE_F64;
+  const int64_t es = (int64_t)tpu_dtype_size((tpu_dtype_t)dt);
+  if (e->psw_bwd) { /* tasks: indices */
+    for (int64_t k = begin; k < end; ++k) {
+      const int64_t r = mi_eb_i(e->ix, k), b = mi_ebb_bag(e, k);
+      double acc = 0.0;
+      if (r != e->pad && b >= 0)
+        for (int64_t d = 0; d < e->D; ++d) {
+          const double p = mi_ebb_ld(e->g, b, d) * mi_ebb_ld(e->w, r, d);
+          acc = f64 ? acc + p : (double)((float)acc + (float)p);
+        }
+      tpu_ku_store_f64((char*)o->data + k * o->strides[0] * es, dt, acc);
+    }
+    return;
+  }
+  for (int64_t d = begin; d < end; ++d) { /* tasks: columns of grad_weight */
+    for (int64_t v = 0; v < e->V; ++v) tpu_ku_store_f64((char*)o->data + (v * o->strides[0] + d * o->strides[1]) * es, dt, 0.0);
+    if (e->mode == 2) {
+      for (int64_t b = 0; b < e->B; ++b) {
+        if (mi_eb_i(e->bs, b) == 0) continue;
+        const int64_t r = (int64_t)mi_ebb_ld(e->mx, b, d);
+        if (r < 0 || r >= e->V) continue;
+        char* p = (char*)o->data + (r * o->strides[0] + d * o->strides[1]) * es;
+        const double s = tpu_ku_load_f64(p, dt) + mi_ebb_ld(e->g, b, d);
+        tpu_ku_store_f64(p, dt, f64 ? s : (double)(float)s);
+      }
+      continue;
+    }
+    for (int64_t k = 0; k < e->N; ++k) {
+      const int64_t r = mi_eb_i(e->ix, k), b = mi_ebb_bag(e, k);
+      if (r == e->pad || b < 0) continue;
+      double v = mi_ebb_ld(e->g, b, d);
+      if (e->psw) v = f64 ? v * mi_ebb_ld(e->psw, k, 0) : (double)((float)v * (float)mi_ebb_ld(e->psw, k, 0));
+      if (e->mode == 1) {
+        const int64_t n = mi_eb_i(e->bs, b);
+        if (n > 0) v = f64 ? v / (double)n : (double)((float)v / (float)n);
+      }
+      if (e->freq) {
+        int64_t c = 0;
+        for (int64_t q = 0; q < e->N; ++q) c += mi_eb_i(e->ix, q) == r;
+        v = f64 ? v / (double)c : (double)((float)v / (float)c);
+      }
+      char* p = (char*)o->data + (r * o->strides[0] + d * o->strides[1]) * es;
+      const double s = tpu_ku_load_f64(p, dt) + v;
+      tpu_ku_store_f64(p, dt, f64 ? s : (double)(float)s);
+    }
+  }
+}
+
+static tpu_status_t mi_ebb_setup(const tpu_k_call_t* call, mi_ebb_t* e) {
+  memset(e, 0, sizeof(*e));
+  e->psw_bwd = strstr(call->op, "per_sample_weights") != NULL;
+  e->g = tpu_ku_tensor(call, 0);
+  if (e->psw_bwd) {
+    e->w = tpu_ku_tensor(call, 1);
+    e->ix = tpu_ku_tensor(call, 2);
+    e->off = tpu_ku_tensor(call, 3);
+    e->mode = (int)tpu_ku_int(call, 5, 0);
+    e->pad = tpu_ku_int(call, 6, -1);
+    if (!e->w) return TPU_KU_INVALID(call, "expected weight");
+    if (e->mode != 0) return TPU_KU_INVALID(call, "per_sample_weights are only supported for mode sum");
+  } else {
+    e->ix = tpu_ku_tensor(call, 1);
+    e->off = tpu_ku_tensor(call, 2);
+    e->bs = tpu_ku_tensor(call, 4);
+    e->mx = tpu_ku_tensor(call, 5);
+    e->V = tpu_ku_int(call, 6, 0);
+    e->freq = !tpu_ku_is_none(call, 7) && call->args[7].v.b;
+    e->mode = (int)tpu_ku_int(call, 8, 0);
+    if (!tpu_ku_is_none(call, 9) && call->args[9].v.b)
+      return TPU_ERROR(TPU_STATUS_UNIMPLEMENTED, "%s: sparse gradients are not supported on tpu", call->op);
+    e->psw = tpu_ku_is_none(call, 10) ? NULL : tpu_ku_tensor(call, 10);
+    e->pad = tpu_ku_int(call, 11, -1);
+    if (!e->bs || !e->mx) return TPU_KU_INVALID(call, "expected bag_size and maximum_indices");
+  }
+  if (!e->g || !e->ix || !e->off || call->num_outputs < 1) return TPU_KU_INVALID(call, "expected tensor arguments");
+  e->out = &call->outputs[0];
+  const tpu_tensor_t *g = e->g, *o = e->out;
+  if (g->ndim != 2 || e->ix->ndim != 1 || e->off->ndim != 1)
+    return TPU_KU_INVALID(call, "expected a 2-D grad and 1-D indices and offsets");
+  if (!tpu_dtype_is_floating((tpu_dtype_t)g->dtype) || o->dtype != g->dtype)
+    return tpu_ku_unsupported_dtype(call, g->dtype);
+  if ((e->ix->dtype != TPU_DTYPE_I64 && e->ix->dtype != TPU_DTYPE_I32) || e->off->dtype != e->ix->dtype)
+    return tpu_ku_unsupported_dtype(call, e->ix->dtype);
+  e->N = e->ix->sizes[0];
+  e->B = g->sizes[0];
+  e->D = g->sizes[1];
+  if (e->psw_bwd) {
+    e->V = e->w->sizes[0];
+    if (e->w->ndim != 2 || e->w->sizes[1] != e->D || e->w->dtype != g->dtype || o->ndim != 1 || o->sizes[0] != e->N)
+      return TPU_KU_INVALID(call, "weight must be [V, %lld] and the output [%lld]", (long long)e->D, (long long)e->N);
+  } else {
+    if (o->ndim != 2 || o->sizes[0] != e->V || o->sizes[1] != e->D)
+      return TPU_KU_INVALID(call, "grad_weight must be [%lld, %lld]", (long long)e->V, (long long)e->D);
+    if (e->bs->ndim != 1 || e->bs->sizes[0] < e->B || (e->bs->dtype != TPU_DTYPE_I64 && e->bs->dtype != TPU_DTYPE_I32))
+      return TPU_KU_INVALID(call, "bag_size must hold one integer per bag");
+    if (e->mode == 2 && (e->mx->ndim != 2 || e->mx->sizes[0] < e->B || e->mx->sizes[1] != e->D))
+      return TPU_KU_INVALID(call, "maximum_indices must be [%lld, %lld] for mode max", (long long)e->B,
+                            (long long)e->D);
+    if (e->psw && (e->psw->ndim != 1 || e->psw->sizes[0] != e->N || e->psw->dtype != g->dtype))
+      return TPU_KU_INVALID(call, "per_sample_weights must be [%lld] of grad's dtype", (long long)e->N);
+  }
+  if (e->pad < 0 && e->pad != -1) e->pad += e->V;
+  return TPU_OK;
+}
+
+static tpu_status_t mi_ebb_check(const tpu_k_call_t* call) {
+  mi_ebb_t e;
+  return mi_ebb_setup(call, &e);
+}
+
+static tpu_status_t mi_ebb_run(const tpu_k_call_t* call) {
+  mi_ebb_t e;
+  TPU_RETURN_IF_ERROR(mi_ebb_setup(call, &e));
+  for (int64_t k = 0; k < e.N; ++k) {
+    const int64_t r = mi_eb_i(e.ix, k);
+    if (r < 0 || r >= e.V)
+      return TPU_KU_INVALID(call, "index %lld is out of range for %lld embeddings", (long long)r, (long long)e.V);
+  }
+  if (tpu_tensor_numel(e.out) == 0) return TPU_OK;
+  if (e.psw_bwd) tpu_parallel_for(call->pool, e.N, 1 + 4096 / (e.D + 1), mi_ebb_par, &e);
+  else tpu_parallel_for(call->pool, e.D, 1, mi_ebb_par, &e);
+  return TPU_OK;
+}
+
 const tpu_k_entry_t tpu_k_misc_entries[] = {
     {"aten::histc", mi_histc_run, mi_histc_check, 0, NULL},
     {"aten::segment_reduce", mi_seg_run, mi_seg_check, 0, NULL},
@@ -1180,6 +1345,9 @@ const tpu_k_entry_t tpu_k_misc_entries[] = {
     {"aten::_embedding_bag.out", mi_eb_run, mi_eb_check, 0, NULL},
     {"aten::_embedding_bag_forward_only", mi_eb_run, mi_eb_check, 0, NULL},
     {"aten::_embedding_bag_forward_only.out", mi_eb_run, mi_eb_check, 0, NULL},
+    {"aten::_embedding_bag_backward", mi_ebb_run, mi_ebb_check, 0, NULL},
+    {"aten::_embedding_bag_per_sample_weights_backward", mi_ebb_run, mi_ebb_check, 0, NULL},
+    {"aten::_embedding_bag_per_sample_weights_backward.out", mi_ebb_run, mi_ebb_check, 0, NULL},
     {"aten::segment_reduce.out", mi_seg_run, mi_seg_check, 0, NULL},
     {"aten::_segment_reduce_backward", mi_segb_run, mi_segb_check, 0, NULL},
     {"aten::_segment_reduce_backward.out", mi_segb_run, mi_segb_check, 0, NULL},
