@@ -429,3 +429,35 @@ def test_embedding_bag_errors():
             f("cpu")
         with pytest.raises(ValueError, match="out of range|offsets must start at 0"):
             f("tpu").cpu()
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
+@pytest.mark.parametrize("mode", ["sum", "mean", "max"])
+def test_embedding_bag_grad(mode, dtype):
+    """Gradients of weight (padding rows, an empty bag, frequency scaling) and
+    of per_sample_weights, through _embedding_bag_backward and
+    _embedding_bag_per_sample_weights_backward on tpu."""
+    torch_tpu.reset_fallback_report()
+    F = torch.nn.functional
+    g = torch.Generator().manual_seed(8)
+    for pad in (None, 3):
+        for freq in ([False, True] if mode != "max" else [False]):
+            for psw in ([False, True] if mode == "sum" else [False]):
+                w = torch.randn(12, 4, generator=g, dtype=dtype)
+                ii = torch.randint(0, 12, (15,), generator=g)
+                off = torch.tensor([0, 3, 3, 9, 11])
+                pw = torch.rand(15, generator=g, dtype=dtype) if psw else None
+                gw = torch.randn(5, 4, generator=g, dtype=dtype)
+                leaves_c = [w.clone().requires_grad_()] + ([pw.clone().requires_grad_()] if psw else [])
+                leaves_t = [_t(w).requires_grad_()] + ([_t(pw).requires_grad_()] if psw else [])
+                kw = dict(mode=mode, padding_idx=pad, scale_grad_by_freq=freq)
+                y = F.embedding_bag(ii, leaves_c[0], off, per_sample_weights=leaves_c[1] if psw else None, **kw)
+                yt = F.embedding_bag(_t(ii), leaves_t[0], _t(off), per_sample_weights=leaves_t[1] if psw else None,
+                                     **kw)
+                want = torch.autograd.grad((y * gw).sum(), leaves_c)
+                got = torch.autograd.grad((yt * _t(gw)).sum(), leaves_t)
+                torch.testing.assert_close(yt.detach().cpu(), y.detach())
+                for a, b in zip(got, want):
+                    torch.testing.assert_close(a.cpu(), b)
+    assert_no_fallback("_embedding_bag", "_embedding_bag_backward", "_embedding_bag_per_sample_weights_backward",
+                       "_embedding_bag_dense_backward")
