@@ -52,18 +52,19 @@ def test_out_of_memory_is_recoverable():
 
 def test_fallback_is_counted_and_can_be_forbidden(monkeypatch):
     torch_tpu.reset_fallback_report()
-    x = torch.rand(16, device="tpu") + 0.5
-    # bessel_j0 has no native kernel: it runs on the CPU and is counted.
-    y = torch.special.bessel_j0(x)
-    torch.testing.assert_close(y.cpu(), torch.special.bessel_j0(x.cpu()))
+    x = torch.rand(1, 2, 3, 3, 3, device="tpu")
+    grid = torch.rand(1, 2, 2, 2, 3, device="tpu") * 2 - 1
+    sample = torch.nn.functional.grid_sample
+    # 3-D grid sampling (aten::grid_sampler_3d) has no native kernel: it runs on the CPU and is counted.
+    y = sample(x, grid, align_corners=False)
+    torch.testing.assert_close(y.cpu(), sample(x.cpu(), grid.cpu(), align_corners=False))
     assert y.device.type == "tpu"
-    assert torch_tpu.fallback_report().get("aten::special_bessel_j0.out", 0) + torch_tpu.fallback_report().get(
-        "aten::special_bessel_j0", 0) == 1
+    assert torch_tpu.fallback_report().get("aten::grid_sampler_3d", 0) == 1
     monkeypatch.setenv("TORCH_TPU_FALLBACK", "error")
-    with pytest.raises(NotImplementedError, match="bessel_j0"):
-        torch.special.bessel_j0(x)
+    with pytest.raises(NotImplementedError, match="grid_sampler_3d"):
+        sample(x, grid, align_corners=False)
     monkeypatch.delenv("TORCH_TPU_FALLBACK")
-    assert torch.special.bessel_j0(x).device.type == "tpu"  # process still usable
+    assert sample(x, grid, align_corners=False).device.type == "tpu"  # process still usable
 
 
 def test_two_virtual_chips_and_peer_copies():

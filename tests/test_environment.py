@@ -49,15 +49,21 @@ def test_bad_variable_is_the_first_line(var, value, expected):
 
 
 def test_no_kernel_error_names_dtypes(monkeypatch):
-    x = torch.rand(4, device="tpu") + 0.5
+    x = torch.rand(1, 1, 2, 2, 2, device="tpu")
+    grid = torch.zeros(1, 1, 1, 2, 3, device="tpu")
+
+    def sample():  # aten::grid_sampler_3d has no native kernel
+        return torch.nn.functional.grid_sample(x, grid, align_corners=True)
+
     monkeypatch.setenv("TORCH_TPU_FALLBACK", "error")
-    with pytest.raises(NotImplementedError, match=r"aten::special_bessel_j0\S* \(tensor arguments: float32.*\) has no native"):
-        torch.special.bessel_j0(x)
+    with pytest.raises(NotImplementedError,
+                       match=r"aten::grid_sampler_3d\S* \(tensor arguments: float32, float32.*\) has no native"):
+        sample()
     monkeypatch.setenv("TORCH_TPU_FALLBACK", "sometimes")  # changed after import: named at the next fallback
     with pytest.raises(ValueError, match="invalid value for TORCH_TPU_FALLBACK: 'sometimes'"):
-        torch.special.bessel_j0(x)
+        sample()
     monkeypatch.delenv("TORCH_TPU_FALLBACK")
-    assert torch.special.bessel_j0(x).device.type == "tpu"  # and falls back again once allowed
+    assert sample().device.type == "tpu"  # and falls back again once allowed
 
 
 _EXIT_UNDER_LOAD = """

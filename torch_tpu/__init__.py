@@ -97,6 +97,9 @@ from . import _attention  # noqa: E402
 from . import _linalg_meta  # noqa: E402  (a meta function for aten::geqrf)
 
 _attention.install()  # aten::_scaled_dot_product_flash/cudnn_attention(_backward) on the fused kernels
+from . import _meta  # noqa: E402
+
+_meta.install()  # Meta kernels for the ATen ops PyTorch has none for (_logcumsumexp)
 
 
 def fallback_report():

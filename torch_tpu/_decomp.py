@@ -215,9 +215,10 @@ _DECLINE.update({
     for name in ("aten::lgamma", "aten::digamma", "aten::polygamma", "aten::erfc", "aten::special_erfcx",
                  "aten::cosh", "aten::sinh", "aten::i0", "aten::special_i0e", "aten::special_i1",
                  "aten::special_i1e", "aten::igamma", "aten::igammac", "aten::special_zeta",
-                 "aten::special_ndtri", "aten::frexp", "aten::special_spherical_bessel_j0")
+                 "aten::special_ndtri", "aten::frexp", "aten::special_spherical_bessel_j0",
+                 "aten::special_bessel_j0", "aten::special_bessel_j1")
 })
-# (igamma/igammac of integers, zeta, ndtri and spherical_bessel_j0 in float16/bfloat16,
+# (igamma/igammac of integers, zeta, ndtri, spherical_bessel_j0 and bessel_j0/j1 in float16/bfloat16,
 # frexp's out= dtypes: the references accept all of them.)
 # max_pool2d's backward in bfloat16/float16: where windows overlap, the CPU rounds
 # each partial sum of gradients to the dtype; the decomposition's result is one

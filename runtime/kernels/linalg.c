@@ -1,5 +1,5 @@
 /* linalg.c - kernel family "linalg" (see tpu/kernels.h for the ABI): mm, bmm,
- * addmm, baddbmm, addmv, mv, dot.
+ * addmm, baddbmm, addbmm, addmv, mv, dot.
  *
  * float32/f16/bf16: packed, cache-blocked GEMM (MRxNR register tiles,
  * KCxNC B panels, MCxKC A blocks, all on the stack), inputs converted to f32
@@ -431,9 +431,11 @@ static void la_gemv_par(void* ctx, int64_t begin, int64_t end) {
   for (int64_t t = begin; t < end; ++t) la_gemv_task((const la_gemm_t*)ctx, t);
 }
 
-/* ---- plain loops: small float problems, f64, integers ------------------------ */
+/* ---- plain loops: small float problems, f64, integers ------------------------
+ * Floating products accumulate with fused multiply-adds along K, as the CPU's
+ * BLAS does (addbmm's per-batch sums then equal the CPU's to the bit). */
 
-static void la_naive_row(const la_gemm_t* g, int64_t row) {
+static inline __attribute__((always_inline)) void la_naive_row(const la_gemm_t* g, int64_t row) {
   int64_t bi = row / g->M, m = row % g->M;
   int cls = g->c.dt;
   for (int64_t n = 0; n < g->N; ++n) {
@@ -441,15 +443,14 @@ static void la_naive_row(const la_gemm_t* g, int64_t row) {
     if (cls == TPU_DTYPE_F64) {
       double s = 0.0;
       for (int64_t k = 0; k < g->K; ++k)
-        s += tpu_ku_load_f64(la_at(&g->a, bi, m, k), g->a.dt) *
-             tpu_ku_load_f64(la_at(&g->b, bi, k, n), g->b.dt);
+        s = fma(tpu_ku_load_f64(la_at(&g->a, bi, m, k), g->a.dt), tpu_ku_load_f64(la_at(&g->b, bi, k, n), g->b.dt), s);
       double v = g->alpha * s;
       if (g->bias.p) v += g->beta * tpu_ku_load_f64(la_at(&g->bias, bi, m, n), g->bias.dt);
       *(double*)cp = v;
     } else if (tpu_dtype_is_floating((tpu_dtype_t)cls)) {
       float s = 0.0f;
       for (int64_t k = 0; k < g->K; ++k)
-        s += la_ldf(la_at(&g->a, bi, m, k), g->a.dt) * la_ldf(la_at(&g->b, bi, k, n), g->b.dt);
+        s = fmaf(la_ldf(la_at(&g->a, bi, m, k), g->a.dt), la_ldf(la_at(&g->b, bi, k, n), g->b.dt), s);
       float v = (float)g->alpha * s;
       if (g->bias.p) v += la_bias_f(g, bi, m, n);
       la_stf(cp, cls, v);
@@ -470,6 +471,13 @@ static void la_naive_par(void* ctx, int64_t begin, int64_t end) {
   for (int64_t r = begin; r < end; ++r) la_naive_row((const la_gemm_t*)ctx, r);
 }
 
+#if LA_X86
+/* the same loops with fma()/fmaf() as instructions (CPUs with FMA: g->avx2) */
+__attribute__((target("fma"))) static void la_naive_par_fma(void* ctx, int64_t begin, int64_t end) {
+  for (int64_t r = begin; r < end; ++r) la_naive_row((const la_gemm_t*)ctx, r);
+}
+#endif
+
 /* ---- driver --------------------------------------------------------------------- */
 
 static void la_gemm_run(la_gemm_t* g, tpu_threadpool_t* pool) {
@@ -481,6 +489,12 @@ static void la_gemm_run(la_gemm_t* g, tpu_threadpool_t* pool) {
   if (!fl || g->K == 0 || flops <= 4096.0) {
     int64_t rows = g->batch * g->M;
     int64_t grain = (int64_t)(1 + 32768.0 / ((double)g->N * (double)(g->K + 1)));
+#if LA_X86
+    if (la_use_avx2()) {
+      tpu_parallel_for(pool, rows, grain, la_naive_par_fma, g);
+      return;
+    }
+#endif
     tpu_parallel_for(pool, rows, grain, la_naive_par, g);
     return;
   }
@@ -958,6 +972,98 @@ static tpu_status_t la_dot_run(const tpu_k_call_t* call) {
   return TPU_OK;
 }
 
+/* addbmm(self, batch1, batch2, beta, alpha): beta * self + alpha * sum_b
+ * batch1[b] @ batch2[b], as the CPU computes it: one addmm per batch into the
+ * output (the first with self and beta, the rest accumulating with beta 1), so
+ * float16/bfloat16 round to the dtype after every batch as there. No batches:
+ * beta * self, or zeros when beta is 0. */
+static tpu_status_t la_addbmm_check(const tpu_k_call_t* call) {
+  const tpu_tensor_t* self = tpu_ku_tensor(call, 0);
+  const tpu_tensor_t* a = tpu_ku_tensor(call, 1);
+  const tpu_tensor_t* b = tpu_ku_tensor(call, 2);
+  if (!self || !a || !b || call->num_outputs < 1) return TPU_KU_INVALID(call, "expected tensor arguments");
+  const tpu_tensor_t* c = &call->outputs[0];
+  if (a->ndim != 3) return TPU_KU_INVALID(call, "batch1 must be a 3D tensor (got %d-D)", (int)a->ndim);
+  if (b->ndim != 3) return TPU_KU_INVALID(call, "batch2 must be a 3D tensor (got %d-D)", (int)b->ndim);
+  if (a->sizes[0] != b->sizes[0])
+    return TPU_KU_INVALID(call, "batch1 and batch2 must have same number of batches, got %lld and %lld",
+                          (long long)a->sizes[0], (long long)b->sizes[0]);
+  if (a->sizes[2] != b->sizes[1])
+    return TPU_KU_INVALID(call, "Incompatible matrix sizes for bmm (%lldx%lld and %lldx%lld)", (long long)a->sizes[1],
+                          (long long)a->sizes[2], (long long)b->sizes[1], (long long)b->sizes[2]);
+  const int64_t shape[2] = {a->sizes[1], b->sizes[2]};
+  if (!la_broadcasts(self, shape, 2))
+    return TPU_KU_INVALID(call, "self (%d-D) is not broadcastable to the result [%lld, %lld]", (int)self->ndim,
+                          (long long)shape[0], (long long)shape[1]);
+  if (c->ndim != 2 || c->sizes[0] != shape[0] || c->sizes[1] != shape[1])
+    return TPU_KU_INVALID(call, "out must be [%lld, %lld] (got %d-D)", (long long)shape[0], (long long)shape[1],
+                          (int)c->ndim);
+  if (!la_dtype_ok(a->dtype)) return tpu_ku_unsupported_dtype(call, a->dtype);
+  if (a->dtype != b->dtype)
+    return TPU_KU_INVALID(call, "mat1 and mat2 must have the same dtype, but got %s and %s",
+                          tpu_dtype_name((tpu_dtype_t)a->dtype), tpu_dtype_name((tpu_dtype_t)b->dtype));
+  if (self->dtype != b->dtype || c->dtype != b->dtype)
+    return TPU_KU_INVALID(call, "self and mat2 must have the same dtype, but got %s and %s",
+                          tpu_dtype_name((tpu_dtype_t)(self->dtype != b->dtype ? self->dtype : c->dtype)),
+                          tpu_dtype_name((tpu_dtype_t)b->dtype));
+  return TPU_OK;
+}
+
+static tpu_status_t la_addbmm_run(const tpu_k_call_t* call) {
+  TPU_RETURN_IF_ERROR(la_addbmm_check(call));
+  const tpu_tensor_t* self = tpu_ku_tensor(call, 0);
+  const tpu_tensor_t* a = tpu_ku_tensor(call, 1);
+  const tpu_tensor_t* b = tpu_ku_tensor(call, 2);
+  const tpu_tensor_t* c = &call->outputs[0];
+  if (tpu_tensor_numel(c) == 0) return TPU_OK;
+  const int64_t nb = a->sizes[0];
+  la_gemm_t g;
+  memset(&g, 0, sizeof(g));
+  g.batch = 1;
+  g.M = a->sizes[1];
+  g.K = nb == 0 ? 0 : a->sizes[2];
+  g.N = b->sizes[2];
+  g.c = la_mat(c, g.M, g.N);
+  const double beta = tpu_ku_double(call, 3, 1.0), alpha = tpu_ku_double(call, 4, 1.0);
+  const int64_t beta_i = tpu_ku_int(call, 3, 1), alpha_i = tpu_ku_int(call, 4, 1);
+  for (int64_t i = 0; i < (nb == 0 ? 1 : nb); ++i) {
+    la_gemm_t s = g;
+    if (nb > 0) {
+      tpu_tensor_t ai = *a, bi = *b; /* batch i as a 2-D matrix */
+      ai.data = (char*)a->data + i * a->strides[0] * (int64_t)tpu_dtype_size((tpu_dtype_t)a->dtype);
+      bi.data = (char*)b->data + i * b->strides[0] * (int64_t)tpu_dtype_size((tpu_dtype_t)b->dtype);
+      ai.ndim = bi.ndim = 2;
+      ai.sizes[0] = a->sizes[1]; ai.sizes[1] = a->sizes[2];
+      ai.strides[0] = a->strides[1]; ai.strides[1] = a->strides[2];
+      bi.sizes[0] = b->sizes[1]; bi.sizes[1] = b->sizes[2];
+      bi.strides[0] = b->strides[1]; bi.strides[1] = b->strides[2];
+      s.a = la_mat(&ai, g.M, g.K);
+      s.b = la_mat(&bi, g.K, g.N);
+      s.alpha = alpha;
+      s.alpha_i = alpha_i;
+    } else { /* no products: alpha does not enter (0 * inf would be NaN) */
+      s.a = s.b = g.c;
+    }
+    if (i == 0) {
+      s.beta = beta;
+      s.beta_i = beta_i;
+      if (beta != 0.0 || beta_i != 0) s.bias = la_bias(self, 2);
+    } else { /* accumulate onto the output */
+      s.beta = 1.0;
+      s.beta_i = 1;
+      s.bias = g.c;
+    }
+#if LA_BF16DP
+    uint16_t* rounded = la_round_operands(call, &s);
+#endif
+    la_gemm_run(&s, call->pool);
+#if LA_BF16DP
+    free(rounded);
+#endif
+  }
+  return TPU_OK;
+}
+
 const tpu_k_entry_t tpu_k_linalg_entries[] = {
     {"aten::mm", la_run, la_check, TPU_K_FLAG_MATMUL, NULL},
     {"aten::mm.out", la_run, la_check, TPU_K_FLAG_MATMUL, NULL},
@@ -974,6 +1080,9 @@ const tpu_k_entry_t tpu_k_linalg_entries[] = {
     {"aten::addmv_", la_run, la_check, TPU_K_FLAG_MATMUL, NULL},
     {"aten::mv", la_run, la_check, TPU_K_FLAG_MATMUL, NULL},
     {"aten::mv.out", la_run, la_check, TPU_K_FLAG_MATMUL, NULL},
+    {"aten::addbmm", la_addbmm_run, la_addbmm_check, TPU_K_FLAG_MATMUL, NULL},
+    {"aten::addbmm.out", la_addbmm_run, la_addbmm_check, TPU_K_FLAG_MATMUL, NULL},
+    {"aten::addbmm_", la_addbmm_run, la_addbmm_check, TPU_K_FLAG_MATMUL, NULL},
     {"aten::dot", la_dot_run, la_dot_check, 0, NULL},
     {"aten::dot.out", la_dot_run, la_dot_check, 0, NULL},
 };

@@ -4,7 +4,9 @@
  *   aten::avg_pool2d(.out), aten::avg_pool2d_backward(.grad_input),
  *   aten::avg_pool3d(.out), aten::avg_pool3d_backward(.grad_input),
  *   aten::max_pool2d_with_indices(.out) (values and int64 indices, a flat
- *   index into H*W per plane), aten::max_pool2d_with_indices_backward(.grad_input).
+ *   index into H*W per plane), aten::max_pool2d_with_indices_backward(.grad_input),
+ *   aten::_adaptive_avg_pool3d(.out), aten::_adaptive_avg_pool2d_backward(.out),
+ *   aten::_adaptive_avg_pool3d_backward(.out).
  *
  * Results follow PyTorch's CPU kernels: window bounds, divisors
  * (count_include_pad, divisor_override), sums in window order, accumulated in
@@ -468,8 +470,148 @@ static tpu_status_t pl_maxb_run(const tpu_k_call_t* call) {
   return TPU_OK;
 }
 
+/* ---- adaptive average pooling -----------------------------------------------
+ * _adaptive_avg_pool3d(self, output_size) and the backward of the 2-d and 3-d
+ * ones (grad_output, self), as the CPU: output o of n over an input of size L
+ * averages [floor(o L / n), ceil((o + 1) L / n)); the forward sums its window
+ * in (d, h, w) order and divides by kd, kh, kw in turn; the backward gives
+ * each input the sum of grad / kd / kh / kw of the outputs covering it, in
+ * output order; every step in the dtype's own arithmetic (float16/bfloat16:
+ * float, rounded to the dtype each time). Floating dtypes only (the CPU has
+ * no other). */
+typedef struct {
+  int nsp;
+  bool bwd;
+  pl_t x, y; /* forward: input, output; backward: grad_input, grad_output */
+} pl_ad_t;
+
+static inline int64_t pl_ad_start(int64_t o, int64_t in, int64_t n) { return (o * in) / n; }
+static inline int64_t pl_ad_end(int64_t o, int64_t in, int64_t n) { return ((o + 1) * in + n - 1) / n; }
+
+static double pl_ad_round(int dt, double v) {
+  switch (dt) {
+    case TPU_DTYPE_F32: return (double)(float)v;
+    case TPU_DTYPE_BF16: return tpu_ku_bf16_to_f32(tpu_ku_f32_to_bf16((float)v));
+    case TPU_DTYPE_F16: return tpu_ku_f16_to_f32(tpu_ku_f32_to_f16((float)v));
+    default: return v;
+  }
+}
+
+/* v / kd / kh / kw, each step in the dtype's arithmetic (float, rounded) */
+static double pl_ad_div(int dt, double v, int64_t kd, int64_t kh, int64_t kw) {
+  if (dt == TPU_DTYPE_F64) return v / (double)kd / (double)kh / (double)kw;
+  v = pl_ad_round(dt, (float)v / (float)kd);
+  v = pl_ad_round(dt, (float)v / (float)kh);
+  return pl_ad_round(dt, (float)v / (float)kw);
+}
+
+static void pl_ad_planes(void* ctx, int64_t begin, int64_t end) {
+  const pl_ad_t* a = (const pl_ad_t*)ctx;
+  const pl_t *X = &a->x, *Y = &a->y; /* X: the larger (input) side */
+  const int dt = X->dt;
+  const bool f64 = dt == TPU_DTYPE_F64;
+  for (int64_t p = begin; p < end; ++p) {
+    char *xp = pl_plane(X, p), *yp = pl_plane(Y, p);
+    if (!a->bwd) {
+      for (int64_t od = 0; od < Y->D; ++od)
+        for (int64_t oh = 0; oh < Y->H; ++oh)
+          for (int64_t ow = 0; ow < Y->W; ++ow) {
+            const int64_t d0 = pl_ad_start(od, X->D, Y->D), d1 = pl_ad_end(od, X->D, Y->D);
+            const int64_t h0 = pl_ad_start(oh, X->H, Y->H), h1 = pl_ad_end(oh, X->H, Y->H);
+            const int64_t w0 = pl_ad_start(ow, X->W, Y->W), w1 = pl_ad_end(ow, X->W, Y->W);
+            double s = 0.0;
+            for (int64_t d = d0; d < d1; ++d)
+              for (int64_t h = h0; h < h1; ++h)
+                for (int64_t w = w0; w < w1; ++w) {
+                  const double v = tpu_ku_load_f64(xp + (d * X->sd + h * X->sh + w * X->sw) * X->es, dt);
+                  s = f64 ? s + v : pl_ad_round(dt, (float)s + (float)v);
+                }
+            const double r = pl_ad_div(dt, s, d1 - d0, h1 - h0, w1 - w0);
+            tpu_ku_store_f64(yp + (od * Y->sd + oh * Y->sh + ow * Y->sw) * Y->es, dt, r);
+          }
+      continue;
+    }
+    for (int64_t d = 0; d < X->D; ++d)
+      for (int64_t h = 0; h < X->H; ++h)
+        for (int64_t w = 0; w < X->W; ++w) {
+          double s = 0.0;
+          /* the outputs whose windows hold (d, h, w), in output order */
+          for (int64_t od = (d * Y->D) / X->D; od < Y->D && pl_ad_start(od, X->D, Y->D) <= d; ++od) {
+            const int64_t d0 = pl_ad_start(od, X->D, Y->D), d1 = pl_ad_end(od, X->D, Y->D);
+            if (d >= d1) continue;
+            for (int64_t oh = (h * Y->H) / X->H; oh < Y->H && pl_ad_start(oh, X->H, Y->H) <= h; ++oh) {
+              const int64_t h0 = pl_ad_start(oh, X->H, Y->H), h1 = pl_ad_end(oh, X->H, Y->H);
+              if (h >= h1) continue;
+              for (int64_t ow = (w * Y->W) / X->W; ow < Y->W && pl_ad_start(ow, X->W, Y->W) <= w; ++ow) {
+                const int64_t w0 = pl_ad_start(ow, X->W, Y->W), w1 = pl_ad_end(ow, X->W, Y->W);
+                if (w >= w1) continue;
+                const double g = tpu_ku_load_f64(yp + (od * Y->sd + oh * Y->sh + ow * Y->sw) * Y->es, dt);
+                const double delta = pl_ad_div(dt, g, d1 - d0, h1 - h0, w1 - w0);
+                s = f64 ? s + delta : pl_ad_round(dt, (float)s + (float)delta);
+              }
+            }
+          }
+          tpu_ku_store_f64(xp + (d * X->sd + h * X->sh + w * X->sw) * X->es, dt, s);
+        }
+  }
+}
+
+static tpu_status_t pl_ad_setup(const tpu_k_call_t* call, pl_ad_t* a) {
+  memset(a, 0, sizeof(*a));
+  a->nsp = strstr(call->op, "pool3d") ? 3 : 2;
+  a->bwd = strstr(call->op, "_backward") != NULL;
+  const tpu_tensor_t* in = tpu_ku_tensor(call, a->bwd ? 1 : 0);
+  const tpu_tensor_t* g = a->bwd ? tpu_ku_tensor(call, 0) : NULL;
+  if (!in || (a->bwd && !g) || call->num_outputs < 1) return TPU_KU_INVALID(call, "expected tensor arguments");
+  const tpu_tensor_t* o = &call->outputs[0];
+  const tpu_tensor_t* small = a->bwd ? g : o; /* the pooled side */
+  const tpu_tensor_t* big = a->bwd ? o : in;
+  TPU_RETURN_IF_ERROR(pl_rank(call, in, a->nsp, "self"));
+  TPU_RETURN_IF_ERROR(pl_rank(call, small, a->nsp, a->bwd ? "grad_output" : "out"));
+  TPU_RETURN_IF_ERROR(pl_rank(call, big, a->nsp, a->bwd ? "grad_input" : "self"));
+  if (!pl_float(in->dtype)) return tpu_ku_unsupported_dtype(call, in->dtype);
+  if (small->dtype != in->dtype || big->dtype != in->dtype)
+    return TPU_KU_INVALID(call, "expected %s for every tensor, got %s", tpu_dtype_name((tpu_dtype_t)in->dtype),
+                          tpu_dtype_name((tpu_dtype_t)(small->dtype != in->dtype ? small->dtype : big->dtype)));
+  if (small->ndim != in->ndim || big->ndim != in->ndim)
+    return TPU_KU_INVALID(call, "expected tensors of self's rank %d", (int)in->ndim);
+  for (int d = 0; d < in->ndim; ++d) {
+    const bool spatial = d >= in->ndim - a->nsp;
+    if (big->sizes[d] != in->sizes[d] || (!spatial && small->sizes[d] != in->sizes[d]))
+      return TPU_KU_INVALID(call, "size mismatch at dim %d: %lld, %lld and self's %lld", d,
+                            (long long)small->sizes[d], (long long)big->sizes[d], (long long)in->sizes[d]);
+    if (spatial && small->sizes[d] == 0 && in->sizes[d] != 0)
+      return TPU_KU_INVALID(call, "output size 0 at dim %d for a non-empty input", d);
+  }
+  pl_view(big, a->nsp, &a->x);
+  pl_view(small, a->nsp, &a->y);
+  return TPU_OK;
+}
+
+static tpu_status_t pl_ad_check(const tpu_k_call_t* call) {
+  pl_ad_t a;
+  return pl_ad_setup(call, &a);
+}
+
+static tpu_status_t pl_ad_run(const tpu_k_call_t* call) {
+  pl_ad_t a;
+  TPU_RETURN_IF_ERROR(pl_ad_setup(call, &a));
+  const tpu_tensor_t* big = &call->outputs[0];
+  if (tpu_tensor_numel(big) == 0 || tpu_tensor_numel(a.bwd ? tpu_ku_tensor(call, 1) : tpu_ku_tensor(call, 0)) == 0)
+    return TPU_OK;
+  const int64_t planes = tpu_tensor_numel(a.bwd ? big : tpu_ku_tensor(call, 0)) / (a.x.D * a.x.H * a.x.W);
+  tpu_parallel_for(call->pool, planes, 1 + 4096 / (a.x.D * a.x.H * a.x.W + 1), pl_ad_planes, &a);
+  return TPU_OK;
+}
+
 const tpu_k_entry_t tpu_k_pool_entries[] = {
     {"aten::avg_pool2d", pl_avg_run, pl_avg_check, 0, NULL},
+    {"aten::_adaptive_avg_pool3d", pl_ad_run, pl_ad_check, 0, NULL},
+    {"aten::_adaptive_avg_pool3d.out", pl_ad_run, pl_ad_check, 0, NULL},
+    {"aten::_adaptive_avg_pool2d_backward", pl_ad_run, pl_ad_check, 0, NULL},
+    {"aten::_adaptive_avg_pool2d_backward.out", pl_ad_run, pl_ad_check, 0, NULL},
+    {"aten::_adaptive_avg_pool3d_backward", pl_ad_run, pl_ad_check, 0, NULL},
+    {"aten::_adaptive_avg_pool3d_backward.out", pl_ad_run, pl_ad_check, 0, NULL},
     {"aten::avg_pool2d.out", pl_avg_run, pl_avg_check, 0, NULL},
     {"aten::avg_pool2d_backward", pl_avgb_run, pl_avgb_check, 0, NULL},
     {"aten::avg_pool2d_backward.grad_input", pl_avgb_run, pl_avgb_check, 0, NULL},

@@ -1,6 +1,6 @@
 /* reduce.c - kernel family "reduce" (see tpu/kernels.h for the ABI):
  * sum/mean/prod/amax/amin/max/min/argmax/argmin/any/all/var/std/var_mean/
- * linalg_vector_norm/logsumexp, median/nanmedian/kthvalue/mode, cumsum/cumprod/cummax/cummin,
+ * linalg_vector_norm/logsumexp, median/nanmedian/kthvalue/mode, cumsum/cumprod/cummax/cummin/logcumsumexp,
  * softmax/log_softmax and their backward, layer norm (+ backward), fused RMS norm.
  *
  * A "plan" splits the input's dims into outer (kept) and reduced dims and
@@ -1312,10 +1312,20 @@ static bool rd_same_shape(const tpu_tensor_t* a, const tpu_tensor_t* b) {
 }
 
 typedef struct {
-  bool prod, ints;
+  bool prod, ints, lse; /* lse: _logcumsumexp */
   int in_dt, out_dt;
   const rd_plan_t* pl;
 } rd_scan_t;
+
+/* log(e^x + e^acc) as the CPU's logcumsumexp steps: NaN in either stays NaN,
+ * equal infinities give x, else max + log1p(exp(min - max)); in double for
+ * float32/float64, in float for float16/bfloat16 (the CPU's accumulation types). */
+static double rd_log_add_exp(double x, double acc, bool half) {
+  const double lo = acc != acc ? acc : (acc < x ? acc : x), hi = acc != acc ? acc : (x < acc ? acc : x);
+  if (lo == hi && !isfinite(lo)) return x;
+  if (half) return (double)(log1pf(expf((float)lo - (float)hi)) + (float)hi);
+  return log1p(exp(lo - hi)) + hi;
+}
 
 typedef struct {
   const rd_scan_t* sc;
@@ -1326,6 +1336,14 @@ typedef struct {
 static void rd_scan_run(void* ctx, char* const* p, const int64_t* sb, int64_t n, int64_t flat0) {
   rd_scan_cc_t* c = (rd_scan_cc_t*)ctx;
   const rd_scan_t* sc = c->sc;
+  if (sc->lse) {
+    const bool half = sc->in_dt != TPU_DTYPE_F32 && sc->in_dt != TPU_DTYPE_F64;
+    for (int64_t i = 0; i < n; ++i) {
+      c->d = rd_log_add_exp(tpu_ku_load_f64(p[0] + i * sb[0], sc->in_dt), c->d, half);
+      tpu_ku_store_f64(p[1] + i * sb[1], sc->out_dt, c->d);
+    }
+    return;
+  }
   if (sc->in_dt == TPU_DTYPE_F32 && sc->out_dt == TPU_DTYPE_F32 && !sc->prod) {
     double acc = c->d;
     for (int64_t i = 0; i < n; ++i) {
@@ -1362,7 +1380,7 @@ static void rd_scan_run(void* ctx, char* const* p, const int64_t* sb, int64_t n,
 
 static void rd_scan_row(void* ctx, char* const* base, int64_t o) {
   const rd_scan_t* sc = (const rd_scan_t*)ctx;
-  rd_scan_cc_t c = {sc, sc->prod ? 1.0 : 0.0, sc->prod ? 1 : 0};
+  rd_scan_cc_t c = {sc, sc->lse ? -INFINITY : sc->prod ? 1.0 : 0.0, sc->prod ? 1 : 0};
   rd_runs(sc->pl, base, 0, sc->pl->red.numel, rd_scan_run, &c);
   (void)o;
 }
@@ -1371,6 +1389,12 @@ static tpu_status_t rd_scan_check(const tpu_k_call_t* call) {
   const tpu_tensor_t* in = tpu_ku_tensor(call, 0);
   if (!in || call->num_outputs < 1) return TPU_KU_INVALID(call, "expected self and an output");
   if (!rd_dtype_ok(in->dtype)) return tpu_ku_unsupported_dtype(call, in->dtype);
+  if (strstr(call->op, "logcumsumexp")) { /* floating only, the output in self's dtype */
+    if (!rd_float_dt(in->dtype)) return tpu_ku_unsupported_dtype(call, in->dtype);
+    if (call->outputs[0].dtype != in->dtype)
+      return TPU_KU_INVALID(call, "expected scalar_type %s but found %s", tpu_dtype_name((tpu_dtype_t)in->dtype),
+                            tpu_dtype_name((tpu_dtype_t)call->outputs[0].dtype));
+  }
   /* PyTorch has no bool cumsum/cumprod (bool inputs give int64 results);
    * a 0-dim tensor is copied before that check */
   if (!rd_dtype_ok(call->outputs[0].dtype) || (call->outputs[0].dtype == TPU_DTYPE_BOOL && in->ndim > 0))
@@ -1394,6 +1418,7 @@ static tpu_status_t rd_scan_exec(const tpu_k_call_t* call) {
   rd_plan_init(&pl, in, in->ndim ? 1u << dim : 0u, 2, ops, maps, false);
   rd_scan_t sc;
   sc.prod = strstr(call->op, "cumprod") != NULL;
+  sc.lse = strstr(call->op, "logcumsumexp") != NULL;
   sc.in_dt = in->dtype;
   sc.out_dt = out->dtype;
   sc.ints = !rd_float_dt(in->dtype) && !rd_float_dt(out->dtype);
@@ -2671,6 +2696,8 @@ const tpu_k_entry_t tpu_k_reduce_entries[] = {
     {"aten::cumsum.out", rd_scan_exec, rd_scan_check, 0, NULL},
     {"aten::cumprod", rd_scan_exec, rd_scan_check, 0, NULL},
     {"aten::cumprod.out", rd_scan_exec, rd_scan_check, 0, NULL},
+    {"aten::_logcumsumexp", rd_scan_exec, rd_scan_check, 0, NULL},
+    {"aten::_logcumsumexp.out", rd_scan_exec, rd_scan_check, 0, NULL},
     {"aten::_cummax_helper", rd_cumext_exec, rd_cumext_check, 0, NULL},
     {"aten::_cummin_helper", rd_cumext_exec, rd_cumext_check, 0, NULL},
     {"aten::median", rd_med_exec, rd_med_check, 0, NULL},

@@ -1,7 +1,8 @@
 /* special.c - kernel family "special" (see tpu/kernels.h for the ABI): the
  * gamma-function family (lgamma, digamma, polygamma), erfc, erfcx, cosh,
  * sinh, the modified Bessel functions i0, i0e, i1, i1e, k0, k1 (and scaled),
- * the spherical Bessel j0, ndtri as unary elementwise ops; frexp (one input,
+ * the spherical Bessel j0, the Bessel functions j0, j1, y0, y1, Airy's Ai and
+ * ndtri as unary elementwise ops; frexp (one input,
  * two outputs); igamma, igammac, the Hurwitz zeta and the
  * orthogonal polynomials (Chebyshev T/U/V/W and their shifted forms, Hermite
  * H and He, Laguerre, Legendre) of a tensor x and a tensor degree n.
@@ -17,6 +18,7 @@
  * Moshier), so poles, infinities and NaNs come out as on the CPU. */
 #ifndef SP_TEMPLATE_PASS
 #define _GNU_SOURCE /* lgammaf_r / lgamma_r: lgamma itself writes the global signgam */
+#include <float.h>
 #include <math.h>
 #include <string.h>
 
@@ -399,6 +401,98 @@ static double sp_sph_j0(double x) {
   return sin(x) / x;
 }
 
+/* ---- Bessel functions of the first and second kind, Airy Ai ---------------
+ * PyTorch's CPU evaluates them with the rational approximations of the Cephes
+ * Math Library (j0.c, j1.c, airy.c; coefficients published by S. L. Moshier),
+ * in the output's own precision; so does this file (the T pass below), so
+ * that float32 and float64 results agree with the CPU's, including where the
+ * approximation is off from the true value (float64: up to 4e-7 near
+ * x = 5). J0/Y0 share the asymptotic factors P0/Q0, J1/Y1 P1/Q1, in z = 25/x^2.
+ * Tables are highest power first; every polynomial is a plain Horner sum
+ * (no implicit leading 1). */
+static const double sp_p0_num[7] = {7.96936729297347051624e-04, 8.28352392107440799803e-02, 1.23953371646414299388e+00,
+                                    5.44725003058768775090e+00, 8.74716500199817011941e+00, 5.30324038235394892183e+00,
+                                    9.99999999999999997821e-01};
+static const double sp_p0_den[7] = {9.24408810558863637013e-04, 8.56288474354474431428e-02, 1.25352743901058953537e+00,
+                                    5.47097740330417105182e+00, 8.76190883237069594232e+00, 5.30605288235394617618e+00,
+                                    1.00000000000000000218e+00};
+static const double sp_q0_num[8] = {-1.13663838898469149931e-02, -1.28252718670509318512e+00, -1.95539544257735972385e+01,
+                                    -9.32060152123768231369e+01, -1.77681167980488050595e+02, -1.47077505154951170175e+02,
+                                    -5.14105326766599330220e+01, -6.05014350600728481186e+00};
+static const double sp_q0_den[7] = {6.43178256118178023184e+01, 8.56430025976980587198e+02, 3.88240183605401609683e+03,
+                                    7.24046774195652478189e+03, 5.93072701187316984827e+03, 2.06209331660327847417e+03,
+                                    2.42005740240291393179e+02};
+/* J0 = (x^2 - r1^2)(x^2 - r2^2) R(x^2) on |x| <= 5, r1, r2 its first two zeros */
+static const double sp_j0_num[4] = {-4.79443220978201773821e+09, 1.95617491946556577543e+12, -2.49248344360967716204e+14,
+                                    9.70862251047306323952e+15};
+static const double sp_j0_den[8] = {4.99563147152651017219e+02, 1.73785401676374683123e+05, 4.84409658339962045305e+07,
+                                    1.11855537045356834862e+10, 2.11277520115489217587e+12, 3.10518229857422583814e+14,
+                                    3.18121955943204943306e+16, 1.71086294081043136091e+18};
+#define SP_J0_Z1 5.78318596294678452118e+00
+#define SP_J0_Z2 3.04712623436620863991e+01
+/* Y0 = R(x^2) + (2/pi) ln(x) J0(x) on 0 < x <= 5 */
+static const double sp_y0_num[8] = {1.55924367855235737965e+04, -1.46639295903971606143e+07, 5.43526477051876500413e+09,
+                                    -9.82136065717911466409e+11, 8.75906394395366999549e+13, -3.46628303384729719441e+15,
+                                    4.42733268572569800351e+16, -1.84950800436986690637e+16};
+static const double sp_y0_den[7] = {1.04128353664259848412e+03, 6.26107330137134956842e+05, 2.68919633393814121987e+08,
+                                    8.64002487103935000337e+10, 2.02979612750105546709e+13, 3.17157752842975028269e+15,
+                                    2.50596256172653059228e+17};
+static const double sp_p1_num[7] = {7.62125616208173112003e-04, 7.31397056940917570436e-02, 1.12719608129684925192e+00,
+                                    5.11207951146807644818e+00, 8.42404590141772420927e+00, 5.21451598682361504063e+00,
+                                    1.00000000000000000254e+00};
+static const double sp_p1_den[7] = {5.71323128072548699714e-04, 6.88455908754495404082e-02, 1.10514232634061696926e+00,
+                                    5.07386386128601488557e+00, 8.39985554327604159757e+00, 5.20982848682361821619e+00,
+                                    9.99999999999999997461e-01};
+static const double sp_q1_num[8] = {5.10862594750176621635e-02, 4.98213872951233449420e+00, 7.58238284132545283818e+01,
+                                    3.66779609360150777800e+02, 7.10856304998926107277e+02, 5.97489612400613639965e+02,
+                                    2.11688757100572135698e+02, 2.52070205858023719784e+01};
+static const double sp_q1_den[7] = {7.42373277035675149943e+01, 1.05644886038262816351e+03, 4.98641058337653607651e+03,
+                                    9.56231892404756170795e+03, 7.99704160447350683650e+03, 2.82619278517639096600e+03,
+                                    3.36093607810698293419e+02};
+/* J1 = x (x^2 - r1^2)(x^2 - r2^2) R(x^2) on |x| <= 5 */
+static const double sp_j1_num[4] = {-8.99971225705559398224e+08, 4.52228297998194034323e+11, -7.27494245221818276015e+13,
+                                    3.68295732863852883286e+15};
+static const double sp_j1_den[8] = {6.20836478118054335476e+02, 2.56987256757748830383e+05, 8.35146791431949253037e+07,
+                                    2.21511595479792499675e+10, 4.74914122079991414898e+12, 7.84369607876235854894e+14,
+                                    8.95222336184627338078e+16, 5.32278620332680085395e+18};
+#define SP_J1_Z1 1.46819706421238932572e+01
+#define SP_J1_Z2 4.92184563216946036703e+01
+/* Y1 = x R(x^2) + (2/pi) (J1(x) ln(x) - 1/x) on 0 < x <= 5 */
+static const double sp_y1_num[6] = {1.26320474790178026440e+09, -6.47355876379160291031e+11, 1.14509511541823727583e+14,
+                                    -8.12770255501325109621e+15, 2.02439475713594898196e+17, -7.78877196265950026825e+17};
+static const double sp_y1_den[8] = {5.94301592346128195359e+02, 2.35564092943068577943e+05, 7.34811944459721705660e+07,
+                                    1.87601316108706159478e+10, 3.88231277496238566008e+12, 6.20557727146953693363e+14,
+                                    6.87141087355300489866e+16, 3.97270608116560655612e+18};
+/* Ai(x) = e^-zeta / (2 sqrt(pi) x^(1/4)) N(1/zeta) / D(1/zeta), zeta = (2/3) x^(3/2), x >= 2.09 */
+static const double sp_ai_num[8] = {3.46538101525629032477e-01, 1.20075952739645805542e+01, 7.62796053615234516538e+01,
+                                    1.68089224934630576269e+02, 1.59756391350164413639e+02, 7.05360906840444183113e+01,
+                                    1.40264691163389668864e+01, 9.99999999999999995305e-01};
+static const double sp_ai_den[8] = {5.67594532638770212846e-01, 1.47562562584847203173e+01, 8.45138970141474626562e+01,
+                                    1.77318088145400459522e+02, 1.64234692871529701831e+02, 7.14778400825575695274e+01,
+                                    1.40959135607834029598e+01, 1.00000000000000000470e+00};
+/* x <= -2.09: Ai = (sin(t) (1 + z^2 F(z^2)) - cos(t) z G(z^2)) / (sqrt(pi) (-x)^(1/4)),
+ * z = 1/zeta, t = zeta + pi/4; F = fn/fd, G = gn/gd */
+static const double sp_ai_fn[9] = {-1.31696323418331795333e-01, -6.26456544431912369773e-01, -6.93158036036933542233e-01,
+                                   -2.79779981545119124951e-01, -4.91900132609500318020e-02, -4.06265923594885404393e-03,
+                                   -1.59276496239262096340e-04, -2.77649108155232920844e-06, -1.67787698489114633780e-08};
+static const double sp_ai_fd[9] = {1.33560420706553243746e+01, 3.26825032795224613948e+01, 2.67367040941499554804e+01,
+                                   9.18707402907259625840e+00, 1.47529146771666414581e+00, 1.15687173795188044134e-01,
+                                   4.40291641615211203805e-03, 7.54720348287414296618e-05, 4.51850092970580378464e-07};
+static const double sp_ai_gn[11] = {1.97339932091685679179e-02, 3.91103029615688277255e-01, 1.06579897599595591108e+00,
+                                    9.39169229816650230044e-01, 3.51465656105547619242e-01, 6.33888919628925490927e-02,
+                                    5.85804113048388458567e-03, 2.82851600836737019778e-04, 6.98793669997260967291e-06,
+                                    8.11789239554389293311e-08, 3.41551784765923618484e-10};
+static const double sp_ai_gd[10] = {9.30892908077441974853e+00, 1.98352928718312140417e+01, 1.55646628932864612953e+01,
+                                    5.47686069422975497931e+00, 9.54293611618961883998e-01, 8.64580826352392193095e-02,
+                                    4.12656523824222607191e-03, 1.01259085116509135510e-04, 1.17166733214413521882e-06,
+                                    4.91834570062930015649e-09};
+/* Ai(0) = 1 / (3^(2/3) Gamma(2/3)), -Ai'(0) = 1 / (3^(1/3) Gamma(1/3)); 1/sqrt(pi) */
+#define SP_AI0 0.355028053887817239260
+#define SP_AIP0 0.258819403792806798405
+#define SP_RSQRTPI 5.64189583547756286948e-01
+#define SP_2_PI 0.636619772367581343075535053490057448
+#define SP_SQRT_2_PI 0.797884560802865355879892119868763737
+
 /* ---- regularized incomplete gamma, ndtri --------------------------------
  * In double for every dtype (float results rounded once). */
 #define SP_IGAM_MAXIT 100000
@@ -493,7 +587,7 @@ static double sp_ndtri(double y) {
 typedef enum {
   SP_LGAMMA, SP_DIGAMMA, SP_POLYGAMMA, SP_ERFC, SP_ERFCX, SP_COSH, SP_SINH,
   SP_I0, SP_I0E, SP_I1, SP_I1E, SP_FREXP, SP_ZETA, SP_IGAMMA, SP_IGAMMAC, SP_NDTRI,
-  SP_MOD_I1, SP_K0, SP_K1, SP_K0E, SP_K1E, SP_SPH_J0,
+  SP_MOD_I1, SP_K0, SP_K1, SP_K0E, SP_K1E, SP_SPH_J0, SP_J0, SP_J1, SP_Y0, SP_Y1, SP_AIRY,
   SP_CHEB_T, SP_CHEB_U, SP_CHEB_V, SP_CHEB_W, SP_SCHEB_T, SP_SCHEB_U, SP_SCHEB_V, SP_SCHEB_W,
   SP_HERMITE_H, SP_HERMITE_HE, SP_LAGUERRE_L, SP_LEGENDRE_P
 } sp_op_t;
@@ -559,6 +653,8 @@ static double sp_eval_f64(const sp_un_t* u, double x, double y) {
     case SP_K0E: return sp_bessel_k(x, false, true);
     case SP_K1E: return sp_bessel_k(x, true, true);
     case SP_SPH_J0: return sp_sph_j0(x);
+    case SP_J0: case SP_J1: case SP_Y0: case SP_Y1: return sp_bessel_jy_f64((int)(u->op - SP_J0), x);
+    case SP_AIRY: return sp_airy_ai_f64(x);
     default: return sp_poly_f64(u->op - SP_CHEB_T, x, sp_degree(y));
   }
 }
@@ -582,6 +678,8 @@ static float sp_eval_f32(const sp_un_t* u, float x, float y) {
     case SP_IGAMMAC: return (float)sp_igam((double)x, (double)y, true);
     case SP_NDTRI: case SP_K0: case SP_K1: case SP_K0E: case SP_K1E: case SP_SPH_J0:
       return (float)sp_eval_f64(u, (double)x, 0.0);
+    case SP_J0: case SP_J1: case SP_Y0: case SP_Y1: return sp_bessel_jy_f32((int)(u->op - SP_J0), x);
+    case SP_AIRY: return sp_airy_ai_f32(x);
     default: return sp_poly_f32(u->op - SP_CHEB_T, x, sp_degree((double)y));
   }
 }
@@ -649,6 +747,11 @@ static const struct {
     {"aten::special_scaled_modified_bessel_k0", SP_K0E, SP_NOHALF},
     {"aten::special_scaled_modified_bessel_k1", SP_K1E, SP_NOHALF},
     {"aten::special_spherical_bessel_j0", SP_SPH_J0, SP_NOHALF},
+    {"aten::special_bessel_j0", SP_J0, SP_NOHALF},
+    {"aten::special_bessel_j1", SP_J1, SP_NOHALF},
+    {"aten::special_bessel_y0", SP_Y0, SP_NOHALF},
+    {"aten::special_bessel_y1", SP_Y1, SP_NOHALF},
+    {"aten::special_airy_ai", SP_AIRY, SP_NOHALF},
     {"aten::special_chebyshev_polynomial_t", SP_CHEB_T, SP_BINARY | SP_NOHALF},
     {"aten::special_chebyshev_polynomial_u", SP_CHEB_U, SP_BINARY | SP_NOHALF},
     {"aten::special_chebyshev_polynomial_v", SP_CHEB_V, SP_BINARY | SP_NOHALF},
@@ -785,6 +888,8 @@ const tpu_k_entry_t tpu_k_special_entries[] = {
     SP_FUNC("special_modified_bessel_k0") SP_FUNC("special_modified_bessel_k1")
     SP_FUNC("special_scaled_modified_bessel_k0") SP_FUNC("special_scaled_modified_bessel_k1")
     SP_FUNC("special_spherical_bessel_j0")
+    SP_FUNC("special_bessel_j0") SP_FUNC("special_bessel_j1") SP_FUNC("special_bessel_y0")
+    SP_FUNC("special_bessel_y1") SP_FUNC("special_airy_ai")
     SP_FUNC("special_chebyshev_polynomial_t") SP_FUNC("special_chebyshev_polynomial_u")
     SP_FUNC("special_chebyshev_polynomial_v") SP_FUNC("special_chebyshev_polynomial_w")
     SP_FUNC("special_shifted_chebyshev_polynomial_t") SP_FUNC("special_shifted_chebyshev_polynomial_u")
@@ -801,6 +906,7 @@ const size_t tpu_k_special_count = sizeof(tpu_k_special_entries) / sizeof(tpu_k_
 #define SP_COS SP_M(cos)
 #define SP_SIN SP_M(sin)
 #define SP_FMA SP_M(fma)
+#define SP_LOG SP_M(log)
 
 /* p_n by the recurrence q' = step(k) from p_0 = 1, p_1 = q */
 static T SP_FN(sp_cheb)(int which, T x, int64_t n) {
@@ -925,9 +1031,89 @@ static T SP_FN(sp_poly)(int which, T x, int64_t n) {
   }
 }
 
+/* ---- J0, J1, Y0, Y1, Ai in T (see the tables above) ----------------------
+ * Multiply-adds are fused where PyTorch's x86 build contracts them (each
+ * Horner step, the final sums of products): the float32 and float64 results
+ * then equal the CPU's to the bit. */
+
+static T SP_FN(sp_horner)(T z, const double* c, int n) {
+  T r = (T)c[0];
+  for (int i = 1; i < n; ++i) r = SP_FMA(r, z, (T)c[i]);
+  return r;
+}
+
+#define SP_RATIO(z, num, den) (SP_FN(sp_horner)(z, num, SP_LEN(num)) / SP_FN(sp_horner)(z, den, SP_LEN(den)))
+
+/* which: 0 = J0, 1 = J1, 2 = Y0, 3 = Y1. J is even (J0) or odd (J1) in x;
+ * Y is -inf at 0 and NaN below; +-inf and NaN give NaN (the CPU's values). */
+static T SP_FN(sp_bessel_jy)(int which, T x) {
+  const bool one = which & 1, second = which >= 2;
+  if (!second && x < 0) return one ? -SP_FN(sp_bessel_jy)(1, -x) : SP_FN(sp_bessel_jy)(0, -x);
+  if (x <= (T)5) {
+    if (second && x == 0) return -(T)INFINITY;
+    if (second && x < 0) return (T)NAN;
+    const T y = x * x;
+    switch (which) {
+      case 0:
+        if (x < (T)1e-5) return (T)1 - y / (T)4;
+        return (y - (T)SP_J0_Z1) * (y - (T)SP_J0_Z2) * SP_FN(sp_horner)(y, sp_j0_num, SP_LEN(sp_j0_num)) /
+               SP_FN(sp_horner)(y, sp_j0_den, SP_LEN(sp_j0_den));
+      case 1: return SP_RATIO(y, sp_j1_num, sp_j1_den) * x * (y - (T)SP_J1_Z1) * (y - (T)SP_J1_Z2);
+      case 2: return SP_FMA((T)SP_2_PI * SP_LOG(x), SP_FN(sp_bessel_jy)(0, x), SP_RATIO(y, sp_y0_num, sp_y0_den));
+      default:
+        return SP_FMA(x, SP_RATIO(y, sp_y1_num, sp_y1_den),
+                      (T)SP_2_PI * SP_FMA(SP_FN(sp_bessel_jy)(1, x), SP_LOG(x), -((T)1 / x)));
+    }
+  }
+  /* x > 5 (or NaN): sqrt(2 / (pi x)) (P cos(xn) - (5/x) Q sin(xn)) for J,
+   * (P sin(xn) + (5/x) Q cos(xn)) for Y, xn = x - (2 nu + 1) pi / 4 */
+  const T z = one ? ((T)5 / x) * ((T)5 / x) : (T)25 / (x * x);
+  const T p = one ? SP_RATIO(z, sp_p1_num, sp_p1_den) : SP_RATIO(z, sp_p0_num, sp_p0_den);
+  const T w = (T)5 / x * (one ? SP_RATIO(z, sp_q1_num, sp_q1_den) : SP_RATIO(z, sp_q0_num, sp_q0_den));
+  const T xn = x - (T)(one ? 3.0 * SP_PI / 4.0 : SP_PI / 4.0);
+  const T r = second ? SP_FMA(p, SP_SIN(xn), w * SP_COS(xn)) : SP_FMA(p, SP_COS(xn), -(w * SP_SIN(xn)));
+  return r * (T)SP_SQRT_2_PI / SP_M(sqrt)(x);
+}
+
+/* Ai: the Maclaurin series Ai(0) f(x) + Ai'(0) g(x) on (-2.09, 2.09), the
+ * asymptotic forms beyond; NaN at +-inf (the CPU's value), 0 above 103.892. */
+static T SP_FN(sp_airy_ai)(T x) {
+  if (isinf(x)) return (T)NAN;
+  if (x > (T)103.892) return 0;
+  if (x < (T)-2.09) {
+    const T zeta = (T)-2 * x * SP_M(sqrt)(-x) / (T)3, z = (T)1 / zeta, z2 = z * z;
+    const T t = zeta + (T)0.25 * (T)SP_PI;
+    const T f = z2 * SP_FN(sp_horner)(z2, sp_ai_fn, SP_LEN(sp_ai_fn)) / SP_FN(sp_horner)(z2, sp_ai_fd, SP_LEN(sp_ai_fd));
+    const T g = z * SP_FN(sp_horner)(z2, sp_ai_gn, SP_LEN(sp_ai_gn)) / SP_FN(sp_horner)(z2, sp_ai_gd, SP_LEN(sp_ai_gd));
+    return (T)SP_RSQRTPI / SP_M(sqrt)(SP_M(sqrt)(-x)) * SP_FMA(SP_SIN(t), (T)1 + f, -(SP_COS(t) * g));
+  }
+  if (x >= (T)2.09) {
+    const T zeta = (T)2 * x * SP_M(sqrt)(x) / (T)3;
+    return (T)SP_RSQRTPI * SP_RATIO((T)1 / zeta, sp_ai_num, sp_ai_den) /
+           ((T)2 * SP_M(sqrt)(SP_M(sqrt)(x)) * SP_M(exp)(zeta));
+  }
+  /* f = sum 3^k (1/3)_k x^3k / (3k)!, g = sum 3^k (2/3)_k x^(3k+1) / (3k+1)!,
+   * until f's term is below T's epsilon relative to f (30 terms reach it from
+   * |x| < 2.09; the bound only guards the loop) */
+  const T eps = _Generic((T)0, float: FLT_EPSILON, default: DBL_EPSILON);
+  const T z = x * x * x;
+  T f = 1, g = x, m = 1, n = x, k = 1;
+  for (int i = 0; i < 200; ++i) {
+    m = m * z / (k + (T)1) / (k + (T)2);
+    n = n * z / (k + (T)2) / (k + (T)3);
+    k += (T)3;
+    f += m;
+    g += n;
+    if (!(SP_M(fabs)(m / f) > eps)) break;
+  }
+  return SP_FMA((T)SP_AI0, f, -((T)SP_AIP0 * g));
+}
+#undef SP_RATIO
+
 #undef SP_M
 #undef SP_ACOS
 #undef SP_COS
 #undef SP_SIN
 #undef SP_FMA
+#undef SP_LOG
 #endif /* SP_TEMPLATE_PASS */

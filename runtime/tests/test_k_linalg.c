@@ -1,4 +1,4 @@
-/* test_k_linalg.c - mm/bmm/addmm/baddbmm/addmv/mv/dot against naive loops. */
+/* test_k_linalg.c - mm/bmm/addmm/baddbmm/addbmm/addmv/mv/dot against naive loops. */
 #define _POSIX_C_SOURCE 200809L
 #include <math.h>
 #include <stdio.h>
@@ -406,9 +406,65 @@ static void run_all(void) {
   test_bf16_products(32, 300, 128, false, false); /* too few rows: f32 */
 }
 
+/* addbmm: beta * self (broadcast) + alpha * sum_b A[b] @ B[b] against a double
+ * reference; no batches: beta * self, and zeros (not NaN) for beta 0. */
+static void test_addbmm(int dt, int64_t NB, int64_t M, int64_t K, int64_t N, int self_nd) {
+  const bool is_int = dt == TPU_DTYPE_I64;
+  int64_t sa[3] = {NB, M, K}, sb[3] = {NB, K, N}, sc[2] = {M, N}, ss[2] = {self_nd == 2 ? M : N, N};
+  int tp[3] = {0, 2, 1};
+  tt_t a = mk(dt, 3, sa, NULL), b = mk(dt, 3, sb, tp), c = mk(dt, 2, sc, NULL);
+  tt_t self = mk(dt, self_nd, self_nd == 2 ? ss : ss + 1, NULL);
+  fill(&a, 1, is_int); fill(&b, 1, is_int); fill(&self, 1, is_int);
+  const double alpha = is_int ? 3 : -1.5, beta = is_int ? 2 : 0.5;
+  tpu_k_value_t args[5] = {vt(&self.t), vt(&a.t), vt(&b.t), is_int ? vi(2) : vd(beta), is_int ? vi(3) : vd(alpha)};
+  bool s = ok(call_op("aten::addbmm", 5, args, 1, &c.t));
+  double worst = 0.0;
+  for (int64_t m = 0; m < M; ++m)
+    for (int64_t n = 0; n < N; ++n) {
+      int64_t is[2] = {self_nd == 2 ? m : n, n}, ic[2] = {m, n};
+      double r = 0.0, mag = 0.0;
+      for (int64_t bi = 0; bi < NB; ++bi)
+        for (int64_t k = 0; k < K; ++k) {
+          int64_t ia[3] = {bi, m, k}, ib[3] = {bi, k, n};
+          r += get(&a.t, ia) * get(&b.t, ib);
+          mag += fabs(get(&a.t, ia) * get(&b.t, ib));
+        }
+      const double sv = get(&self.t, self_nd == 2 ? is : is + 1);
+      const double want = alpha * r + beta * sv, err = fabs(get(&c.t, ic) - want) / (1.0 + fabs(alpha) * mag);
+      if (!(err <= worst)) worst = isnan(err) ? INFINITY : err;
+    }
+  const double tol = is_int ? 0.0 : dt == TPU_DTYPE_F64 ? 1e-14 : 1e-6;
+  CHECKF(s && worst <= tol, "addbmm %s %lldx%lldx%lldx%lld err %g", tpu_dtype_name(dt), (long long)NB, (long long)M,
+         (long long)K, (long long)N, worst);
+  /* no batches */
+  tpu_tensor_t a0 = a.t, b0 = b.t;
+  a0.sizes[0] = b0.sizes[0] = 0;
+  tpu_k_value_t z[5] = {vt(&self.t), vt(&a0), vt(&b0), is_int ? vi(2) : vd(2.0), is_int ? vi(3) : vd(NAN)};
+  CHECK_OK(call_op("aten::addbmm", 5, z, 1, &c.t));
+  int64_t i0[2] = {0, 0}, s0[2] = {0, 0};
+  CHECK(get(&c.t, i0) == 2 * get(&self.t, self_nd == 2 ? s0 : s0 + 1));
+  z[3] = is_int ? vi(0) : vd(0.0);
+  CHECK_OK(call_op("aten::addbmm", 5, z, 1, &c.t));
+  CHECK(get(&c.t, i0) == 0.0);
+  /* mismatched batch counts */
+  tpu_tensor_t b1 = b.t;
+  b1.sizes[0] = NB + 1;
+  tpu_k_value_t bad[5] = {vt(&self.t), vt(&a.t), vt(&b1), vd(1.0), vd(1.0)};
+  CHECK_STATUS(call_op("aten::addbmm", 5, bad, 1, &c.t), TPU_STATUS_INVALID_ARGUMENT, "batches");
+  fr(&a); fr(&b); fr(&c); fr(&self);
+}
+
+static void run_addbmm(void) {
+  test_addbmm(TPU_DTYPE_F32, 5, 5, 5, 10, 2);   /* plain loops */
+  test_addbmm(TPU_DTYPE_F32, 3, 40, 50, 60, 1); /* packed GEMM */
+  test_addbmm(TPU_DTYPE_F64, 4, 7, 9, 6, 2);
+  test_addbmm(TPU_DTYPE_I64, 3, 4, 5, 6, 1);
+}
+
 int main(void) {
   if (!tku_start(2)) return 1;
   run_all();
+  run_addbmm();
   tpu_threadpool_destroy(g_pool);
   g_pool = NULL;
   /* Single-threaded and portable paths. */
@@ -422,6 +478,7 @@ int main(void) {
   test_mm(TPU_DTYPE_F16, 1, 300, 50, false, true, false, 2e-3);
   test_mv(TPU_DTYPE_BF16, 300, 5000, false, true);
   test_addmm(TPU_DTYPE_F32, 130, 257, 67, 1, 0.5, 2.0, false, true);
+  run_addbmm();
   unsetenv("TORCH_TPU_KERNEL_ISA");
   return TEST_REPORT();
 }

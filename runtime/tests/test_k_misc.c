@@ -1,4 +1,5 @@
-/* test_k_misc.c - histc, eye, erfinv, log_sigmoid forward/backward. */
+/* test_k_misc.c - histc, eye, erfinv, log_sigmoid forward/backward, cdist/pdist,
+ * segment_reduce. */
 #define _POSIX_C_SOURCE 200809L
 #include <math.h>
 #include <stdio.h>
@@ -200,6 +201,111 @@ static void test_log_sigmoid(void) {
   }
 }
 
+/* cdist of x1 [2, 3] (stored transposed) and x2 [3, 3] (every other element),
+ * pdist of x [4, 2]; distances worked out by hand from the p-norm's definition. */
+static void test_distances(void) {
+  static const double a[6] = {0, 1, 2, 3, -1, 0.5}, b[9] = {1, 1, 1, 0, 1, 2, -2, 0, 4};
+  /* sum |d|^p per pair (row-major [2, 3]) for p = 1, 2, 3; counts (p = 0) and maxima (p = inf) */
+  static const double s1[6] = {2, 0, 5, 4.5, 6.5, 9.5}, s2[6] = {2, 0, 9, 8.25, 15.25, 38.25};
+  static const double s3[6] = {2, 0, 17, 16.125, 38.375, 168.875};
+  static const double c0[6] = {2, 0, 3, 3, 3, 3}, mx[6] = {1, 0, 2, 2, 3, 5};
+  const int perm[2] = {1, 0};
+  int64_t sa[2] = {2, 3}, sb[2] = {3, 3}, so[2] = {2, 3};
+  tt_t x1 = tku_alloc(TPU_DTYPE_F64, 2, sa, perm, 1, 16), x2 = tku_alloc(TPU_DTYPE_F64, 2, sb, NULL, 2, 16);
+  tt_t o = tku_alloc(TPU_DTYPE_F64, 2, so, NULL, 1, 16);
+  int64_t idx[2];
+  for (int i = 0; i < 6; ++i) {
+    unravel(&x1.t, i, idx);
+    set(&x1.t, idx, a[i]);
+  }
+  for (int i = 0; i < 9; ++i) {
+    unravel(&x2.t, i, idx);
+    set(&x2.t, idx, b[i]);
+  }
+  const double ps[5] = {0.0, 1.0, 2.0, 3.0, INFINITY};
+  for (int k = 0; k < 5; ++k) {
+    tpu_k_value_t args[4] = {vt(&x1.t), vt(&x2.t), vd(ps[k]), vn()};
+    CHECK_OK(call_op("aten::_cdist_forward", 4, args, 1, &o.t));
+    for (int i = 0; i < 6; ++i) {
+      const double want = k == 0 ? c0[i] : k == 1 ? s1[i] : k == 2 ? sqrt(s2[i]) : k == 3 ? cbrt(s3[i]) : mx[i];
+      unravel(&o.t, i, idx);
+      CHECKF(close_f(get(&o.t, idx), want, 1e-15, 0.0), "cdist p=%g [%d]: %.17g want %.17g", ps[k], i,
+             get(&o.t, idx), want);
+    }
+  }
+  /* bad inputs: a negative p, integer rows, mismatched columns */
+  tpu_k_value_t neg[4] = {vt(&x1.t), vt(&x2.t), vd(-1.0), vn()};
+  CHECK_STATUS(call_op("aten::_cdist_forward", 4, neg, 1, &o.t), TPU_STATUS_INVALID_ARGUMENT, "non-negative");
+  tpu_tensor_t xi = x1.t;
+  xi.dtype = TPU_DTYPE_I64;
+  tpu_k_value_t ints[4] = {vt(&xi), vt(&x2.t), vd(2.0), vn()};
+  CHECK_STATUS(call_op("aten::_cdist_forward", 4, ints, 1, &o.t), TPU_STATUS_INVALID_ARGUMENT, "floating");
+  tpu_tensor_t narrow = x2.t;
+  narrow.sizes[1] = 2;
+  tpu_k_value_t cols[4] = {vt(&x1.t), vt(&narrow), vd(2.0), vn()};
+  CHECK_STATUS(call_op("aten::_cdist_forward", 4, cols, 1, &o.t), TPU_STATUS_INVALID_ARGUMENT, "columns");
+  /* pdist: rows (0, 1), (3, -1), (1, 1), (0, 1) -> pairs 01 02 03 12 13 23 */
+  static const double px[8] = {0, 1, 3, -1, 1, 1, 0, 1}, pw2[6] = {13, 1, 0, 8, 13, 1};
+  int64_t sx[2] = {4, 2}, sp[1] = {6};
+  tt_t x = tku_alloc(TPU_DTYPE_F32, 2, sx, NULL, 3, 16), po = tku_alloc(TPU_DTYPE_F32, 1, sp, NULL, 2, 16);
+  for (int i = 0; i < 8; ++i) {
+    unravel(&x.t, i, idx);
+    set(&x.t, idx, px[i]);
+  }
+  tpu_k_value_t pargs[2] = {vt(&x.t), vd(2.0)};
+  CHECK_OK(call_op("aten::_pdist_forward", 2, pargs, 1, &po.t));
+  for (int i = 0; i < 6; ++i)
+    CHECKF(close_f(get1(&po.t, i), sqrt(pw2[i]), 1e-7, 0.0), "pdist [%d]: %.9g want %.9g", i, get1(&po.t, i),
+           sqrt(pw2[i]));
+  tpu_k_value_t p1[2] = {vt(&x1.t), vd(2.0)}; /* pdist's output must have n (n - 1) / 2 elements */
+  CHECK_STATUS(call_op("aten::_pdist_forward", 2, p1, 1, &po.t), TPU_STATUS_INVALID_ARGUMENT, "pdist");
+  fr(&x1);
+  fr(&x2);
+  fr(&o);
+  fr(&x);
+  fr(&po);
+}
+
+/* segment_reduce max over dim 0 of [5, 2] with lengths [2, 0, 3]: the empty
+ * segment is -inf; lengths that do not cover the data, or reach past it
+ * with unsafe=True, are errors (read before any element). */
+static void test_segment_reduce(void) {
+  int64_t sd[2] = {5, 2}, sl[1] = {3}, so[2] = {3, 2};
+  tt_t d = tku_alloc(TPU_DTYPE_F32, 2, sd, NULL, 2, 16), l = tku_alloc(TPU_DTYPE_I64, 1, sl, NULL, 1, 16);
+  tt_t o = tku_alloc(TPU_DTYPE_F32, 2, so, NULL, 1, 16);
+  int64_t idx[2];
+  for (int i = 0; i < 10; ++i) {
+    unravel(&d.t, i, idx);
+    set(&d.t, idx, i + 1);
+  }
+  const int64_t lv[3] = {2, 0, 3};
+  for (int i = 0; i < 3; ++i) ((int64_t*)l.t.data)[i] = lv[i];
+  tpu_k_value_t args[8] = {vt(&d.t), vs("max"), vt(&l.t), vn(), vn(), vi(0), vb(false), vn()};
+  CHECK_OK(call_op("aten::segment_reduce", 8, args, 1, &o.t));
+  static const double want[6] = {3, 4, -INFINITY, -INFINITY, 9, 10};
+  for (int i = 0; i < 6; ++i) {
+    unravel(&o.t, i, idx);
+    CHECKF(get(&o.t, idx) == want[i], "segment_reduce max [%d]: %g want %g", i, get(&o.t, idx), want[i]);
+  }
+  args[1] = vs("mean");
+  CHECK_OK(call_op("aten::segment_reduce", 8, args, 1, &o.t));
+  idx[0] = 1;
+  idx[1] = 0;
+  CHECK(isnan(get(&o.t, idx)));
+  ((int64_t*)l.t.data)[2] = 2; /* rows sum to 4 of 5 */
+  CHECK_STATUS(call_op("aten::segment_reduce", 8, args, 1, &o.t), TPU_STATUS_INVALID_ARGUMENT, "sum to");
+  ((int64_t*)l.t.data)[2] = 9; /* past the end, unsafe */
+  args[6] = vb(true);
+  CHECK_STATUS(call_op("aten::segment_reduce", 8, args, 1, &o.t), TPU_STATUS_INVALID_ARGUMENT, "outside");
+  ((int64_t*)l.t.data)[1] = -1;
+  CHECK_STATUS(call_op("aten::segment_reduce", 8, args, 1, &o.t), TPU_STATUS_INVALID_ARGUMENT, "outside");
+  args[1] = vs("median");
+  CHECK_STATUS(call_op("aten::segment_reduce", 8, args, 1, &o.t), TPU_STATUS_INVALID_ARGUMENT, "reduce");
+  fr(&d);
+  fr(&l);
+  fr(&o);
+}
+
 int main(void) {
   if (!tku_start(2)) return 1;
   RUN_TEST(test_histc_float);
@@ -207,5 +313,7 @@ int main(void) {
   RUN_TEST(test_eye);
   RUN_TEST(test_erfinv);
   RUN_TEST(test_log_sigmoid);
+  RUN_TEST(test_distances);
+  RUN_TEST(test_segment_reduce);
   return tku_finish();
 }

@@ -1,6 +1,7 @@
 /* test_k_pool.c - avg_pool2d, avg_pool3d, max_pool2d_with_indices and their backwards
  * against PyTorch's CPU results (float32, float64, bfloat16, int), with
- * contiguous and channels_last inputs; argument and dtype errors. */
+ * contiguous and channels_last inputs; argument and dtype errors; adaptive
+ * average pooling against its window definition. */
 #define _POSIX_C_SOURCE 200809L
 #include <math.h>
 #include <stdio.h>
@@ -245,6 +246,73 @@ static void test_avg3d(void) {
   fr(&xb); fr(&yb);
 }
 
+/* Adaptive average pooling: _adaptive_avg_pool3d of (2, 3, 4, 5) as (C, D, H, W)
+ * into (2, 3, 2) (overlapping windows [floor(o L / n), ceil((o + 1) L / n)))
+ * and the 2-d backward of (1, 2, 5, 7) from (3, 4), both in float64 against
+ * the window definition; float32 input with a float64 output is an error. */
+static void test_adaptive(void) {
+  int64_t sx[4] = {2, 3, 4, 5}, sy[4] = {2, 2, 3, 2};
+  tt_t x = tku_alloc(TPU_DTYPE_F64, 4, sx, NULL, 2, 16), y = tku_alloc(TPU_DTYPE_F64, 4, sy, NULL, 1, 16);
+  int64_t id[4];
+  for (int64_t i = 0; i < 120; ++i) {
+    unravel(&x.t, i, id);
+    set(&x.t, id, (double)((i * 37) % 23) - 11.0);
+  }
+  int64_t osz[3] = {2, 3, 2};
+  tpu_k_value_t a[2] = {vt(&x.t), vints(osz, 3)};
+  CHECK_OK(call_op("aten::_adaptive_avg_pool3d", 2, a, 1, &y.t));
+  for (int64_t i = 0; i < 24; ++i) {
+    unravel(&y.t, i, id);
+    const int64_t c = id[0], o[3] = {id[1], id[2], id[3]}, L[3] = {3, 4, 5}, n[3] = {2, 3, 2};
+    int64_t lo[3], hi[3];
+    for (int d = 0; d < 3; ++d) {
+      lo[d] = o[d] * L[d] / n[d];
+      hi[d] = ((o[d] + 1) * L[d] + n[d] - 1) / n[d];
+    }
+    double s = 0.0, cnt = 0.0;
+    for (int64_t p = lo[0]; p < hi[0]; ++p)
+      for (int64_t q = lo[1]; q < hi[1]; ++q)
+        for (int64_t r = lo[2]; r < hi[2]; ++r) {
+          int64_t ix[4] = {c, p, q, r};
+          s += get(&x.t, ix);
+          cnt += 1.0;
+        }
+    CHECKF(close_f(get(&y.t, id), s / cnt, 1e-15, 1e-15), "adaptive 3d [%lld]: %.17g want %.17g", (long long)i,
+           get(&y.t, id), s / cnt);
+  }
+  tpu_tensor_t y32 = y.t;
+  y32.dtype = TPU_DTYPE_F32;
+  CHECK_STATUS(call_op("aten::_adaptive_avg_pool3d", 2, a, 1, &y32), TPU_STATUS_INVALID_ARGUMENT, "expected");
+  /* backward 2-d: grad_input = sum over covering outputs of g / window size */
+  int64_t si[4] = {1, 2, 5, 7}, sg[4] = {1, 2, 3, 4};
+  tt_t in = tku_alloc(TPU_DTYPE_F64, 4, si, NULL, 1, 16), g = tku_alloc(TPU_DTYPE_F64, 4, sg, NULL, 3, 16);
+  tt_t gi = tku_alloc(TPU_DTYPE_F64, 4, si, NULL, 1, 16);
+  for (int64_t i = 0; i < 24; ++i) {
+    unravel(&g.t, i, id);
+    set(&g.t, id, 0.5 * (double)i - 3.0);
+  }
+  tpu_k_value_t b[2] = {vt(&g.t), vt(&in.t)};
+  CHECK_OK(call_op("aten::_adaptive_avg_pool2d_backward", 2, b, 1, &gi.t));
+  for (int64_t i = 0; i < 70; ++i) {
+    unravel(&gi.t, i, id);
+    double want = 0.0;
+    for (int64_t oh = 0; oh < 3; ++oh)
+      for (int64_t ow = 0; ow < 4; ++ow) {
+        const int64_t h0 = oh * 5 / 3, h1 = ((oh + 1) * 5 + 2) / 3, w0 = ow * 7 / 4, w1 = ((ow + 1) * 7 + 3) / 4;
+        if (id[2] < h0 || id[2] >= h1 || id[3] < w0 || id[3] >= w1) continue;
+        int64_t ig[4] = {0, id[1], oh, ow};
+        want += get(&g.t, ig) / (double)(h1 - h0) / (double)(w1 - w0);
+      }
+    CHECKF(close_f(get(&gi.t, id), want, 1e-14, 1e-15), "adaptive 2d backward [%lld]: %.17g want %.17g",
+           (long long)i, get(&gi.t, id), want);
+  }
+  fr(&x);
+  fr(&y);
+  fr(&in);
+  fr(&g);
+  fr(&gi);
+}
+
 int main(void) {
   if (!tku_start(2)) return 1;
   RUN_TEST(test_avg);
@@ -253,5 +321,6 @@ int main(void) {
   RUN_TEST(test_max_int);
   RUN_TEST(test_empty_and_threads);
   RUN_TEST(test_avg3d);
+  RUN_TEST(test_adaptive);
   return tku_finish();
 }

@@ -891,6 +891,56 @@ static void test_layer_norm(void) {
   fr(&x); fr(&w); fr(&y); fr(&rs);
 }
 
+/* _logcumsumexp along each dim of a transposed [4, 6] float64 tensor against
+ * log(sum exp) of the prefix (in long double), with -inf, +inf and NaN rows:
+ * equal infinities stay, NaN propagates; float32 the same within 2e-7. */
+static void test_logcumsumexp(void) {
+  int64_t s2[2] = {4, 6};
+  int p2[2] = {1, 0};
+  for (int k = 0; k < 2; ++k) {
+    const int dt = k ? TPU_DTYPE_F32 : TPU_DTYPE_F64;
+    tt_t in = mk(dt, 2, s2, p2), o = mk(dt, 2, s2, NULL);
+    fill(&in, 20.0, false);
+    int64_t ix[2] = {1, 2};
+    set(&in.t, ix, -INFINITY);
+    ix[1] = 3;
+    set(&in.t, ix, INFINITY);
+    ix[0] = 2;
+    ix[1] = 1;
+    set(&in.t, ix, NAN);
+    for (int j = 0; j < 6; ++j) {
+      int64_t r3[2] = {3, j};
+      set(&in.t, r3, -INFINITY);
+    }
+    for (int dim = 0; dim < 2; ++dim) {
+      tpu_k_value_t a[2] = {vt(&in.t), vi(dim)};
+      CHECK_OK(call_op("aten::_logcumsumexp", 2, a, 1, &o.t));
+      for (int64_t i = 0; i < 4; ++i)
+        for (int64_t j = 0; j < 6; ++j) {
+          long double acc = 0.0L;
+          bool nan = false, pinf = false;
+          for (int64_t q = 0; q <= (dim ? j : i); ++q) {
+            int64_t id[2] = {dim ? i : q, dim ? q : j};
+            const double v = get(&in.t, id);
+            nan |= isnan(v);
+            pinf |= v == INFINITY;
+            acc += expl((long double)v);
+          }
+          const double want = nan ? NAN : pinf ? INFINITY : (double)logl(acc);
+          int64_t id[2] = {i, j};
+          CHECKF(close_f(get(&o.t, id), want, k ? 2e-7 : 1e-14, 0.0), "logcumsumexp %s dim %d [%lld, %lld]: %.17g want %.17g",
+                 tpu_dtype_name(dt), dim, (long long)i, (long long)j, get(&o.t, id), want);
+        }
+    }
+    tpu_tensor_t lo = o.t;
+    lo.dtype = TPU_DTYPE_I64; /* floating only, out in self's dtype */
+    tpu_k_value_t a[2] = {vt(&in.t), vi(0)};
+    CHECK_STATUS(call_op("aten::_logcumsumexp", 2, a, 1, &lo), TPU_STATUS_INVALID_ARGUMENT, "scalar_type");
+    fr(&in);
+    fr(&o);
+  }
+}
+
 int main(void) {
   if (!tku_start(2)) return 1;
   for (int round = 0; round < 2; ++round) {
@@ -901,6 +951,7 @@ int main(void) {
     RUN_TEST(test_var_norm_lse);
     RUN_TEST(test_empty);
     RUN_TEST(test_scan);
+    RUN_TEST(test_logcumsumexp);
     RUN_TEST(test_median);
     RUN_TEST(test_kthvalue_mode);
     RUN_TEST(test_softmax);

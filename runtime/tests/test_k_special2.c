@@ -1,8 +1,9 @@
 /* test_k_special2.c - log10, hypot, nextafter, gcd, lcm (kernels/elementwise.c)
  * and frexp, igamma, igammac, special_ndtri, special_zeta, the modified and
- * spherical Bessel functions and the orthogonal polynomials
- * (kernels/special.c) against PyTorch CPU results (torch 2.15,
- * values printed with repr). */
+ * spherical Bessel functions, the Bessel functions J0, J1, Y0, Y1, Airy's Ai
+ * and the orthogonal polynomials (kernels/special.c) against PyTorch CPU
+ * results (torch 2.15, values printed with repr); J, Y and Ai also against
+ * their integral representations and series, computed here. */
 #define _POSIX_C_SOURCE 200809L
 #include <math.h>
 #include <stdio.h>
@@ -93,6 +94,16 @@ static const double k_scaled_modified_bessel_k1_f64[15] = {INFINITY, INFINITY, 1
 static const double k_scaled_modified_bessel_k1_f32[15] = {INFINITY, INFINITY, 1.6361536979675293, 0.4107665717601776, 2.7310094833374023, 4.811276435852051, 1.6654466390609741, 10000000000.0, INFINITY, NAN, 1.0334769487380981, 0.0, NAN, 0.03964813053607941, 1.6361548900604248};
 static const double k_spherical_bessel_j0_f64[15] = {1.0, 1.0, 0.8414709848078965, -0.05440211108893698, 0.958851077208406, 0.9896158370180917, 0.8489250135048797, 1.0, 1.0, 0.8414709848078965, 0.45464871341284085, 0.0, NAN, 0.0008268795405320025, 0.8414712859764558};
 static const double k_spherical_bessel_j0_f32[15] = {1.0, 1.0, 0.8414709568023682, -0.05440211296081543, 0.9588510990142822, 0.9896158576011658, 0.8489250540733337, 1.0, 1.0, 0.8414709568023682, 0.4546487033367157, 0.0, NAN, 0.0008268795791082084, 0.841471254825592};
+static const double k_bessel_j0_f64[15] = {1.0, 1.0, 0.7651976865579665, -0.24593576441958856, 0.938469807240813, 0.9844359292958528, 0.7760964997575145, 1.0, 1.0, 0.7651976865579665, 0.22389077914124356, NAN, NAN, 0.024786686152420034, 0.7651981266083897};
+static const double k_bessel_j0_f32[15] = {1.0, 1.0, 0.7651976346969604, -0.24593576788902283, 0.9384698271751404, 0.9844359755516052, 0.7760964035987854, 1.0, 1.0, 0.7651976346969604, 0.2238907665014267, NAN, NAN, 0.02478669583797455, 0.7651981115341187};
+static const double k_bessel_j1_f64[15] = {0.0, -0.0, 0.44005058574493355, 0.043472745839915526, 0.24226845767487387, 0.12402597732272692, 0.43182090257323635, 5.000000000000001e-11, 5.000000000000001e-301, -0.44005058574493355, 0.5767248077568801, NAN, NAN, 0.00472831190708902, 0.4400502605976702};
+static const double k_bessel_j1_f32[15] = {0.0, -0.0, 0.4400506317615509, 0.04347275197505951, 0.24226844310760498, 0.12402597814798355, 0.4318208396434784, 4.9999997198124646e-11, 0.0, -0.4400506317615509, 0.5767247080802917, NAN, NAN, 0.0047281463630497456, 0.44005024433135986};
+static const double k_bessel_y0_f64[15] = {-INFINITY, -INFINITY, 0.08825696421567697, 0.05567116743247819, -0.4445187335067066, -0.9315730249300588, 0.06845261515567141, -14.732516272697243, -439.8351636227653, NAN, 0.5103756726497742, NAN, NAN, 0.004715917977623586, 0.08825618300242093};
+static const double k_bessel_y0_f32[15] = {-INFINITY, -INFINITY, 0.08825694769620895, 0.05567124858498573, -0.4445187449455261, -0.9315730333328247, 0.06845264136791229, -14.732515335083008, -INFINITY, NAN, 0.5103756189346313, NAN, NAN, 0.004715862683951855, 0.08825616538524628};
+static const double k_bessel_y1_f64[15] = {-INFINITY, -INFINITY, -0.7812128213002888, 0.24901542427712678, -1.4714723926702433, -2.7041052293152825, -0.8032301220391971, -6366197723.675814, -6.366197723675813e+299, NAN, -0.10703243154093531, NAN, NAN, -0.024784331292351868, -0.7812136907705091};
+static const double k_bessel_y1_f32[15] = {-INFINITY, -INFINITY, -0.7812128067016602, 0.2490154355764389, -1.4714723825454712, -2.7041051387786865, -0.8032301068305969, -6366197248.0, -INFINITY, NAN, -0.10703249275684357, NAN, NAN, -0.024784361943602562, -0.7812137603759766};
+static const double k_airy_ai_f64[15] = {0.3550280538878172, 0.3550280538878172, 0.13529241631288144, 1.1047532552898654e-10, 0.23169360648083345, 0.2911639543485452, 0.13931344033812132, 0.35502805386193526, 0.3550280538878172, 0.5355608832923521, 0.03492413042327433, NAN, NAN, 0.0, 0.13529257546039036};
+static const double k_airy_ai_f32[15] = {0.35502806305885315, 0.35502806305885315, 0.13529238104820251, 1.1047546211173653e-10, 0.23169362545013428, 0.29116392135620117, 0.13931339979171753, 0.35502806305885315, 0.35502806305885315, 0.5355609059333801, 0.03492411598563194, NAN, NAN, 0.0, 0.13529258966445923};
 #define LEN(a) ((int64_t)(sizeof(a) / sizeof((a)[0])))
 
 static tt_t mk(int dtype, int64_t n, int64_t stride) { return tku_alloc(dtype, 1, &n, NULL, stride, 16); }
@@ -120,7 +131,9 @@ static void check_op(const char* op, int dt, const double* x, const double* y, c
  * 1e-13, unless the case says otherwise: igamma (the CPU's own error is up to
  * 1.2e-9 in float64 and 5e-5 relative, 3e-8 absolute, in float32; these
  * results agree with mpmath to 1e-15), and the float32 Bessel functions
- * (computed in double here, in float on the CPU: up to 1e-6 apart). */
+ * (computed in double here, in float on the CPU: up to 1e-6 apart). The
+ * Bessel J/Y and Airy Ai follow the CPU's method in the dtype's own precision:
+ * the defaults. */
 #define LOOSE_GAMMA 5e-9, 2e-6, 1e-7
 #define LOOSE_F32 1e-13, 1.5e-6, 0.0
 
@@ -141,6 +154,9 @@ static void test_values(void) {
       B(modified_bessel_i0) B(modified_bessel_i1) B(modified_bessel_k0) B(modified_bessel_k1)
       B(scaled_modified_bessel_k0) B(scaled_modified_bessel_k1) B(spherical_bessel_j0)
 #undef B
+#define J(name) {"aten::special_" #name, kX, NULL, k_##name##_f64, k_##name##_f32, LEN(kX)},
+      J(bessel_j0) J(bessel_j1) J(bessel_y0) J(bessel_y1) J(airy_ai)
+#undef J
       {"aten::special_zeta", kA, kB, k_zeta_f64, k_zeta_f32, LEN(kA)},
 #define P(name) {"aten::special_" #name, kPX, kPN, k_##name##_f64, k_##name##_f32, LEN(kPX)},
       P(chebyshev_polynomial_t) P(chebyshev_polynomial_u) P(chebyshev_polynomial_v) P(chebyshev_polynomial_w)
@@ -222,6 +238,116 @@ static void test_frexp(void) {
   }
 }
 
+/* ---- J0, J1, Y0, Y1, Ai against references computed independently ----------
+ * J_n(x) = (1/pi) int_0^pi cos(n t - x sin t) dt (the trapezoid rule, exact to
+ * rounding for this periodic integrand); Y_n(x) = (1/pi) int_0^pi sin(x sin t
+ * - n t) dt - (1/pi) int_0^inf (e^(nt) + (-1)^n e^(-nt)) e^(-x sinh t) dt
+ * (Simpson's rule); Ai(x) = sqrt(x/3) K_(1/3)(zeta) / pi for x > 0, with
+ * K_nu(z) = int_0^inf e^(-z cosh t) cosh(nu t) dt (trapezoid), the Maclaurin
+ * series in long double on [-2, 0], sqrt(-x)/3 (J_(1/3) + J_(-1/3))(zeta) below,
+ * J_nu by Schlaefli's integral (Simpson's rule). Tolerance: the CPU's
+ * approximations (which the kernels follow) are up to 8.5e-7 off the true J, Y
+ * (just above x = 5, where their asymptotic form starts) and 2.9e-6 off Ai
+ * (just below x = -2.09), 1.2e-13 relative for x >= 2.09: 1e-6 and 3e-6
+ * absolute, with 1e-12 relative for Ai(x > 0). */
+#define PI_D 3.14159265358979323846
+
+static double simpson(double (*f)(double, double, double), double x, double nu, double a, double b, int steps) {
+  const double h = (b - a) / steps;
+  double s = f(a, x, nu) + f(b, x, nu);
+  for (int i = 1; i < steps; ++i) s += (i & 1 ? 4.0 : 2.0) * f(a + i * h, x, nu);
+  return s * h / 3.0;
+}
+
+static double y_osc(double t, double x, double n) { return sin(x * sin(t) - n * t); }
+static double y_decay(double t, double x, double n) {
+  return (exp(n * t) + (n == 1.0 ? -1.0 : 1.0) * exp(-n * t)) * exp(-x * sinh(t));
+}
+static double jnu_osc(double t, double z, double nu) { return cos(nu * t - z * sin(t)); }
+static double jnu_decay(double t, double z, double nu) { return exp(-z * sinh(t) - nu * t); }
+
+static double ref_j(int n, double x) {
+  const int steps = 512;
+  double s = 0.0;
+  for (int i = 0; i <= steps; ++i) {
+    const double t = PI_D * i / steps, w = (i == 0 || i == steps) ? 0.5 : 1.0;
+    s += w * cos(n * t - x * sin(t));
+  }
+  return s / steps;
+}
+
+static double ref_y(int n, double x) {
+  const double tmax = asinh(60.0 / x) + 1.0;
+  return (simpson(y_osc, x, n, 0.0, PI_D, 20000) - simpson(y_decay, x, n, 0.0, tmax, 40000)) / PI_D;
+}
+
+/* J_nu(z), z > 0, any real nu (Schlaefli's integral) */
+static double ref_jnu(double nu, double z) {
+  const double tmax = asinh(60.0 / z) + 1.0;
+  return (simpson(jnu_osc, z, nu, 0.0, PI_D, 20000) - sin(nu * PI_D) * simpson(jnu_decay, z, nu, 0.0, tmax, 40000)) /
+         PI_D;
+}
+
+static double ref_ai(double x) {
+  const double z = 2.0 / 3.0 * fabs(x) * sqrt(fabs(x));
+  if (x > 0) {
+    const double h = 1.0 / 64;
+    double s = 0.5 * exp(-z);
+    for (int i = 1;; ++i) {
+      const double t = i * h, v = exp(-z * cosh(t)) * cosh(t / 3.0);
+      s += v;
+      if (v < 1e-30 * s) break;
+    }
+    return sqrt(x / 3.0) * s * h / PI_D;
+  }
+  if (x < -2.0) return sqrt(-x) / 3.0 * (ref_jnu(1.0 / 3.0, z) + ref_jnu(-1.0 / 3.0, z));
+  /* Ai(0) f(x) + Ai'(0) g(x), f = sum x^3k / (3k)! prod (3j - 2), g likewise */
+  long double f = 1.0L, g = x, a = 1.0L, b = x, zz = (long double)x * x * x;
+  for (int k = 1; k < 200; ++k) {
+    a *= zz / ((3.0L * k - 1) * (3.0L * k));
+    b *= zz / ((3.0L * k) * (3.0L * k + 1));
+    f += a;
+    g += b;
+    if (fabsl(a) + fabsl(b) < 1e-22L * (fabsl(f) + fabsl(g))) break;
+  }
+  return (double)(0.355028053887817239260L * f - 0.258819403792806798405L * g);
+}
+
+static void test_bessel_reference(void) {
+  enum { N = 121 };
+  double x[N];
+  for (int i = 0; i < N; ++i) x[i] = -18.0 + 0.3 * i + 0.0137; /* through -18 .. 18, not on a branch point */
+  static const char* const kOps[5] = {"aten::special_bessel_j0", "aten::special_bessel_j1", "aten::special_bessel_y0",
+                                      "aten::special_bessel_y1", "aten::special_airy_ai"};
+  tt_t a = mk(TPU_DTYPE_F64, N, 1), o = mk(TPU_DTYPE_F64, N, 1);
+  for (int i = 0; i < N; ++i) setf(&a.t, i, x[i]);
+  tpu_k_value_t args[1] = {vt(&a.t)};
+  for (int k = 0; k < 5; ++k) {
+    CHECK_OK(call_op(kOps[k], 1, args, 1, &o.t));
+    for (int i = 0; i < N; ++i) {
+      const double got = getf(&o.t, i);
+      double want, atol = 1e-6, rtol = 0.0;
+      if (k < 2) {
+        want = ref_j(k, x[i]);
+      } else if (k < 4) {
+        if (x[i] <= 0) {
+          CHECKF(isnan(got), "%s(%g) = %.17g, want NaN", kOps[k], x[i], got);
+          continue;
+        }
+        want = ref_y(k - 2, x[i]);
+      } else {
+        want = ref_ai(x[i]);
+        atol = x[i] > 0 ? 0.0 : 3e-6;
+        rtol = x[i] > 0 ? 1e-12 : 0.0;
+        if (x[i] > 0 && x[i] < 2.09) atol = 1e-15; /* the series on both sides */
+      }
+      CHECKF(close_f(got, want, rtol, atol), "%s(%.17g): got %.17g want %.17g", kOps[k], x[i], got, want);
+    }
+  }
+  fr(&a);
+  fr(&o);
+}
+
 static void test_reduced_and_dtypes(void) {
   /* nextafter steps the bfloat16/float16 pattern:
    * torch.nextafter(tensor([0, 1, 1, -1, 3]), tensor([-1, 2, 0, -5, 3])) */
@@ -243,6 +369,8 @@ static void test_reduced_and_dtypes(void) {
     CHECK_STATUS(call_op("aten::special_zeta", 2, args, 1, &o.t), TPU_STATUS_UNIMPLEMENTED, "float");
     CHECK_STATUS(call_op("aten::special_legendre_polynomial_p", 2, args, 1, &o.t), TPU_STATUS_UNIMPLEMENTED,
                  "float");
+    CHECK_STATUS(call_op("aten::special_bessel_y1", 1, args, 1, &o.t), TPU_STATUS_UNIMPLEMENTED, "float");
+    CHECK_STATUS(call_op("aten::special_airy_ai.out", 1, args, 1, &o.t), TPU_STATUS_UNIMPLEMENTED, "float");
     fr(&a);
     fr(&b);
     fr(&o);
@@ -267,6 +395,7 @@ int main(void) {
   RUN_TEST(test_values);
   RUN_TEST(test_gcd_lcm);
   RUN_TEST(test_frexp);
+  RUN_TEST(test_bessel_reference);
   RUN_TEST(test_reduced_and_dtypes);
   return tku_finish();
 }

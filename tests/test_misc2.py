@@ -1,0 +1,463 @@
+"""addbmm (runtime/kernels/linalg.c), _logcumsumexp (reduce.c), cdist and
+pdist with their backward (misc.c) on native kernels, against PyTorch's CPU:
+every dtype the CPU accepts (and its errors for the others), broadcast and
+strided operands, empty inputs, out= and in-place overloads, alpha/beta,
+infinities and NaN, every p of the distances, and gradients. With
+TORCH_TPU_FALLBACK=error in force: none may reach the CPU fallback."""
+import pytest
+import torch
+
+import torch_tpu
+from pointwise_util import assert_no_fallback
+
+pytestmark = pytest.mark.usefixtures("no_fallback")
+INF, NAN = float("inf"), float("nan")
+
+
+def _t(x):
+    return x.to("tpu")
+
+
+def _rand(shape, dtype, g):
+    if dtype.is_floating_point:
+        return (torch.randn(shape, generator=g, dtype=torch.float64) * 3).to(dtype)
+    lo = 0 if dtype == torch.uint8 else -5
+    return torch.randint(lo, 6, shape, generator=g).to(dtype)
+
+
+# ---- addbmm --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16, torch.float16, torch.int64,
+                                   torch.int32, torch.int16, torch.int8, torch.uint8], ids=str)
+def test_addbmm(dtype):
+    torch_tpu.reset_fallback_report()
+    g = torch.Generator().manual_seed(0)
+    a, b = _rand((4, 5, 6), dtype, g), _rand((4, 6, 7), dtype, g)
+    floating = dtype.is_floating_point
+    scalars = [{}, dict(beta=0.5, alpha=2.0) if floating else dict(beta=2, alpha=3), dict(beta=0)]
+    for self in (_rand((5, 7), dtype, g), _rand((7,), dtype, g), _rand((), dtype, g), _rand((5, 1), dtype, g)):
+        for kw in scalars:
+            want = torch.addbmm(self, a, b, **kw)
+            got = torch.addbmm(_t(self), _t(a), _t(b), **kw)
+            assert got.dtype == want.dtype and got.shape == want.shape
+            torch.testing.assert_close(got.cpu(), want)
+    nan_self = torch.full((5, 7), NAN).to(dtype) if floating else _rand((5, 7), dtype, g)
+    # beta = 0 ignores self (its NaNs too); strided and transposed batches
+    torch.testing.assert_close(torch.addbmm(_t(nan_self), _t(a), _t(b), beta=0).cpu(),
+                               torch.addbmm(nan_self, a, b, beta=0))
+    at, bt = a.transpose(1, 2).contiguous().transpose(1, 2), b[:, :, ::1].permute(0, 2, 1).contiguous().permute(0, 2, 1)
+    torch.testing.assert_close(torch.addbmm(_t(nan_self), _t(at)[::2], _t(bt)[::2], beta=0).cpu(),
+                               torch.addbmm(nan_self, at[::2], bt[::2], beta=0))
+    # out= and in-place
+    self = _rand((5, 7), dtype, g)
+    want = torch.addbmm(self, a, b)
+    out = torch.empty(5, 7, dtype=dtype, device="tpu")
+    torch.addbmm(_t(self), _t(a), _t(b), out=out)
+    torch.testing.assert_close(out.cpu(), want)
+    y = _t(self)
+    y.addbmm_(_t(a), _t(b))
+    torch.testing.assert_close(y.cpu(), want)
+    # no batches: beta * self (zeros for beta = 0)
+    for beta in (2, 0):
+        torch.testing.assert_close(torch.addbmm(_t(self), _t(a[:0]), _t(b[:0]), beta=beta).cpu(),
+                                   torch.addbmm(self, a[:0], b[:0], beta=beta))
+    assert_no_fallback("addbmm")
+
+
+def test_addbmm_float32_equals_cpu_and_grad():
+    """Each batch's product accumulates with fused multiply-adds into the
+    output, as the CPU's addmm_ per batch: the float32 results are the CPU's
+    bits, where one sum over all batches would be 1e-5 off."""
+    g = torch.Generator().manual_seed(1)
+    s, a, b = (torch.randn(sh, generator=g) * 9 for sh in [(5, 10), (5, 5, 5), (5, 5, 10)])
+    assert torch.equal(torch.addbmm(_t(s), _t(a), _t(b)).cpu(), torch.addbmm(s, a, b))
+    leaves = [x.clone().requires_grad_() for x in (s, a, b)]
+    tl = [_t(x).detach().requires_grad_() for x in (s, a, b)]
+    gw = torch.autograd.grad(torch.addbmm(*leaves, beta=0.5, alpha=2).square().sum(), leaves)
+    gt = torch.autograd.grad(torch.addbmm(*tl, beta=0.5, alpha=2).square().sum(), tl)
+    for x, y in zip(gt, gw):
+        torch.testing.assert_close(x.cpu(), y, rtol=1e-5, atol=1e-3)
+    assert_no_fallback("addbmm", "bmm", "mm")
+
+
+def test_addbmm_errors():
+    f32, f64 = torch.randn(3, 2, 4), torch.randn(3, 4, 5, dtype=torch.float64)
+    for args in [(torch.randn(2, 5), f32, f64),  # mixed dtypes
+                 (torch.randn(2, 5, dtype=torch.float64), f32, torch.randn(3, 4, 5)),  # self's dtype
+                 (torch.randn(2, 5), f32, torch.randn(2, 4, 5)),  # batch counts
+                 (torch.randn(2, 5), f32, torch.randn(3, 3, 5)),  # inner sizes
+                 (torch.randn(3, 5), f32, torch.randn(3, 4, 5)),  # self not broadcastable
+                 (torch.randn(2, 5), torch.randn(2, 4), torch.randn(4, 5))]:  # 2-D batches
+        with pytest.raises((RuntimeError, IndexError)):
+            torch.addbmm(*args)
+        with pytest.raises((RuntimeError, ValueError, IndexError)):
+            torch.addbmm(*[_t(x) for x in args]).cpu()
+    with pytest.raises(RuntimeError):  # out= of another dtype
+        torch.addbmm(_t(torch.randn(2, 5)), _t(f32), _t(torch.randn(3, 4, 5)),
+                     out=torch.empty(2, 5, dtype=torch.float64, device="tpu")).cpu()
+
+
+# ---- logcumsumexp ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16, torch.float16], ids=str)
+def test_logcumsumexp(dtype):
+    torch_tpu.reset_fallback_report()
+    g = torch.Generator().manual_seed(0)
+    x = (torch.randn(7, 9, generator=g, dtype=torch.float64) * 20).to(dtype)
+    x[1, 3], x[2, 2], x[3, 4], x[4, 0], x[4, 1] = INF, -INF, NAN, -INF, -INF
+    x[5, 5], x[5, 6] = INF, INF
+    x[6] = -INF  # a row of -inf stays -inf
+    for d in (0, 1, -1):
+        want = torch.logcumsumexp(x, d)
+        got = torch.logcumsumexp(_t(x), d)
+        assert got.dtype == dtype
+        torch.testing.assert_close(got.cpu(), want, equal_nan=True)
+    torch.testing.assert_close(torch.logcumsumexp(_t(x).t(), 1).cpu(), torch.logcumsumexp(x.t(), 1), equal_nan=True)
+    torch.testing.assert_close(torch.logcumsumexp(_t(x)[::2, 1::3], 0).cpu(), torch.logcumsumexp(x[::2, 1::3], 0),
+                               equal_nan=True)
+    big = (torch.randn(3, 4, 200, generator=g, dtype=torch.float64) * 5).to(dtype)
+    torch.testing.assert_close(torch.logcumsumexp(_t(big), 2).cpu(), torch.logcumsumexp(big, 2))
+    out = torch.empty(7, 9, dtype=dtype, device="tpu")
+    torch.logcumsumexp(_t(x), 1, out=out)
+    torch.testing.assert_close(out.cpu(), torch.logcumsumexp(x, 1), equal_nan=True)
+    z = torch.tensor(-2.5, dtype=dtype)
+    torch.testing.assert_close(torch.logcumsumexp(_t(z), 0).cpu(), torch.logcumsumexp(z, 0))
+    assert torch.logcumsumexp(_t(torch.empty(0, 3, dtype=dtype)), 0).shape == (0, 3)
+    assert_no_fallback("_logcumsumexp", "logcumsumexp")
+
+
+def test_logcumsumexp_grad_and_errors():
+    g = torch.Generator().manual_seed(2)
+    x = torch.randn(4, 6, generator=g, dtype=torch.float64)
+    xc, xt = x.clone().requires_grad_(), _t(x).requires_grad_()
+    gw = torch.autograd.grad(torch.logcumsumexp(xc, 1).sin().sum(), xc)[0]
+    gt = torch.autograd.grad(torch.logcumsumexp(xt, 1).sin().sum(), xt)[0]
+    torch.testing.assert_close(gt.cpu(), gw)
+    with pytest.raises(IndexError):
+        torch.logcumsumexp(_t(x), 2)
+    with pytest.raises(NotImplementedError):  # no integer kernel, as on the CPU
+        torch.logcumsumexp(_t(x).long(), 0).cpu()
+    with pytest.raises(RuntimeError, match="expected scalar_type"):
+        torch.logcumsumexp(_t(x), 0, out=torch.empty(4, 6, device="tpu"))
+    assert_no_fallback("_logcumsumexp", "logcumsumexp")
+
+
+# ---- cdist, pdist ----------------------------------------------------------------
+
+PS = [0.0, 0.5, 1.0, 1.5, 2.0, 3.0, INF]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
+@pytest.mark.parametrize("p", PS, ids=str)
+def test_cdist(p, dtype):
+    torch_tpu.reset_fallback_report()
+    g = torch.Generator().manual_seed(0)
+    for s1, s2 in [((5, 4), (7, 4)), ((2, 5, 4), (2, 7, 4)), ((2, 1, 5, 4), (3, 7, 4)), ((0, 4), (3, 4)),
+                   ((3, 0), (2, 0)), ((2, 0, 4), (2, 3, 4)), ((30, 3), (27, 3))]:
+        x1, x2 = _rand(s1, dtype, g), _rand(s2, dtype, g)
+        for mode in ("use_mm_for_euclid_dist", "donot_use_mm_for_euclid_dist"):
+            torch.testing.assert_close(torch.cdist(_t(x1), _t(x2), p, compute_mode=mode).cpu(),
+                                       torch.cdist(x1, x2, p, compute_mode=mode))
+        if x1.numel() and x2.numel():
+            x1[..., 0, :] = x2[(0,) * (x2.dim() - 2) + (0,)]  # a zero distance
+        want = torch.cdist(x1, x2, p)
+        got = torch.cdist(_t(x1), _t(x2), p)
+        assert got.dtype == want.dtype and got.shape == want.shape
+        torch.testing.assert_close(got.cpu(), want)
+        xt = x1.transpose(-1, -2).contiguous().transpose(-1, -2)
+        torch.testing.assert_close(torch.cdist(_t(xt), _t(x2), p).cpu(), want)
+    assert_no_fallback("_cdist_forward")
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
+@pytest.mark.parametrize("p", PS, ids=str)
+def test_pdist(p, dtype):
+    torch_tpu.reset_fallback_report()
+    g = torch.Generator().manual_seed(0)
+    for n, m in [(0, 3), (1, 3), (2, 3), (7, 5), (6, 0)]:
+        x = _rand((n, m), dtype, g)
+        if n > 2:
+            x[2] = x[0]
+        want = torch.pdist(x, p)
+        got = torch.pdist(_t(x), p)
+        assert got.shape == want.shape
+        torch.testing.assert_close(got.cpu(), want)
+        torch.testing.assert_close(torch.pdist(_t(x.t().contiguous()).t(), p).cpu(), want)
+    assert_no_fallback("_pdist_forward")
+
+
+@pytest.mark.parametrize("p", PS, ids=str)
+def test_cdist_pdist_grad(p):
+    """Backward of both inputs (x2's is _cdist_backward with the operands
+    swapped), with broadcast batches, a zero distance and ties for p = inf."""
+    torch_tpu.reset_fallback_report()
+    g = torch.Generator().manual_seed(3)
+    x1 = torch.randn(2, 1, 5, 4, generator=g, dtype=torch.float64)
+    x2 = torch.randn(3, 6, 4, generator=g, dtype=torch.float64)
+    x1[1, 0, 0] = x2[0, 0]
+    w = torch.randn(2, 3, 5, 6, generator=g, dtype=torch.float64)
+    c1, c2 = x1.clone().requires_grad_(), x2.clone().requires_grad_()
+    t1, t2 = _t(x1).requires_grad_(), _t(x2).requires_grad_()
+    want = torch.autograd.grad((torch.cdist(c1, c2, p) * w).sum(), (c1, c2))
+    got = torch.autograd.grad((torch.cdist(t1, t2, p) * _t(w)).sum(), (t1, t2))
+    for a, b in zip(got, want):
+        torch.testing.assert_close(a.cpu(), b)
+    x = torch.randint(-3, 4, (6, 3), generator=g).double()  # ties: p = inf has several maxima
+    x[3] = x[1]
+    c, t = x.clone().requires_grad_(), _t(x).requires_grad_()
+    v = torch.randn(15, generator=g, dtype=torch.float64)
+    want = torch.autograd.grad((torch.pdist(c, p) * v).sum(), c)[0]
+    got = torch.autograd.grad((torch.pdist(t, p) * _t(v)).sum(), t)[0]
+    torch.testing.assert_close(got.cpu(), want)
+    assert_no_fallback("_cdist_forward", "_cdist_backward", "_pdist_forward", "_pdist_backward")
+
+
+def test_cdist_pdist_errors():
+    a = torch.ops.aten
+    cases = [lambda d: a._cdist_forward(torch.randn(3, device=d), torch.randn(3, 3, device=d), 2.0, None),
+             lambda d: a._cdist_forward(torch.randn(2, 3, device=d), torch.randn(3, 4, device=d), 2.0, None),
+             lambda d: a._cdist_forward(torch.ones(2, 3, device=d).long(), torch.ones(3, 3, device=d).long(), 2.0,
+                                        None),
+             lambda d: a._cdist_forward(torch.randn(2, 3, device=d), torch.randn(3, 3, device=d), -1.0, None),
+             lambda d: a._cdist_forward(torch.randn(2, 3, device=d), torch.randn(3, 3, device=d).double(), 2.0, None),
+             lambda d: a._cdist_forward(torch.randn(2, 3, device=d).half(), torch.randn(3, 3, device=d).half(), 2.0,
+                                        None),
+             lambda d: torch.pdist(torch.randn(3, device=d)),
+             lambda d: torch.pdist(torch.randn(3, 4, device=d).half())]
+    for f in cases:
+        with pytest.raises(Exception) as cpu:
+            f("cpu")
+        with pytest.raises(Exception) as tpu:
+            f("tpu").cpu()
+        assert isinstance(tpu.value, (RuntimeError, ValueError, NotImplementedError, IndexError)), (cpu.value, tpu.value)
+    with pytest.raises((RuntimeError, ValueError), match="non-negative p"):
+        a._cdist_forward(_t(torch.randn(2, 3)), _t(torch.randn(3, 3)), -1.0, None)
+
+
+# ---- adaptive average pooling ---------------------------------------------------
+
+_ADAPTIVE = [((2, 3, 5, 7, 6), (2, 3, 4)), ((3, 4, 4, 4), (4, 4, 4)), ((1, 2, 7, 5, 9), (3, 1, 5)),
+             ((2, 3, 5, 7, 6), (7, 9, 11)), ((2, 1, 4, 4, 4), (1, 1, 1))]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16, torch.float16], ids=str)
+def test_adaptive_avg_pool(dtype):
+    """3-d forward, 2-d and 3-d backward: output windows that overlap, sizes
+    larger than the input, a single output, batched and unbatched, a
+    transposed input. float16/bfloat16 sum and divide in the dtype step by
+    step, as the CPU: equal to the bit."""
+    torch_tpu.reset_fallback_report()
+    F, a = torch.nn.functional, torch.ops.aten
+    g = torch.Generator().manual_seed(4)
+    exact = dtype in (torch.bfloat16, torch.float16)
+    check = (lambda x, y: torch.testing.assert_close(x, y, rtol=0, atol=0)) if exact else torch.testing.assert_close
+    for shape, osz in _ADAPTIVE:
+        x = torch.randn(shape, generator=g).to(dtype)
+        check(F.adaptive_avg_pool3d(_t(x), osz).cpu(), F.adaptive_avg_pool3d(x, osz))
+        xt = x.transpose(-1, -3)
+        check(F.adaptive_avg_pool3d(_t(x).transpose(-1, -3), osz).cpu(), F.adaptive_avg_pool3d(xt, osz))
+        go = torch.randn(F.adaptive_avg_pool3d(x, osz).shape, generator=g).to(dtype)
+        check(a._adaptive_avg_pool3d_backward(_t(go), _t(x)).cpu(), a._adaptive_avg_pool3d_backward(go, x))
+        x2 = x.flatten(-3, -2)
+        go2 = torch.randn(F.adaptive_avg_pool2d(x2, osz[1:]).shape, generator=g).to(dtype)
+        check(a._adaptive_avg_pool2d_backward(_t(go2), _t(x2)).cpu(), a._adaptive_avg_pool2d_backward(go2, x2))
+    if dtype == torch.float64:  # autograd reaches the backward kernels
+        x = torch.randn(2, 3, 5, 7, 6, generator=g, dtype=dtype)
+        w = torch.randn(2, 3, 3, 2, 4, generator=g, dtype=dtype)
+        c, t = x.clone().requires_grad_(), _t(x).requires_grad_()
+        want = torch.autograd.grad((F.adaptive_avg_pool3d(c, (3, 2, 4)) * w).sum(), c)[0]
+        got = torch.autograd.grad((F.adaptive_avg_pool3d(t, (3, 2, 4)) * _t(w)).sum(), t)[0]
+        torch.testing.assert_close(got.cpu(), want)
+    out = torch.empty(2, 3, 2, 3, 4, dtype=dtype, device="tpu")
+    x = torch.randn(2, 3, 5, 7, 6, generator=g).to(dtype)
+    a._adaptive_avg_pool3d.out(_t(x), [2, 3, 4], out=out)
+    check(out.cpu(), F.adaptive_avg_pool3d(x, (2, 3, 4)))
+    assert_no_fallback("_adaptive_avg_pool3d", "_adaptive_avg_pool3d_backward", "_adaptive_avg_pool2d_backward")
+
+
+def test_adaptive_avg_pool_errors():
+    F = torch.nn.functional
+    with pytest.raises(RuntimeError):  # integers: no kernel on the CPU either
+        F.adaptive_avg_pool3d(torch.ones(1, 2, 2, 2, dtype=torch.int64), 1)
+    with pytest.raises((RuntimeError, NotImplementedError)):
+        F.adaptive_avg_pool3d(_t(torch.ones(1, 2, 2, 2, dtype=torch.int64)), 1).cpu()
+    with pytest.raises((RuntimeError, IndexError)):  # a 2-D input
+        F.adaptive_avg_pool3d(torch.ones(2, 2), 1)
+    with pytest.raises((RuntimeError, IndexError)):
+        F.adaptive_avg_pool3d(_t(torch.ones(2, 2)), 1).cpu()
+
+
+# ---- segment_reduce ---------------------------------------------------------------
+
+_REDUCE = ["sum", "mean", "max", "min", "prod", "amax", "amin"]
+
+
+def _seg(data, reduce, **kw):
+    """segment_reduce on tpu and on the CPU: equal to the bit (NaN where NaN)."""
+    want = torch.segment_reduce(data, reduce, **kw)
+    got = torch.segment_reduce(_t(data), reduce, **{k: _t(v) if isinstance(v, torch.Tensor) else v
+                                                     for k, v in kw.items()})
+    assert got.dtype == want.dtype and got.shape == want.shape
+    torch.testing.assert_close(got.cpu(), want, rtol=0, atol=0, equal_nan=True)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16, torch.float16], ids=str)
+@pytest.mark.parametrize("reduce", _REDUCE)
+def test_segment_reduce(reduce, dtype):
+    """Empty segments (their initial value, NaN for mean), NaN, initial=,
+    int32 and int64 lengths, offsets, axis > 0 with per-row lengths, strided
+    data and long segments."""
+    torch_tpu.reset_fallback_report()
+    g = torch.Generator().manual_seed(5)
+    d = torch.tensor([1.0, NAN, 3.0, 4.0, -2.0, 5.0, INF, -1.0]).to(dtype)
+    lengths = torch.tensor([2, 0, 3, 1, 2])
+    _seg(d, reduce, lengths=lengths)
+    _seg(d, reduce, lengths=lengths.int(), initial=7.0)
+    _seg(d, reduce, offsets=torch.tensor([0, 2, 2, 5, 6, 8]))
+    _seg(d[2:], reduce, offsets=torch.tensor([1, 3, 3, 6]), unsafe=True)
+    x = torch.randn(3, 10, 4, generator=g).to(dtype)
+    _seg(x, reduce, lengths=torch.tensor([[3, 3, 4], [0, 10, 0], [1, 2, 7]]), axis=1)
+    _seg(x, reduce, offsets=torch.tensor([[0, 3, 6, 10], [0, 0, 10, 10], [0, 1, 3, 10]]), axis=1, initial=-1.5)
+    x0 = torch.randn(10, 3, 2, generator=g).to(dtype)
+    _seg(x0, reduce, lengths=torch.tensor([4, 0, 6]))
+    _seg(x0.transpose(1, 2), reduce, lengths=torch.tensor([4, 0, 6]), axis=0)
+    _seg(torch.randn(4, 300, generator=g).to(dtype), reduce, lengths=torch.tensor([[100, 200]] * 4), axis=1)
+    assert_no_fallback("segment_reduce")
+
+
+def test_segment_reduce_errors():
+    def both(fn, exc):
+        with pytest.raises(exc):
+            fn("cpu")
+        with pytest.raises((exc, ValueError)):
+            fn("tpu").cpu()
+
+    ones = lambda d: torch.ones(4, device=d)  # noqa: E731
+    ln = lambda v, d: torch.tensor(v, device=d)  # noqa: E731
+    both(lambda d: torch.segment_reduce(ones(d), "sum", lengths=ln([2, 1], d)), RuntimeError)  # sums to 3, not 4
+    both(lambda d: torch.segment_reduce(ones(d), "sum", lengths=ln([2, -1, 3], d)), RuntimeError)
+    both(lambda d: torch.segment_reduce(ones(d), "sum", offsets=ln([0, 3, 2, 4], d)), RuntimeError)
+    both(lambda d: torch.segment_reduce(ones(d), "median", lengths=ln([2, 2], d)), RuntimeError)
+    both(lambda d: torch.segment_reduce(ones(d).long(), "sum", lengths=ln([2, 2], d)), NotImplementedError)
+    with pytest.raises(ValueError, match="outside"):  # unsafe=True past the end: an error, not a read beyond data
+        torch.segment_reduce(_t(torch.ones(4)), "sum", lengths=_t(torch.tensor([2, 5])), unsafe=True).cpu()
+    assert_no_fallback("segment_reduce")
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16, torch.float16], ids=str)
+@pytest.mark.parametrize("reduce", ["sum", "mean", "max", "min", "prod"])
+def test_segment_reduce_backward(reduce, dtype):
+    """_segment_reduce_backward bit for bit: ties of max/min with grads of
+    both signs, zeros, NaN and inf for prod, initial=, offsets, axis 1; and
+    autograd through segment_reduce on tpu."""
+    torch_tpu.reset_fallback_report()
+    bwd = torch.ops.aten._segment_reduce_backward
+    g = torch.Generator().manual_seed(6)
+    d = torch.tensor([1.0, 3.0, 3.0, 2.0, 0.0, 4.0, 0.0, 5.0, 2.0, NAN, 1.0, INF, 2.0, 0.0, 0.0, 7.0]).to(dtype)
+    lengths = torch.tensor([3, 2, 2, 0, 1, 3, 2, 3])
+    offsets = torch.cat([torch.zeros(1, dtype=torch.long), lengths.cumsum(0)])
+    cases = [(d, dict(lengths=lengths)), (d, dict(lengths=lengths, initial=2.0)), (d, dict(offsets=offsets)),
+             (torch.randn(3, 10, 4, generator=g).to(dtype), dict(lengths=torch.tensor([[3, 3, 4], [0, 10, 0], [1, 2, 7]]),
+                                                                 axis=1))]
+    for x, kw in cases:
+        out = torch.segment_reduce(x, reduce, **kw)
+        for sign in (1, -1):
+            gr = (torch.rand(out.shape, generator=g) * sign).to(dtype)
+            want = bwd(gr, out, x, reduce, **kw)
+            got = bwd(_t(gr), _t(out), _t(x), reduce, **{k: _t(v) if isinstance(v, torch.Tensor) else v
+                                                         for k, v in kw.items()})
+            torch.testing.assert_close(got.cpu(), want, rtol=0, atol=0, equal_nan=True)
+    if dtype == torch.float64:
+        x = torch.randn(12, 3, generator=g, dtype=dtype)
+        c, t = x.clone().requires_grad_(), _t(x).requires_grad_()
+        lc = torch.tensor([5, 0, 7])
+        want = torch.autograd.grad(torch.segment_reduce(c, reduce, lengths=lc).sum(), c)[0]
+        got = torch.autograd.grad(torch.segment_reduce(t, reduce, lengths=_t(lc)).sum(), t)[0]
+        torch.testing.assert_close(got.cpu(), want)
+    assert_no_fallback("segment_reduce", "_segment_reduce_backward")
+
+
+# ---- embedding_bag ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16, torch.float16], ids=str)
+@pytest.mark.parametrize("mode", [0, 1, 2], ids=["sum", "mean", "max"])
+def test_embedding_bag(mode, dtype):
+    """_embedding_bag and _embedding_bag_forward_only: an empty bag, padding_idx,
+    include_last_offset, per-sample weights, int32 and int64 indices; the
+    bag ids, sizes and argmax rows equal the CPU's wherever the meta function
+    sizes them as the CPU does (it sizes offset2bag N and max_indices 0 for
+    mode sum, the CPU 0 and B)."""
+    torch_tpu.reset_fallback_report()
+    a = torch.ops.aten
+    g = torch.Generator().manual_seed(7)
+    w = torch.randn(10, 3, generator=g).to(dtype)
+    idx = torch.tensor([1, 2, 4, 5, 4, 3, 2, 9])
+    for fn in (a._embedding_bag_forward_only, a._embedding_bag):
+        for pad in (-1, 2):
+            for last in (False, True):
+                offs = torch.tensor([0, 4, 4, 6, 8]) if last else torch.tensor([0, 4, 4, 6])
+                for psw in ([None, torch.rand(8, generator=g).to(dtype)] if mode == 0 else [None]):
+                    for it in (torch.int64, torch.int32):
+                        args = (w, idx.to(it), offs.to(it), False, mode, False, psw, last, pad)
+                        want = fn(*args)
+                        got = fn(*[_t(x) if isinstance(x, torch.Tensor) else x for x in args])
+                        torch.testing.assert_close(got[0].cpu(), want[0])
+                        for x, y in zip(want[1:], got[1:]):
+                            assert y.dtype == x.dtype
+                            if x.shape == y.shape:
+                                assert torch.equal(y.cpu(), x)
+    ww = torch.randn(20, 5, generator=g).to(dtype)
+    name = ["sum", "mean", "max"][mode]
+    ii = torch.randint(0, 20, (4, 6), generator=g)
+    F = torch.nn.functional
+    torch.testing.assert_close(F.embedding_bag(_t(ii), _t(ww), mode=name).cpu(), F.embedding_bag(ii, ww, mode=name))
+    torch.testing.assert_close(F.embedding_bag(_t(ii), _t(ww), mode=name, padding_idx=3).cpu(),
+                               F.embedding_bag(ii, ww, mode=name, padding_idx=3))
+    assert_no_fallback("_embedding_bag", "_embedding_bag_forward_only")
+
+
+def test_embedding_bag_errors():
+    F = torch.nn.functional
+    for f in (lambda d: F.embedding_bag(torch.tensor([1, 20], device=d), torch.randn(20, 3, device=d),
+                                        torch.tensor([0], device=d)),
+              lambda d: F.embedding_bag(torch.tensor([1, 2], device=d), torch.randn(20, 3, device=d),
+                                        torch.tensor([1], device=d))):
+        with pytest.raises(RuntimeError):
+            f("cpu")
+        with pytest.raises(ValueError, match="out of range|offsets must start at 0"):
+            f("tpu").cpu()
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
+@pytest.mark.parametrize("mode", ["sum", "mean", "max"])
+def test_embedding_bag_grad(mode, dtype):
+    """Gradients of weight (padding rows, an empty bag, frequency scaling) and
+    of per_sample_weights, through _embedding_bag_backward and
+    _embedding_bag_per_sample_weights_backward on tpu."""
+    torch_tpu.reset_fallback_report()
+    F = torch.nn.functional
+    g = torch.Generator().manual_seed(8)
+    for pad in (None, 3):
+        for freq in ([False, True] if mode != "max" else [False]):
+            for psw in ([False, True] if mode == "sum" else [False]):
+                w = torch.randn(12, 4, generator=g, dtype=dtype)
+                ii = torch.randint(0, 12, (15,), generator=g)
+                off = torch.tensor([0, 3, 3, 9, 11])
+                pw = torch.rand(15, generator=g, dtype=dtype) if psw else None
+                gw = torch.randn(5, 4, generator=g, dtype=dtype)
+                leaves_c = [w.clone().requires_grad_()] + ([pw.clone().requires_grad_()] if psw else [])
+                leaves_t = [_t(w).requires_grad_()] + ([_t(pw).requires_grad_()] if psw else [])
+                kw = dict(mode=mode, padding_idx=pad, scale_grad_by_freq=freq)
+                y = F.embedding_bag(ii, leaves_c[0], off, per_sample_weights=leaves_c[1] if psw else None, **kw)
+                yt = F.embedding_bag(_t(ii), leaves_t[0], _t(off), per_sample_weights=leaves_t[1] if psw else None,
+                                     **kw)
+                want = torch.autograd.grad((y * gw).sum(), leaves_c)
+                got = torch.autograd.grad((yt * _t(gw)).sum(), leaves_t)
+                torch.testing.assert_close(yt.detach().cpu(), y.detach())
+                for a, b in zip(got, want):
+                    torch.testing.assert_close(a.cpu(), b)
+    assert_no_fallback("_embedding_bag", "_embedding_bag_backward", "_embedding_bag_per_sample_weights_backward",
+                       "_embedding_bag_dense_backward")
