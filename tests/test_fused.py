@@ -12,6 +12,7 @@ import torch
 import torch.nn.functional as F
 
 import torch_tpu
+from conftest import DRIVER
 from oplog import OpLog
 
 DTYPES = [torch.float32, torch.bfloat16, torch.float16]
@@ -133,8 +134,15 @@ def test_rope(dtype, shape):
     cos, sin = _cos_sin(B, L, R, dtype, g)
     qo, ko = torch.ops.tpu.rope(_t(q), _t(k), _t(cos), _t(sin))
     rq, rk = ref_rope(q, k, cos, sin)
-    torch.testing.assert_close(qo.cpu(), rq)
-    torch.testing.assert_close(ko.cpu(), rk)
+    for got, want in ((qo, rq), (ko, rk)):
+        if DRIVER == "pjrt" and dtype == torch.float16:
+            # The pjrt lowering rounds each product to float16 as the unfused ops do, but
+            # XLA's CPU plugin on hosts with AVX512-FP16 drops the first product's
+            # rounding and contracts it into an FMA: within one float16 ulp of the largest
+            # value (bfloat16 and float32 are exact).
+            torch.testing.assert_close(got.cpu(), want, rtol=0, atol=want.abs().max().item() * 2**-10)
+        else:
+            torch.testing.assert_close(got.cpu(), want)
 
 
 def test_rope_broadcast_cos():
