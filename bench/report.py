@@ -80,6 +80,16 @@ def sections(res):
                     ["chips", "tok/s", "x one chip", "rank 0 peak MiB", "model MiB"],
                     [[str(r["chips"]), _f(r["tok_s"], 2), _f(r["vs_one_chip"], 2), _f(r["peak_bytes_rank0"] / 2**20),
                       _f(r["model_bytes"] / 2**20)] for r in tp]))
+    mj = res.get("mainjob")
+    if mj:
+        out.append(("The main job vs llama.cpp (same GGUF file, SmolLM2-135M Q4_1 + Q8_0)",
+                    "one fresh process per engine and round, the engines taking turns; tok/s = new tokens / "
+                    "time of a whole greedy generation from the prompt (prefill included), best round; load = "
+                    "from before the engine's imports to the model ready; first token = a 1-token generation; "
+                    "same tokens = leading greedy tokens equal to the tpu default's",
+                    ["engine", "path", "tok/s", "x llama.cpp", "load s", "first token ms", "same tokens"],
+                    [[r["engine"], r["path"], _f(r["tok_s"]), _f(r["vs_llama_cpp"], 2), _f(r["load_s"], 2),
+                      _f(r["ttft_s"] * 1000, 0), f"{r['same_prefix_as_tpu']}/{r['new_tokens']}"] for r in mj]))
     md = res.get("models")
     if md:
         out.append(("Models: eager tokens/s",
