@@ -55,10 +55,9 @@ def _torch_engine(engine, tokens, t_start):
             "path": (rep or {}).get("path", "transformers")}
 
 
-def _llama_engine(tokens, t_start):
+def _llama_engine(tokens, t_start, path):
     from llama_cpp import Llama
 
-    _, _, path = _gguf()
     llm = Llama(model_path=path, n_threads=os.cpu_count() or 1, n_ctx=512, seed=0, verbose=False)
     load_s = time.perf_counter() - t_start
     prompt = llm.tokenize(PROMPT.encode(), add_bos=True, special=False)
@@ -86,10 +85,10 @@ def _llama_engine(tokens, t_start):
             "path": f"llama-cpp-python {llama_cpp.__version__}"}
 
 
-def child(engine, tokens):
+def child(engine, tokens, gguf):
     t_start = time.perf_counter()
-    if engine == "llama.cpp":
-        r = _llama_engine(tokens, t_start)
+    if engine == "llama.cpp":  # without torch in the process (its OpenMP and llama.cpp's clash)
+        r = _llama_engine(tokens, t_start, gguf)
     else:
         r = _torch_engine(engine, tokens, t_start)
     r["engine"] = engine
@@ -99,12 +98,16 @@ def child(engine, tokens):
 def _spawn(engine, tokens, timeout):
     from .run import ROOT
 
-    cmd = [sys.executable, "-m", "bench.mainjob", engine, "--tokens", str(tokens)]
+    cmd = [sys.executable, "-m", "bench.mainjob", engine, "--tokens", str(tokens), "--gguf", _gguf()[2]]
     p = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout)
     for line in p.stdout.splitlines():
         if line.startswith("RESULT "):
             return json.loads(line[7:])
-    raise RuntimeError(f"bench.mainjob {engine!r} exited with {p.returncode}: {p.stderr.strip()[-800:]}")
+    import signal
+
+    how = (f"was killed by {signal.Signals(-p.returncode).name}" if p.returncode < 0
+           else f"exited with {p.returncode}")
+    raise RuntimeError(f"bench.mainjob {engine!r} {how}: {p.stderr.strip()[-800:] or 'no output'}")
 
 
 def measure(quick=False, log=print, notes=None):
@@ -122,10 +125,23 @@ def measure(quick=False, log=print, notes=None):
     got = {e: [] for e in engines}
     for i in range(rounds):
         for e in (engines if i % 2 == 0 else engines[::-1]):
-            r = _spawn(e, tokens, timeout=600)
+            if e not in got:
+                continue
+            try:
+                r = _spawn(e, tokens, timeout=600)
+            except (RuntimeError, subprocess.TimeoutExpired) as exc:  # one engine's failure ends only its row
+                msg = f"{e}: failed in round {i + 1}, left out: {str(exc).splitlines()[0][:300]}"
+                log("  " + msg)
+                if notes is not None:
+                    notes.append(msg + ".")
+                del got[e]
+                continue
             got[e].append(r)
             log(f"  round {i + 1} {e}: load {r['load_s']:.2f} s, first token {r['ttft_s'] * 1000:.0f} ms, "
                 f"{r['tok_s']:.1f} tok/s")
+    if "tpu" not in got:
+        return []
+    engines = [e for e in engines if e in got]
     ref = max(got["llama.cpp"], key=lambda r: r["tok_s"]) if "llama.cpp" in got else None
     tpu_ids = got["tpu"][0]["new_ids"]
     rows = []
@@ -150,11 +166,12 @@ def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("engine", choices=ENGINES)
     p.add_argument("--tokens", type=int, default=64)
+    p.add_argument("--gguf", default=None, help="llama.cpp: the GGUF file (the parent finds it)")
     a = p.parse_args(argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
-    child(a.engine, a.tokens)
+    child(a.engine, a.tokens, a.gguf)
 
 
 if __name__ == "__main__":
