@@ -32,6 +32,7 @@ import glob
 import importlib.util
 import os
 import pickle
+import signal
 import socket
 import subprocess
 import sys
@@ -189,12 +190,16 @@ def _run_ranks(world_size, func, args, limit, init_group=True):
                 outs.append(p.communicate(timeout=max(1, deadline - time.time()))[0])
             except subprocess.TimeoutExpired:
                 timed_out = True
+                for q in procs:  # every thread's stack first (hf_rank.py), then kill
+                    if q.poll() is None:
+                        q.send_signal(signal.SIGUSR1)
+                time.sleep(3)
                 for q in procs:
                     q.kill()
                 outs = [q.communicate()[0] for q in procs]
                 break
     name = getattr(func, "__qualname__", repr(func))
-    logs = "\n".join(f"---- rank {r} (exit {p.returncode}):\n{o[-6000:]}" for r, (p, o) in enumerate(zip(procs, outs)))
+    logs = "\n".join(f"---- rank {r} (exit {p.returncode}):\n{o[-(12000 if timed_out else 6000):]}" for r, (p, o) in enumerate(zip(procs, outs)))
     if timed_out:
         raise AssertionError(f"{name}: ranks still running after {limit} s (killed)\n{logs}")
     if any(p.returncode for p in procs):

@@ -11,14 +11,19 @@ Transformers maps the test device to (TRANSFORMERS_TEST_DEVICE: "tpu" -> "tpu_di
 with LOCAL_RANK's chip current; the FSDP mixin's func creates (and destroys) its
 own. Exit 0 on return, 1 with the traceback on an exception.
 """
+import faulthandler
 import os
 import pickle
+import signal
 import sys
 import traceback
 
 import hf_distributed_testing_utils as hdu
 
 if __name__ == "__main__":
+    # The launcher sends SIGUSR1 to ranks that ran past its limit before it kills them:
+    # every thread's Python stack then shows where each rank waits.
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
     with open(sys.argv[1], "rb") as f:
         tests, init_group = pickle.load(f)
         hdu.install_package(tests)
