@@ -39,6 +39,7 @@ MOE_FSDP = ["test_fsdp2_expert_parallel_2d_vs_ddp", "test_fsdp2_expert_parallel_
 # (checked with a per-rank trace), so the cause is a timing-dependent data race not found yet.
 RACY_MOE_FSDP = ["test_fsdp2_expert_parallel_2d_vs_ddp",
                  "test_hsdp_grad_accumulation_vs_single_device_2_expert_parallel"]
+RACY_K = "(" + " or ".join(RACY_MOE_FSDP) + ")"  # their pytest -k expression
 ALL_FSDP = [f"Qwen3FsdpTest::{t}" for t in FSDP] + [f"Qwen3MoeFsdpTest::{t}" for t in FSDP + MOE_FSDP
                                                     if t not in RACY_MOE_FSDP]
 ALLOWED_SKIPS = ("Test requires torchao", "Not an MoE model", "Model does not have an expert parallel plan",
@@ -91,7 +92,7 @@ def test_all_mixin_tests():
 
 @pytest.mark.slow
 def test_all_fsdp_mixin_tests():
-    passed, out = run_mixins("Fsdp and not (" + " or ".join(RACY_MOE_FSDP) + ")")
+    passed, out = run_mixins("Fsdp and not " + RACY_K)
     assert passed == set(ALL_FSDP), (sorted(set(ALL_FSDP) - passed), out[-4000:])
 
 
@@ -100,5 +101,5 @@ def test_all_fsdp_mixin_tests():
                    strict=False)
 def test_fsdp_expert_parallel_racy_cases():
     """Still run: XPASS when the race does not strike, XFAIL with the ranks' output when it does."""
-    passed, out = run_mixins("Qwen3MoeFsdpTest and (" + " or ".join(RACY_MOE_FSDP) + ")", limit=900)
+    passed, out = run_mixins("Qwen3MoeFsdpTest and " + RACY_K, limit=900)
     assert passed == {f"Qwen3MoeFsdpTest::{t}" for t in RACY_MOE_FSDP}, out[-4000:]
