@@ -433,7 +433,8 @@ static void la_gemv_par(void* ctx, int64_t begin, int64_t end) {
 
 /* ---- plain loops: small float problems, f64, integers ------------------------
  * Floating products accumulate with fused multiply-adds along K, as the CPU's
- * BLAS does (addbmm's per-batch sums then equal the CPU's to the bit). */
+ * BLAS does (addbmm's per-batch sums then equal the CPU's to the bit where MKL
+ * runs its Intel kernels; on AMD its order differs by an ulp or two). */
 
 static inline __attribute__((always_inline)) void la_naive_row(const la_gemm_t* g, int64_t row) {
   int64_t bi = row / g->M, m = row % g->M;
