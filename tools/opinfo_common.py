@@ -237,9 +237,26 @@ def describe_error(exc: BaseException) -> str:
     return head[:400]
 
 
+def _storage_layout_matters(x: torch.Tensor) -> bool:
+    """The tensor is a view whose storage holds more than its elements (an
+    offset, or room before or after them): `.to(device)` would copy only the
+    elements, and an op that addresses the storage (as_strided and its family)
+    would read other memory on the device than on the CPU."""
+    if x.layout != torch.strided or x.is_sparse or x.numel() == 0:
+        return False
+    span = 1 + sum((n - 1) * st for n, st in zip(x.shape, x.stride()))
+    return x.storage_offset() != 0 or x.untyped_storage().nbytes() != span * x.element_size()
+
+
 def _to_device(x, requires_grad=False):
     if isinstance(x, torch.Tensor):
-        t = x.detach().to(DEVICE)
+        x0 = x.detach()
+        if _storage_layout_matters(x0):
+            # the whole storage to the device, then the same view of it
+            whole = torch.empty(0, dtype=x0.dtype).set_(x0.untyped_storage())
+            t = whole.to(DEVICE).as_strided(x0.shape, x0.stride(), x0.storage_offset()).detach()
+        else:
+            t = x0.to(DEVICE)
         return t.requires_grad_(x.requires_grad) if requires_grad else t
     return x
 
