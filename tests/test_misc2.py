@@ -464,3 +464,21 @@ def test_embedding_bag_grad(mode, dtype):
                     torch.testing.assert_close(a.cpu(), b)
     assert_no_fallback("_embedding_bag", "_embedding_bag_backward", "_embedding_bag_per_sample_weights_backward",
                        "_embedding_bag_dense_backward")
+
+
+def test_out_overload_whose_decomposition_declines(monkeypatch):
+    """PyTorch's decomposition of adaptive_max_pool2d returns NotImplemented for
+    some inputs; its out= overload (reached by return_indices=True) then runs by
+    the next path (today the CPU fallback) instead of raising about the number
+    of results."""
+    monkeypatch.delenv("TORCH_TPU_FALLBACK")
+    F = torch.nn.functional
+    g = torch.Generator().manual_seed(5)
+    x = torch.randn(1, 4, 4, 4, generator=g)
+    got, want = F.adaptive_max_pool2d(_t(x), (2, 3), True), F.adaptive_max_pool2d(x, (2, 3), True)
+    torch.testing.assert_close(got[0].cpu(), want[0], rtol=0, atol=0)
+    assert torch.equal(got[1].cpu(), want[1]) and got[0].device.type == "tpu"
+    x1 = torch.randn(3, 4, 4, generator=g)
+    got, want = F.adaptive_max_pool1d(_t(x1), 3, True), F.adaptive_max_pool1d(x1, 3, True)
+    torch.testing.assert_close(got[0].cpu(), want[0], rtol=0, atol=0)
+    assert torch.equal(got[1].cpu(), want[1])

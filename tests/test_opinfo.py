@@ -175,3 +175,41 @@ def test_opinfo_whole_database():
     good, ran = t["share_cases"]
     assert t["share"] >= MIN_DB_SHARE, (f"{good} of {ran} cases native or decomposed ({t['share']:.1%}), "
                                         f"at least {MIN_DB_SHARE:.0%} required; see tools/opinfo_report.py --all")
+
+
+def test_harness_keeps_a_views_storage(forbid_fallback):
+    # as_strided addresses the storage, not the view: a sample that is a view
+    # into a larger storage must reach the device with all of it, at the same
+    # offset and strides, or the device reads other memory than the CPU.
+    base = torch.arange(15.0)
+    view = base[5:]
+    dev = oc._to_device(view)
+    assert (dev.storage_offset(), dev.stride(), dev.shape) == (5, (1,), view.shape)
+    for offset in (0, 3, 10):
+        got = torch.as_strided(dev, (2, 2), (1, 2), offset).cpu()
+        torch.testing.assert_close(got, torch.as_strided(view, (2, 2), (1, 2), offset), rtol=0, atol=0)
+    op = dict(oc.all_ops())["as_strided.partial_views"]
+    for dtype in (torch.float32, torch.int64, torch.bool):
+        assert oc.run_case("as_strided.partial_views", op, dtype).status == "pass"
+
+
+def test_decomposition_that_declines_an_out_call(monkeypatch):
+    # torch._decomp's adaptive_max_pool2d returns NotImplemented for sizes that
+    # do not divide evenly; through the out= overload (which the functional op
+    # reaches) that must decline to the CPU fallback, not raise.
+    monkeypatch.delenv("TORCH_TPU_FALLBACK", raising=False)
+    x = torch.randn(3, 4, 4)
+    got = torch.nn.functional.adaptive_max_pool2d(x.to("tpu"), 3, return_indices=True)
+    want = torch.nn.functional.adaptive_max_pool2d(x, 3, return_indices=True)
+    torch.testing.assert_close([t.cpu() for t in got], list(want), rtol=0, atol=0)
+
+
+def test_to_device_keeps_a_views_storage():
+    """A sample that is a view into a larger storage reaches the device with the
+    same storage and view, so ops that address the storage (as_strided) read the
+    same memory on both sides."""
+    base = torch.arange(10.0)
+    v = base[2:6]
+    t = oc._to_device(v)
+    assert t.device.type != "cpu" and torch.equal(t.cpu(), v)
+    assert torch.equal(t.as_strided((2, 2), (1, 2), 0).cpu(), v.as_strided((2, 2), (1, 2), 0))

@@ -250,6 +250,10 @@ def run(name: str, overload: str, args: tuple, kwargs: dict):
     # PyTorch's out= rule says (resized when the sizes differ).
     dst = [kwargs.pop(k) for k in outs]
     res = fn(*args, **kwargs)
+    if res is NotImplemented:  # the decomposition declines these inputs itself
+        for k, d in zip(outs, dst):
+            kwargs[k] = d
+        return NotImplemented
     res = list(res) if isinstance(res, (tuple, list)) else [res]
     if len(res) != len(dst):
         raise RuntimeError(f"{op}: its decomposition returned {len(res)} tensors for {len(dst)} out= arguments")
