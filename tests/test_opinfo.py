@@ -24,6 +24,7 @@ import warnings
 
 import pytest
 import torch
+from torch.testing._internal.opinfo.core import SampleInput
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tools"))
 import opinfo_common as oc  # noqa: E402
@@ -193,23 +194,42 @@ def test_harness_keeps_a_views_storage(forbid_fallback):
         assert oc.run_case("as_strided.partial_views", op, dtype).status == "pass"
 
 
-def test_decomposition_that_declines_an_out_call(monkeypatch):
-    # torch._decomp's adaptive_max_pool2d returns NotImplemented for sizes that
-    # do not divide evenly; through the out= overload (which the functional op
-    # reaches) that must decline to the CPU fallback, not raise.
-    monkeypatch.delenv("TORCH_TPU_FALLBACK", raising=False)
-    x = torch.randn(3, 4, 4)
-    got = torch.nn.functional.adaptive_max_pool2d(x.to("tpu"), 3, return_indices=True)
-    want = torch.nn.functional.adaptive_max_pool2d(x, 3, return_indices=True)
-    torch.testing.assert_close([t.cpu() for t in got], list(want), rtol=0, atol=0)
+def test_harness_random_factories_compared_by_shape(forbid_fallback):
+    # randn, randint and normal.number_mean: PyTorch's OpInfos reseed the CPU
+    # generator before each call (wrapper_set_seed); the device's generator is
+    # its own, as CUDA's is, so their values are compared by shape and dtype.
+    # A deterministic op that gives a wrong value is still a mismatch.
+    ops = dict(oc.all_ops())
+    for name in ("randn", "randint", "normal.number_mean"):
+        assert oc._cpu_is_random(ops[name], next(iter(ops[name].sample_inputs("cpu", torch.float32))))
+        assert oc.run_case(name, ops[name], torch.float32).status == "pass", name
+    add = ops["add"]
+    sample = next(iter(add.sample_inputs("cpu", torch.float32)))
+    assert not oc._cpu_is_random(add, sample)
+
+    class OffByOneOnTheDevice:
+        @staticmethod
+        def op(x, *args, **kwargs):
+            return torch.add(x, *args, **kwargs) + (x.device.type != "cpu")
+
+        __call__ = staticmethod(op)
+
+    wrong = OffByOneOnTheDevice()
+    outcome = oc.run_forward_sample("add", wrong, sample, {})
+    assert outcome.kind == "fail" and "not close" in outcome.detail, outcome
 
 
-def test_to_device_keeps_a_views_storage():
-    """A sample that is a view into a larger storage reaches the device with the
-    same storage and view, so ops that address the storage (as_strided) read the
-    same memory on both sides."""
-    base = torch.arange(10.0)
-    v = base[2:6]
-    t = oc._to_device(v)
-    assert t.device.type != "cpu" and torch.equal(t.cpu(), v)
-    assert torch.equal(t.as_strided((2, 2), (1, 2), 0).cpu(), v.as_strided((2, 2), (1, 2), 0))
+def test_harness_explicit_devices_and_cpu_arguments(forbid_fallback):
+    # x.to("cpu", ...) is asked for a CPU result; tensor_split's index tensor
+    # must be on the CPU (ATen requires it; CUDA raises the same). Both are
+    # samples' choices, not device results on the wrong device.
+    ops = dict(oc.all_ops())
+    for name in ("to", "tensor_split"):
+        assert oc.run_case(name, ops[name], torch.float32).status == "pass", name
+    with pytest.raises(AssertionError, match="expected the"):
+        oc._check_on_device(torch.zeros(2))
+    oc._check_on_device(torch.zeros(2), oc._named_devices(("cpu", torch.float64), {}))
+    idx = torch.tensor([1, 3])
+    x = torch.arange(6.0)
+    got = oc._device_sample("tensor_split", SampleInput(x, args=(idx,)))
+    assert got[0].device.type != "cpu" and got[1][0].device.type == "cpu"
