@@ -233,3 +233,22 @@ def test_harness_explicit_devices_and_cpu_arguments(forbid_fallback):
     x = torch.arange(6.0)
     got = oc._device_sample("tensor_split", SampleInput(x, args=(idx,)))
     assert got[0].device.type != "cpu" and got[1][0].device.type == "cpu"
+
+
+def test_harness_batch_norm_statistics_as_on_cuda(forbid_fallback):
+    # PyTorch expects an accelerator's saved statistics to differ from the
+    # CPU's (accumulation type; running statistics in evaluation); the output
+    # is still compared by value and a wrong statistic is still a mismatch.
+    ops = dict(oc.all_ops())
+    for name in ("native_batch_norm", "_native_batch_norm_legit", "_batch_norm_with_update"):
+        for dtype in (torch.float32, torch.bfloat16):
+            assert oc.run_case(name, ops[name], dtype).status == "pass", (name, dtype)
+    x, w, b = torch.randn(3, 2, 4), torch.rand(2) + 0.5, torch.randn(2)
+    rm, rv = torch.randn(2), torch.rand(2) + 0.5
+    sample = SampleInput(x, args=(w, b, rm, rv, False, 0.1, 1e-5))
+    cpu = torch.native_batch_norm(x, w, b, rm, rv, False, 0.1, 1e-5)
+    cuda_like = (cpu[0], rm.clone(), torch.rsqrt(rv + 1e-5))
+    oc._compare_batch_norm_as_on_cuda(sample, cuda_like, cpu, {})
+    for wrong in ((cpu[0] + 1e-2, *cuda_like[1:]), (cpu[0], rm + 1, cuda_like[2]), cpu):
+        with pytest.raises(AssertionError):
+            oc._compare_batch_norm_as_on_cuda(sample, wrong, cpu, {})
