@@ -301,3 +301,70 @@ def test_flash_op_unsupported_arguments_raise():
         FLASH(q, q, q, return_debug_mask=True)
     with pytest.raises(RuntimeError, match="4-D"):
         FLASH(q[0], q[0], q[0])
+
+
+FOR_CPU = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu
+
+
+def _f64_attention(q, k, v, mask=None, causal=False):
+    q, k, v = q.double(), k.double(), v.double()
+    if k.size(1) != q.size(1):
+        k, v = (t.repeat_interleave(q.size(1) // t.size(1), 1) for t in (k, v))
+    s = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))
+    if mask is not None:
+        s = s + mask.double()
+    if causal:
+        s = s.masked_fill(torch.ones(s.shape[-2:], dtype=torch.bool).tril().logical_not(), float("-inf"))
+    return torch.softmax(s, -1) @ v, torch.logsumexp(s, -1)
+
+
+@pytest.mark.parametrize("case", ["plain", "causal", "mask", "gqa"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64])
+def test_cpu_flash_op_on_tpu(case, dtype):
+    """The CPU's attention op called by name on tpu tensors: its results (output
+    in the input dtype, log-sum-exp [B, H, L] in float32, float64 for float64)
+    and its gradients, against the CPU's kernel and a float64 reference.
+    PyTorch's decomposition of this op returns the probabilities instead."""
+    torch.manual_seed(3)
+    hk = 2 if case == "gqa" else 4
+    q, k, v = _rand(2, 4, 5, 8, dtype=dtype), _rand(2, hk, 7, 8, dtype=dtype), _rand(2, hk, 7, 8, dtype=dtype)
+    mask = _rand(5, 7, dtype=dtype) if case == "mask" else None
+    causal = case == "causal"
+    cpu_in = [t.clone().requires_grad_() for t in (q, k, v)]
+    tpu_in = [t.to("tpu").requires_grad_() for t in (q, k, v)]
+    want = FOR_CPU(*cpu_in, is_causal=causal, attn_mask=mask)
+    got = FOR_CPU(*tpu_in, is_causal=causal, attn_mask=None if mask is None else mask.to("tpu"))
+    assert [(t.shape, t.dtype) for t in got] == [(t.shape, t.dtype) for t in want]
+    ref_out, ref_lse = _f64_attention(q, k, v, mask, causal)
+    tol = dict(rtol=2e-2, atol=2e-2) if dtype == torch.bfloat16 else dict(rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(got[0].cpu().double(), ref_out, **tol)
+    torch.testing.assert_close(got[1].cpu().double(), ref_lse, **tol)
+    torch.testing.assert_close(got[0].cpu(), want[0], **tol)
+    g = torch.randn(want[0].shape).to(dtype)
+    want[0].backward(g)
+    got[0].backward(g.to("tpu"))
+    ref_in = [t.double().requires_grad_() for t in (q, k, v)]
+    _f64_attention(*ref_in, mask, causal)[0].backward(g.double())
+    gtol = dict(rtol=3e-2, atol=3e-2) if dtype == torch.bfloat16 else dict(rtol=1e-5, atol=2e-5)
+    for a, b, r, name in zip(tpu_in, cpu_in, ref_in, "qkv"):
+        assert a.grad.dtype == dtype and a.grad.shape == b.grad.shape, name
+        torch.testing.assert_close(a.grad.cpu().double(), r.grad, **gtol, msg=lambda m: f"grad {name}: {m}")
+
+
+def test_cpu_flash_op_on_tpu_edges():
+    q, k = _rand(1, 1, 2, 4), _rand(1, 1, 3, 4)
+    mask = torch.zeros(2, 3)
+    mask[1] = float("-inf")  # row 1 sees no key: the CPU kernel answers 0 and 0
+    want = FOR_CPU(q, k, k, attn_mask=mask)
+    got = FOR_CPU(q.to("tpu"), k.to("tpu"), k.to("tpu"), attn_mask=mask.to("tpu"))
+    torch.testing.assert_close([t.cpu() for t in got], list(want))
+    assert got[0][0, 0, 1].abs().sum().item() == 0 and got[1][0, 0, 1].item() == 0
+    t = q.to("tpu")
+    with pytest.raises(RuntimeError, match="dropout probability must be zero"):
+        FOR_CPU(t, t, t, dropout_p=0.5)
+    with pytest.raises(RuntimeError, match="the query's dtype"):
+        FOR_CPU(t, t, t, attn_mask=torch.ones(2, 2, dtype=torch.bool, device="tpu"))
+    with pytest.raises(RuntimeError, match="2 or 4 dimensions"):
+        FOR_CPU(t, t, t, attn_mask=torch.zeros(2, device="tpu"))
+    with pytest.raises(RuntimeError, match="one floating dtype"):
+        FOR_CPU(t, t.double(), t)
