@@ -247,3 +247,50 @@ def test_gradients(fn):
     (w * seed).sum().backward()
     (g * _tpu(seed)).sum().backward()
     torch.testing.assert_close(At.grad.cpu(), Ac.grad)
+
+
+def _normwise(got, want):
+    """Largest error per matrix over its largest entry (matrix functions are
+    accurate normwise, not entrywise)."""
+    scale = want.abs().amax((-2, -1), keepdim=True).clamp(min=1.0)
+    return ((got.double() - want.double()).abs() / scale).max().item()
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape,spread", [((5, 5), 3.0), ((3, 4, 4), 0.1), ((2, 6, 6), 8.0), ((1, 1), 2.0)])
+def test_matrix_exp(dtype, shape, spread):
+    # scaling and squaring on device matmuls: each matrix of a batch scaled by its
+    # own power of two (spread makes norms from below 1 to about 2^6)
+    g = torch.Generator().manual_seed(11)
+    a = torch.randn(shape, generator=g, dtype=torch.float64) * spread
+    if a.dim() == 3:
+        a[0] *= 0.01
+    a = a.to(dtype)
+    got = LA.matrix_exp(_tpu(a))
+    assert got.device.type == "tpu" and got.dtype == dtype and got.shape == a.shape
+    exact = LA.matrix_exp(a.double())
+    bound = 1e-13 if dtype == torch.float64 else 1e-5
+    assert _normwise(got.cpu(), exact) < bound
+    assert _normwise(got.cpu(), LA.matrix_exp(a)) < 2 * bound
+    t = _tpu(a).requires_grad_()
+    c = a.clone().requires_grad_()
+    w = torch.randn(shape, generator=g, dtype=torch.float64).to(dtype)
+    (LA.matrix_exp(t) * _tpu(w)).sum().backward()
+    (LA.matrix_exp(c) * w).sum().backward()
+    assert _normwise(t.grad.cpu(), c.grad) < 4 * bound
+
+
+def test_matrix_exp_edges():
+    a = torch.zeros(0, 3, 3)
+    assert LA.matrix_exp(_tpu(a)).shape == (0, 3, 3)
+    assert torch.equal(LA.matrix_exp(_tpu(torch.zeros(2, 2))).cpu(), torch.eye(2))
+    for dtype in (torch.bfloat16, torch.float16):
+        # the CPU's half-precision matrix_exp returns NaN here (PyTorch 2.15); tpu
+        # accumulates in float32 and rounds once
+        a = torch.randn(3, 4, 4, generator=torch.Generator().manual_seed(2)).to(dtype)
+        got = LA.matrix_exp(_tpu(a)).cpu()
+        assert got.dtype == dtype and _normwise(got, LA.matrix_exp(a.double())) < 1e-2
+    with pytest.raises(RuntimeError, match="square matrix"):
+        LA.matrix_exp(_tpu(torch.zeros(2, 3)))
+    with pytest.raises(RuntimeError, match="square matrix"):
+        LA.matrix_exp(_tpu(torch.zeros(3)))

@@ -75,6 +75,33 @@ def _scalar_pow(base: float, exponent):
     return torch.exp(exponent * math.log(base))
 
 
+def _matrix_exp(a):
+    """linalg_matrix_exp by scaling and squaring: each matrix scaled by 2^-s to a
+    1-norm <= 1, the degree-18 Taylor polynomial by Horner's rule (remainder below
+    1/19! = 8e-18), then squared s times; float16/bfloat16 accumulate in float32."""
+    if a.dim() < 2 or a.size(-1) != a.size(-2):
+        raise RuntimeError(f"linalg.matrix_exp: Expected a square matrix or batch of square matrices, "
+                           f"got a tensor of shape {tuple(a.shape)}")
+    if not a.dtype.is_floating_point:
+        raise RuntimeError(f"linalg.matrix_exp: Expected a floating point or complex tensor, got {a.dtype}")
+    n = a.size(-1)
+    if n == 0 or a.numel() == 0:
+        return a.clone()
+    x = a.float() if a.dtype in (torch.float16, torch.bfloat16) else a
+    norm = x.abs().sum(-2).amax(-1)
+    finite = torch.isfinite(norm)
+    s = torch.where(finite & (norm > 1), torch.ceil(torch.log2(norm.clamp(min=1))), torch.zeros_like(norm))
+    squarings = int(s.max().item())
+    x = x * torch.exp2(-s)[..., None, None]
+    eye = torch.eye(n, dtype=x.dtype, device=x.device).expand_as(x)
+    p = eye
+    for k in range(18, 0, -1):
+        p = eye + torch.matmul(x, p) / k
+    for k in range(squarings):
+        p = torch.where((s > k)[..., None, None], torch.matmul(p, p), p)
+    return p.to(a.dtype)
+
+
 def _fused_adam(adamw, params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, state_steps, *, lr, beta1, beta2,
                 weight_decay, eps, amsgrad, maximize, grad_scale=None, found_inf=None):
     """torch._fused_adam(w)_ as the host kernel computes it (kernels/optim.c):
@@ -133,6 +160,7 @@ _LOCAL = {
     torch.ops.aten.var_mean.correction: _var_mean,
     torch.ops.aten.signbit.default: _signbit,
     torch.ops.aten.equal.default: _equal,
+    torch.ops.aten.linalg_matrix_exp.default: _matrix_exp,
 }
 
 
