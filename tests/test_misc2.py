@@ -482,3 +482,34 @@ def test_out_overload_whose_decomposition_declines(monkeypatch):
     got, want = F.adaptive_max_pool1d(_t(x1), 3, True), F.adaptive_max_pool1d(x1, 3, True)
     torch.testing.assert_close(got[0].cpu(), want[0], rtol=0, atol=0)
     assert torch.equal(got[1].cpu(), want[1])
+
+
+def test_rrelu_on_device():
+    """F.rrelu (aten::rrelu_with_noise) on device ops: in training every element
+    <= 0 gets a slope from U(lower, upper) and the gradient is scaled by it;
+    positive elements and evaluation are the CPU's exactly."""
+    F = torch.nn.functional
+    g = torch.Generator().manual_seed(4)
+    x = torch.randn(64, 9, generator=g)
+    x[0, :3] = 0.0
+    lo, hi = 0.1, 0.3
+    assert torch.equal(F.rrelu(_t(x), lo, hi, training=False).cpu(), F.rrelu(x, lo, hi, training=False))
+    t = _t(x).requires_grad_()
+    out = F.rrelu(t, lo, hi, training=True)
+    out.sum().backward()
+    o, gr = out.detach().cpu(), t.grad.cpu()
+    neg = x < 0
+    slope = o[neg] / x[neg]
+    assert slope.min() >= lo and slope.max() <= hi and slope.std() > 0.02  # drawn, not the mean
+    assert torch.equal(o[x > 0], x[x > 0]) and torch.equal(gr[x > 0], torch.ones_like(gr[x > 0]))
+    torch.testing.assert_close(gr[neg], slope)
+    assert ((gr[x == 0] >= lo) & (gr[x == 0] <= hi)).all()  # the CPU draws a slope for 0 too
+    torch.manual_seed(7)
+    a = F.rrelu(_t(x), lo, hi, training=True).cpu()
+    torch.manual_seed(7)
+    b = _t(x)
+    F.rrelu(b, lo, hi, training=True, inplace=True)
+    assert torch.equal(a, b.cpu())
+    for dtype in (torch.bfloat16, torch.float64):
+        y = F.rrelu(_t(x.to(dtype)), lo, hi, training=True)
+        assert y.dtype == dtype and y.device.type == "tpu"

@@ -102,6 +102,34 @@ def _matrix_exp(a):
     return p.to(a.dtype)
 
 
+def _rrelu_noise_and_output(x, lower, upper, training, generator):
+    if not training:  # the mean slope; the noise is not touched
+        return None, torch.where(x >= 0, x, x * ((lower + upper) / 2))
+    r = torch.empty_like(x).uniform_(lower, upper, generator=generator)
+    neg = x <= 0  # as the CPU's kernel: r where input <= 0, else 1
+    noise = torch.where(neg, r, torch.ones_like(r))
+    return noise, x * noise
+
+
+def _rrelu_with_noise(x, noise, lower=0.125, upper=1.0 / 3.0, training=False, generator=None):
+    """rrelu_with_noise: in training each element <= 0 is scaled by a slope drawn
+    from U(lower, upper) on the device's generator and `noise` records the slopes
+    (1 elsewhere), which the backward multiplies the gradient by."""
+    new_noise, out = _rrelu_noise_and_output(x, lower, upper, training, generator)
+    if new_noise is not None:
+        noise.copy_(new_noise)
+    return out
+
+
+def _rrelu_with_noise_(x, noise, lower=0.125, upper=1.0 / 3.0, training=False, generator=None):
+    return x.copy_(_rrelu_with_noise(x, noise, lower, upper, training, generator))
+
+
+def _rrelu_with_noise_functional(x, noise, lower=0.125, upper=1.0 / 3.0, training=False, generator=None):
+    new_noise, out = _rrelu_noise_and_output(x, lower, upper, training, generator)
+    return out, (noise.clone() if new_noise is None else new_noise)
+
+
 def _fused_adam(adamw, params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, state_steps, *, lr, beta1, beta2,
                 weight_decay, eps, amsgrad, maximize, grad_scale=None, found_inf=None):
     """torch._fused_adam(w)_ as the host kernel computes it (kernels/optim.c):
@@ -161,6 +189,10 @@ _LOCAL = {
     torch.ops.aten.signbit.default: _signbit,
     torch.ops.aten.equal.default: _equal,
     torch.ops.aten.linalg_matrix_exp.default: _matrix_exp,
+    torch.ops.aten.rrelu_with_noise.default: _rrelu_with_noise,
+    torch.ops.aten.rrelu_with_noise.out: _rrelu_with_noise,
+    torch.ops.aten.rrelu_with_noise_.default: _rrelu_with_noise_,
+    torch.ops.aten.rrelu_with_noise_functional.default: _rrelu_with_noise_functional,
 }
 
 
