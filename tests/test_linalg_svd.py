@@ -205,3 +205,14 @@ def test_svd_and_eigh_gradients():
         Xd = X.to("tpu").requires_grad_(True)
         fn(Xd).backward()
         torch.testing.assert_close(Xd.grad.cpu(), Xc.grad, atol=1e-8, rtol=1e-8)
+
+
+def test_svd_and_eigh_under_compile():
+    # fake tensors carry the device: Vh is column-major there, as on the CPU
+    A = _rand(5, 3)
+    f = torch.compile(lambda x: LA.svd(x, full_matrices=False), backend="tpu", fullgraph=True)
+    U, S, Vh = f(A.to("tpu"))
+    assert Vh.stride() == LA.svd(A, full_matrices=False)[2].stride()
+    torch.testing.assert_close((U @ torch.diag(S) @ Vh).cpu(), A)
+    g = torch.compile(lambda x: LA.eigh(x)[0], backend="tpu", fullgraph=True)
+    torch.testing.assert_close(g((A.mT @ A).to("tpu")).cpu(), LA.eigvalsh(A.mT @ A))
