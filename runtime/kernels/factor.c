@@ -7,7 +7,12 @@
  *   Cholesky (potrf): linalg_cholesky_ex, _cholesky_solve_helper,
  *     cholesky_inverse;
  *   Householder QR (geqrf): geqrf, linalg_qr, linalg_householder_product,
- *     ormqr.
+ *     ormqr;
+ *   one-sided Jacobi SVD: _linalg_svd (singular values descending, U and Vh
+ *     orthonormal, null and full_matrices columns completed from the
+ *     standard basis; the signs of the singular vectors are Jacobi's, not
+ *     gesdd's); cyclic Jacobi eigensolver: _linalg_eigh (the UPLO triangle,
+ *     eigenvalues ascending). Both compute in double for float32 as well.
  *
  * Every op works one matrix at a time, in parallel over the batch: the
  * matrix is loaded from its strided view into a column-major double scratch
@@ -117,7 +122,7 @@ struct fx_job_s {
   fx_mat_t a, b2, lu, piv, info, x, p, l, u, det, logdet;
   size_t ws_bytes;
   fx_item_fn_t item;
-  atomic_int oom, bad_pivot;
+  atomic_int oom, bad_pivot, nonfinite;
 };
 
 static void fx_chunk(void* ctx, int64_t begin, int64_t end) {
@@ -146,6 +151,9 @@ static tpu_status_t fx_run(fx_job_t* j, double cost) {
   if (atomic_load(&j->bad_pivot)) /* a RuntimeError, as the CPU raises */
     return TPU_ERROR(TPU_STATUS_FAILED_PRECONDITION, "%s: pivots passed to lu_unpack must be between 1 and LU.size(-2) "
                      "inclusive.Did you properly pass the result of lu_factor?", j->call->op); /* the CPU's words */
+  if (atomic_load(&j->nonfinite)) /* svd: LAPACK's info > 0 on such input, LinAlgError on the CPU */
+    return TPU_ERROR(TPU_STATUS_LINALG, "linalg.svd: The algorithm failed to converge because the input matrix "
+                     "contained non-finite values.");
   return TPU_OK;
 }
 
@@ -431,6 +439,7 @@ static void fx_job_init(fx_job_t* j, const tpu_k_call_t* call) {
   j->call = call;
   atomic_init(&j->oom, 0);
   atomic_init(&j->bad_pivot, 0);
+  atomic_init(&j->nonfinite, 0);
 }
 
 /* check(): the op's setup alone (validation without touching data). */
@@ -1031,6 +1040,319 @@ static tpu_status_t hh_run(const tpu_k_call_t* call) {
   return fx_run(&j, 4.0 * (double)(j.m * j.n) * (double)(j.k + 1));
 }
 
+/* ---- Jacobi SVD and symmetric eigensolver --------------------------------------------- */
+
+/* Orthonormal completion: column c of u (p rows, ld p) becomes the standard
+ * basis vector with the largest residual against columns 0..c-1, that
+ * residual normalised (two Gram-Schmidt passes). */
+static void fx_complete_col(double* u, int64_t p, int64_t c, double* tmp) {
+  double best = -1.0;
+  double* col = u + c * p;
+  for (int64_t e = 0; e < p; ++e) {
+    for (int64_t i = 0; i < p; ++i) tmp[i] = i == e ? 1.0 : 0.0;
+    for (int pass = 0; pass < 2; ++pass)
+      for (int64_t q = 0; q < c; ++q) {
+        const double* uq = u + q * p;
+        double d = 0.0;
+        for (int64_t i = 0; i < p; ++i) d += uq[i] * tmp[i];
+        for (int64_t i = 0; i < p; ++i) tmp[i] -= d * uq[i];
+      }
+    double nn = 0.0;
+    for (int64_t i = 0; i < p; ++i) nn += tmp[i] * tmp[i];
+    if (nn > best + 1e-12) {
+      best = nn;
+      memcpy(col, tmp, sizeof(double) * (size_t)p);
+    }
+    if (best > 0.5) break; /* as good as any: at least half of e's length is new */
+  }
+  double r = best > 0.0 ? 1.0 / sqrt(best) : 0.0;
+  for (int64_t i = 0; i < p; ++i) col[i] *= r;
+}
+
+/* Makes columns 0..cols-1 of u orthonormal in order: each is orthogonalised
+ * against the previous ones (twice); one that loses more than half its length
+ * (a null direction, or rounding noise) is replaced by a completion. */
+static void fx_orthonormalise(double* u, int64_t p, int64_t cols, double* tmp) {
+  for (int64_t c = 0; c < cols; ++c) {
+    double* uc = u + c * p;
+    double n0 = 0.0;
+    for (int64_t i = 0; i < p; ++i) n0 += uc[i] * uc[i];
+    for (int pass = 0; pass < 2; ++pass)
+      for (int64_t q = 0; q < c; ++q) {
+        const double* uq = u + q * p;
+        double d = 0.0;
+        for (int64_t i = 0; i < p; ++i) d += uq[i] * uc[i];
+        for (int64_t i = 0; i < p; ++i) uc[i] -= d * uq[i];
+      }
+    double nn = 0.0;
+    for (int64_t i = 0; i < p; ++i) nn += uc[i] * uc[i];
+    if (!(n0 > 0.0) || !(nn > 0.25 * n0) || !(nn > 0.0)) {
+      fx_complete_col(u, p, c, tmp);
+    } else {
+      double r = 1.0 / sqrt(nn);
+      for (int64_t i = 0; i < p; ++i) uc[i] *= r;
+    }
+  }
+}
+
+/* One-sided (Hestenes) Jacobi on the p x q column-major w (p >= q): plane
+ * rotations of column pairs until every pair is orthogonal to working
+ * precision; v (q x q, NULL: not wanted) accumulates the rotations. Then
+ * w's columns are U S and w = U S V^T. */
+static void fx_jacobi_svd(double* w, int64_t p, int64_t q, double* v) {
+  if (v)
+    for (int64_t c = 0; c < q; ++c)
+      for (int64_t i = 0; i < q; ++i) v[i + c * q] = i == c ? 1.0 : 0.0;
+  const double tol = DBL_EPSILON * (double)(p > 1 ? p : 1);
+  for (int sweep = 0; sweep < 80; ++sweep) {
+    bool rotated = false;
+    for (int64_t a = 0; a + 1 < q; ++a)
+      for (int64_t b = a + 1; b < q; ++b) {
+        double* wa = w + a * p;
+        double* wb = w + b * p;
+        double al = 0.0, be = 0.0, ga = 0.0;
+        for (int64_t i = 0; i < p; ++i) {
+          al += wa[i] * wa[i];
+          be += wb[i] * wb[i];
+          ga += wa[i] * wb[i];
+        }
+        if (!(fabs(ga) > tol * sqrt(al * be)) || ga == 0.0) continue;
+        rotated = true;
+        double zeta = (be - al) / (2.0 * ga);
+        double t = copysign(1.0, zeta) / (fabs(zeta) + sqrt(1.0 + zeta * zeta));
+        double c = 1.0 / sqrt(1.0 + t * t), s = c * t;
+        for (int64_t i = 0; i < p; ++i) {
+          double x = wa[i], y = wb[i];
+          wa[i] = c * x - s * y;
+          wb[i] = s * x + c * y;
+        }
+        if (v) {
+          double* va = v + a * q;
+          double* vb = v + b * q;
+          for (int64_t i = 0; i < q; ++i) {
+            double x = va[i], y = vb[i];
+            va[i] = c * x - s * y;
+            vb[i] = s * x + c * y;
+          }
+        }
+      }
+    if (!rotated) break;
+  }
+}
+
+/* Cyclic two-sided Jacobi on the symmetric n x n column-major a (both
+ * triangles set): rotations until the off-diagonal norm is below working
+ * precision relative to ||A||_F; v (NULL: not wanted) accumulates them. The
+ * eigenvalues are left on the diagonal. */
+static void fx_jacobi_eigh(double* a, int64_t n, double* v) {
+  if (v)
+    for (int64_t c = 0; c < n; ++c)
+      for (int64_t i = 0; i < n; ++i) v[i + c * n] = i == c ? 1.0 : 0.0;
+  double fro = 0.0;
+  for (int64_t i = 0; i < n * n; ++i) fro += a[i] * a[i];
+  if (!(fro > 0.0) || !isfinite(fro)) return;
+  const double stop = DBL_EPSILON * DBL_EPSILON * 0.25 * fro;
+  for (int sweep = 0; sweep < 100; ++sweep) {
+    double off = 0.0;
+    for (int64_t c = 0; c < n; ++c)
+      for (int64_t r = c + 1; r < n; ++r) off += a[r + c * n] * a[r + c * n];
+    if (!(off > stop)) break;
+    for (int64_t p = 0; p + 1 < n; ++p)
+      for (int64_t q = p + 1; q < n; ++q) {
+        double apq = a[p + q * n];
+        if (apq == 0.0) continue;
+        double app = a[p + p * n], aqq = a[q + q * n];
+        double theta = (aqq - app) / (2.0 * apq);
+        double t = fabs(theta) > 1e150 ? 0.5 / theta
+                                        : copysign(1.0, theta) / (fabs(theta) + sqrt(theta * theta + 1.0));
+        double c = 1.0 / sqrt(t * t + 1.0), s = t * c;
+        for (int64_t k = 0; k < n; ++k) { /* columns p, q: A J */
+          double x = a[k + p * n], y = a[k + q * n];
+          a[k + p * n] = c * x - s * y;
+          a[k + q * n] = s * x + c * y;
+        }
+        for (int64_t k = 0; k < n; ++k) { /* rows p, q: J^T A */
+          double x = a[p + k * n], y = a[q + k * n];
+          a[p + k * n] = c * x - s * y;
+          a[q + k * n] = s * x + c * y;
+        }
+        a[p + q * n] = a[q + p * n] = 0.0;
+        if (v) {
+          double* vp = v + p * n;
+          double* vq = v + q * n;
+          for (int64_t k = 0; k < n; ++k) {
+            double x = vp[k], y = vq[k];
+            vp[k] = c * x - s * y;
+            vq[k] = s * x + c * y;
+          }
+        }
+      }
+  }
+}
+
+/* perm[0..n) sorts key[] (stable insertion sort; descending or ascending). */
+static void fx_sort_perm(const double* key, int64_t n, bool descending, int64_t* perm) {
+  for (int64_t i = 0; i < n; ++i) perm[i] = i;
+  for (int64_t i = 1; i < n; ++i) {
+    int64_t x = perm[i], k = i;
+    while (k > 0 && (descending ? key[perm[k - 1]] < key[x] : key[perm[k - 1]] > key[x])) {
+      perm[k] = perm[k - 1];
+      --k;
+    }
+    perm[k] = x;
+  }
+}
+
+/* _linalg_svd item. w = A (m >= n) or A^T (flag: m < n), p x q, p >= q:
+ * w = Uw S Vw^T; Uw goes to j->u (U, or Vh seen transposed), Vw to j->l (Vh
+ * seen transposed, or U); qcols columns of Uw (q, or p for full_matrices). */
+static void fx_svd_item(fx_job_t* j, int64_t bi, double* ws) {
+  const int64_t p = j->m, q = j->n, uc = j->qcols;
+  const bool uv = j->flag2;
+  double* w = ws;
+  double* v = w + p * q;
+  double* u = v + q * q;
+  double* s = u + p * (uc > q ? uc : q);
+  double* tmp = s + q;
+  int64_t* perm = (int64_t*)(tmp + (p > q ? p : q));
+  fx_load(&j->a, fx_at(&j->a, &j->b, bi), p, q, w, p);
+  bool finite = true;
+  for (int64_t i = 0; i < p * q; ++i) finite &= isfinite(w[i]) != 0;
+  if (!finite) {
+    atomic_store(&j->nonfinite, 1);
+    return;
+  }
+  fx_jacobi_svd(w, p, q, uv ? v : NULL);
+  for (int64_t c = 0; c < q; ++c) {
+    double nn = 0.0;
+    for (int64_t i = 0; i < p; ++i) nn += w[i + c * p] * w[i + c * p];
+    tmp[c] = sqrt(nn);
+  }
+  fx_sort_perm(tmp, q, true, perm);
+  for (int64_t c = 0; c < q; ++c) s[c] = tmp[perm[c]];
+  if (j->x.p) fx_store(&j->x, fx_at(&j->x, &j->b, bi), q, 1, s, q);
+  if (!uv) return;
+  for (int64_t c = 0; c < q; ++c) { /* Uw = the sorted columns of w / sigma */
+    const double* wc = w + perm[c] * p;
+    double r = s[c] > 0.0 ? 1.0 / s[c] : 0.0;
+    for (int64_t i = 0; i < p; ++i) u[i + c * p] = wc[i] * r;
+  }
+  fx_orthonormalise(u, p, q, tmp);
+  for (int64_t c = q; c < uc; ++c) fx_complete_col(u, p, c, tmp);
+  if (j->u.p) fx_store(&j->u, fx_at(&j->u, &j->b, bi), p, uc, u, p);
+  if (j->l.p) {
+    for (int64_t c = 0; c < q; ++c) memcpy(w + c * q, v + perm[c] * q, sizeof(double) * (size_t)q);
+    fx_store(&j->l, fx_at(&j->l, &j->b, bi), q, q, w, q);
+  }
+}
+
+/* _linalg_svd(A, full_matrices, compute_uv, *, driver) -> (U, S, Vh) */
+static tpu_status_t svd_setup(const tpu_k_call_t* call, fx_job_t* j) {
+  const tpu_tensor_t* A = NULL;
+  TPU_RETURN_IF_ERROR(fx_input(call, 0, false, &A));
+  if (call->num_outputs < 3) return TPU_KU_INVALID(call, "expected 3 outputs");
+  bool full = tpu_ku_bool(call, 1, false), uv = tpu_ku_bool(call, 2, true);
+  fx_job_init(j, call);
+  fx_batch_of(A, 2, &j->b);
+  int64_t m = A->sizes[A->ndim - 2], n = A->sizes[A->ndim - 1];
+  bool trans = m < n;
+  j->flag = trans;
+  j->flag2 = uv;
+  j->m = trans ? n : m; /* p */
+  j->n = trans ? m : n; /* q */
+  j->k = j->n;
+  j->qcols = uv ? (full ? j->m : j->n) : 0;
+  j->f32 = A->dtype == TPU_DTYPE_F32;
+  TPU_RETURN_IF_ERROR(fx_mat(call, A, 2, &j->b, trans, &j->a));
+  const tpu_tensor_t* S = fx_out(call, 1);
+  if (S) TPU_RETURN_IF_ERROR(fx_same_dtype(call, S, A->dtype, "S"));
+  TPU_RETURN_IF_ERROR(fx_mat(call, S, 1, &j->b, false, &j->x));
+  if (uv) {
+    const tpu_tensor_t* U = fx_out(call, 0);
+    const tpu_tensor_t* Vh = fx_out(call, 2);
+    if (!U || !Vh || U->ndim != A->ndim || Vh->ndim != A->ndim)
+      return TPU_KU_INVALID(call, "expected U and Vh outputs with %d dims", (int)A->ndim);
+    TPU_RETURN_IF_ERROR(fx_same_dtype(call, U, A->dtype, "U"));
+    TPU_RETURN_IF_ERROR(fx_same_dtype(call, Vh, A->dtype, "Vh"));
+    TPU_RETURN_IF_ERROR(fx_mat(call, trans ? Vh : U, 2, &j->b, trans, &j->u));
+    TPU_RETURN_IF_ERROR(fx_mat(call, trans ? U : Vh, 2, &j->b, !trans, &j->l));
+  }
+  j->item = fx_svd_item;
+  int64_t p = j->m, q = j->n;
+  j->ws_bytes = sizeof(double) * (size_t)(p * q + q * q + p * (j->qcols > q ? j->qcols : q) + q + (p > q ? p : q) +
+                                          q + 1);
+  return TPU_OK;
+}
+FX_CHECK(svd)
+static tpu_status_t svd_run(const tpu_k_call_t* call) {
+  fx_job_t j;
+  TPU_RETURN_IF_ERROR(svd_setup(call, &j));
+  return fx_run(&j, 20.0 * fx_cube(j.m, j.n));
+}
+
+/* _linalg_eigh item: the triangle UPLO (flag: 'U') of A, symmetrised;
+ * eigenvalues ascending to x, eigenvectors (flag2) to l. */
+static void fx_eigh_item(fx_job_t* j, int64_t bi, double* ws) {
+  const int64_t n = j->n;
+  double* a = ws;
+  double* v = a + n * n;
+  double* w = v + n * n;
+  int64_t* perm = (int64_t*)(w + n);
+  fx_load(&j->a, fx_at(&j->a, &j->b, bi), n, n, a, n);
+  for (int64_t c = 0; c < n; ++c)
+    for (int64_t r = c + 1; r < n; ++r) {
+      if (j->flag)
+        a[r + c * n] = a[c + r * n];
+      else
+        a[c + r * n] = a[r + c * n];
+    }
+  fx_jacobi_eigh(a, n, j->flag2 ? v : NULL);
+  for (int64_t i = 0; i < n; ++i) w[i] = a[i + i * n];
+  fx_sort_perm(w, n, false, perm);
+  for (int64_t i = 0; i < n; ++i) a[i] = w[perm[i]];
+  if (j->x.p) fx_store(&j->x, fx_at(&j->x, &j->b, bi), n, 1, a, n);
+  if (j->l.p) {
+    for (int64_t c = 0; c < n; ++c) memcpy(a + c * n, v + perm[c] * n, sizeof(double) * (size_t)n);
+    fx_store(&j->l, fx_at(&j->l, &j->b, bi), n, n, a, n);
+  }
+}
+
+/* _linalg_eigh(A, UPLO, compute_v) -> (eigenvalues, eigenvectors) */
+static tpu_status_t eigh_setup(const tpu_k_call_t* call, fx_job_t* j) {
+  const tpu_tensor_t* A = NULL;
+  TPU_RETURN_IF_ERROR(fx_input(call, 0, true, &A));
+  if (call->num_outputs < 2) return TPU_KU_INVALID(call, "expected 2 outputs");
+  const char* uplo = tpu_ku_string(call, 1, "L");
+  if (strcmp(uplo, "L") != 0 && strcmp(uplo, "U") != 0 && strcmp(uplo, "l") != 0 && strcmp(uplo, "u") != 0)
+    return TPU_KU_INVALID(call, "Expected UPLO argument to be 'L' or 'U', but got %s", uplo);
+  bool cv = tpu_ku_bool(call, 2, true);
+  fx_job_init(j, call);
+  fx_batch_of(A, 2, &j->b);
+  j->m = j->n = j->k = A->sizes[A->ndim - 1];
+  j->flag = uplo[0] == 'U' || uplo[0] == 'u';
+  j->flag2 = cv;
+  j->f32 = A->dtype == TPU_DTYPE_F32;
+  TPU_RETURN_IF_ERROR(fx_mat(call, A, 2, &j->b, false, &j->a));
+  const tpu_tensor_t* W = fx_out(call, 0);
+  if (W) TPU_RETURN_IF_ERROR(fx_same_dtype(call, W, A->dtype, "eigenvalues"));
+  TPU_RETURN_IF_ERROR(fx_mat(call, W, 1, &j->b, false, &j->x));
+  if (cv) {
+    const tpu_tensor_t* V = fx_out(call, 1);
+    if (!V || V->ndim != A->ndim) return TPU_KU_INVALID(call, "expected an eigenvectors output");
+    TPU_RETURN_IF_ERROR(fx_same_dtype(call, V, A->dtype, "eigenvectors"));
+    TPU_RETURN_IF_ERROR(fx_mat(call, V, 2, &j->b, false, &j->l));
+  }
+  j->item = fx_eigh_item;
+  j->ws_bytes = sizeof(double) * (size_t)(2 * j->n * j->n + 2 * j->n + 1);
+  return TPU_OK;
+}
+FX_CHECK(eigh)
+static tpu_status_t eigh_run(const tpu_k_call_t* call) {
+  fx_job_t j;
+  TPU_RETURN_IF_ERROR(eigh_setup(call, &j));
+  return fx_run(&j, 30.0 * fx_cube(j.n, j.n));
+}
+
 const tpu_k_entry_t tpu_k_factor_entries[] = {
     {"aten::linalg_lu_factor_ex", lu_factor_run, lu_factor_check, 0, NULL},
     {"aten::linalg_lu_factor_ex.out", lu_factor_run, lu_factor_check, 0, NULL},
@@ -1062,5 +1384,9 @@ const tpu_k_entry_t tpu_k_factor_entries[] = {
     {"aten::linalg_householder_product.out", hh_run, hh_check, 0, NULL},
     {"aten::ormqr", hh_run, hh_check, 0, NULL},
     {"aten::ormqr.out", hh_run, hh_check, 0, NULL},
+    {"aten::_linalg_svd", svd_run, svd_check, 0, NULL},
+    {"aten::_linalg_svd.U", svd_run, svd_check, 0, NULL},
+    {"aten::_linalg_eigh", eigh_run, eigh_check, 0, NULL},
+    {"aten::_linalg_eigh.eigenvalues", eigh_run, eigh_check, 0, NULL},
 };
 const size_t tpu_k_factor_count = sizeof(tpu_k_factor_entries) / sizeof(tpu_k_factor_entries[0]);

@@ -1,7 +1,8 @@
 /* test_k_factor.c - LU, Cholesky and QR kernels (kernels/factor.c) against
  * hand-computed factors (pivots, ties, singular info, reflector signs) and
  * residuals (P L U = A, A X = B, A A^-1 = I, Q R = A, Q^T Q = I), with
- * column-major outputs, batches, empty batches and bad arguments. */
+ * column-major outputs, batches, empty batches and bad arguments; Jacobi SVD
+ * and eigh by residuals (U S Vh = A, A V = V diag(w)) and orthonormality. */
 #include "tests/test_kernel_util.h"
 
 static const int kColMajor[2] = {1, 0};
@@ -306,11 +307,183 @@ static void test_qr(void) {
   fr(&A); fr(&a); fr(&tau); fr(&M); fr(&Q); fr(&R); fr(&G); fr(&T); fr(&H); fr(&O); fr(&Id);
 }
 
+/* max |U S Vh - A| and the orthonormality errors of U's and Vh's columns/rows. */
+static void svd_errors(const tpu_tensor_t* A, const tpu_tensor_t* U, const tpu_tensor_t* S, const tpu_tensor_t* Vh,
+                       int64_t m, int64_t n, int64_t ucols, int64_t vrows, double* rec, double* ou, double* ov) {
+  int64_t k = m < n ? m : n;
+  *rec = *ou = *ov = 0;
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = 0; j < n; ++j) {
+      double s = 0;
+      for (int64_t p = 0; p < k; ++p) s += at2(U, i, p) * getf(S, p) * at2(Vh, p, j);
+      *rec = fmax(*rec, fabs(s - at2(A, i, j)));
+    }
+  for (int64_t a = 0; a < ucols; ++a)
+    for (int64_t b = 0; b < ucols; ++b) {
+      double s = 0;
+      for (int64_t i = 0; i < m; ++i) s += at2(U, i, a) * at2(U, i, b);
+      *ou = fmax(*ou, fabs(s - (a == b ? 1.0 : 0.0)));
+    }
+  for (int64_t a = 0; a < vrows; ++a)
+    for (int64_t b = 0; b < vrows; ++b) {
+      double s = 0;
+      for (int64_t j = 0; j < n; ++j) s += at2(Vh, a, j) * at2(Vh, b, j);
+      *ov = fmax(*ov, fabs(s - (a == b ? 1.0 : 0.0)));
+    }
+}
+
+static void test_svd(void) {
+  /* [[3, 0], [4, 5]]: singular values sqrt(45), sqrt(5) */
+  const double a[4] = {3, 0, 4, 5};
+  tt_t A = mat(TPU_DTYPE_F64, 2, 2, a, false), U = mat(TPU_DTYPE_F64, 2, 2, a, true);
+  tt_t Vh = mat(TPU_DTYPE_F64, 2, 2, a, true), S = vec(TPU_DTYPE_F64, 2);
+  tpu_k_value_t args[3] = {vt(&A.t), vb(false), vb(true)};
+  tpu_tensor_t outs[3] = {U.t, S.t, Vh.t};
+  CHECK(ok(call_op("aten::_linalg_svd", 3, args, 3, outs)));
+  CHECKF(close_f(getf(&S.t, 0), sqrt(45.0), 1e-14, 0) && close_f(getf(&S.t, 1), sqrt(5.0), 1e-14, 0), "S %g %g",
+         getf(&S.t, 0), getf(&S.t, 1));
+  double rec, ou, ov;
+  svd_errors(&A.t, &U.t, &S.t, &Vh.t, 2, 2, 2, 2, &rec, &ou, &ov);
+  CHECKF(rec < 1e-13 && ou < 1e-13 && ov < 1e-13, "2x2: %g %g %g", rec, ou, ov);
+  /* random and rank-deficient rectangles, both orientations, reduced and full */
+  uint64_t rng = 99;
+  for (int shape = 0; shape < 4; ++shape) {
+    int64_t m = shape % 2 ? 3 : 5, n = shape % 2 ? 5 : 3, k = 3;
+    for (int full = 0; full < 2; ++full) {
+      int64_t sa[2] = {m, n}, su[2] = {m, full ? m : k}, sv[2] = {full ? n : k, n};
+      tt_t M = tku_alloc(TPU_DTYPE_F64, 2, sa, NULL, 1, 0);
+      tku_fill(&M, &rng, 1.0, false);
+      if (shape >= 2) /* rank 1: every row a multiple of the first */
+        for (int64_t i = 1; i < m; ++i)
+          for (int64_t j = 0; j < n; ++j) {
+            int64_t i0[2] = {0, j}, ij[2] = {i, j};
+            set(&M.t, ij, (double)(i + 1) * get(&M.t, i0));
+          }
+      tt_t MU = tku_alloc(TPU_DTYPE_F64, 2, su, kColMajor, 1, 0), MV = tku_alloc(TPU_DTYPE_F64, 2, sv, kColMajor, 1, 0);
+      tt_t MS = vec(TPU_DTYPE_F64, k);
+      tpu_k_value_t margs[3] = {vt(&M.t), vb(full), vb(true)};
+      tpu_tensor_t mouts[3] = {MU.t, MS.t, MV.t};
+      CHECK(ok(call_op("aten::_linalg_svd", 3, margs, 3, mouts)));
+      svd_errors(&M.t, &MU.t, &MS.t, &MV.t, m, n, su[1], sv[0], &rec, &ou, &ov);
+      bool desc = getf(&MS.t, 0) >= getf(&MS.t, 1) && getf(&MS.t, 1) >= getf(&MS.t, 2) && getf(&MS.t, 2) >= 0;
+      CHECKF(rec < 1e-12 && ou < 1e-12 && ov < 1e-12 && desc, "%lldx%lld full %d rank %s: %g %g %g S %g %g %g",
+             (long long)m, (long long)n, full, shape >= 2 ? "1" : "full", rec, ou, ov, getf(&MS.t, 0),
+             getf(&MS.t, 1), getf(&MS.t, 2));
+      if (shape >= 2) CHECKF(getf(&MS.t, 1) < 1e-12, "rank 1: S[1] %g", getf(&MS.t, 1));
+      fr(&M); fr(&MU); fr(&MV); fr(&MS);
+    }
+  }
+  /* compute_uv=False: S only (U and Vh are empty); float32 */
+  tt_t F = mat(TPU_DTYPE_F32, 2, 2, a, false), FS = vec(TPU_DTYPE_F32, 2);
+  int64_t zero = 0;
+  tpu_tensor_t E = T_(NULL, TPU_DTYPE_F32, 1, &zero, NULL);
+  tpu_k_value_t fargs[3] = {vt(&F.t), vb(false), vb(false)};
+  tpu_tensor_t fouts[3] = {E, FS.t, E};
+  CHECK(ok(call_op("aten::_linalg_svd", 3, fargs, 3, fouts)));
+  CHECKF(close_f(getf(&FS.t, 0), sqrt(45.0), 1e-6, 0) && close_f(getf(&FS.t, 1), sqrt(5.0), 1e-6, 0), "f32 S %g %g",
+         getf(&FS.t, 0), getf(&FS.t, 1));
+  /* 3x0, full_matrices: U = I, S and Vh empty */
+  int64_t s30[2] = {3, 0}, s33[2] = {3, 3}, s00[2] = {0, 0};
+  tpu_tensor_t Z = T_(NULL, TPU_DTYPE_F64, 2, s30, NULL), ZS = T_(NULL, TPU_DTYPE_F64, 1, &zero, NULL);
+  tpu_tensor_t ZV = T_(NULL, TPU_DTYPE_F64, 2, s00, NULL);
+  tt_t ZU = tku_alloc(TPU_DTYPE_F64, 2, s33, kColMajor, 1, 0);
+  for (int64_t i = 0; i < 9; ++i) setf(&ZU.t, i, 7);
+  tpu_k_value_t zargs[3] = {vt(&Z), vb(true), vb(true)};
+  tpu_tensor_t zouts[3] = {ZU.t, ZS, ZV};
+  CHECK(ok(call_op("aten::_linalg_svd", 3, zargs, 3, zouts)));
+  double zerr = 0;
+  for (int i = 0; i < 3; ++i)
+    for (int j = 0; j < 3; ++j) zerr = fmax(zerr, fabs(at2(&ZU.t, i, j) - (i == j ? 1.0 : 0.0)));
+  CHECKF(zerr == 0.0, "3x0 U - I: %g", zerr);
+  /* non-finite input: LinAlgError as on the CPU; bfloat16: unsupported */
+  const double nan_a[4] = {1, NAN, 0, 1};
+  tt_t Nn = mat(TPU_DTYPE_F64, 2, 2, nan_a, false);
+  tpu_k_value_t nargs[3] = {vt(&Nn.t), vb(false), vb(true)};
+  tpu_status_t st = call_op("aten::_linalg_svd", 3, nargs, 3, outs);
+  CHECK(tpu_status_code(st) == TPU_STATUS_LINALG && strstr(tpu_status_message(st), "non-finite") != NULL);
+  tpu_status_free(st);
+  tt_t Bf = mat(TPU_DTYPE_BF16, 2, 2, a, false);
+  tpu_k_value_t bargs[3] = {vt(&Bf.t), vb(false), vb(true)};
+  st = call_op("aten::_linalg_svd", 3, bargs, 3, outs);
+  CHECK(st != TPU_OK);
+  tpu_status_free(st);
+  fr(&A); fr(&U); fr(&Vh); fr(&S); fr(&F); fr(&FS); fr(&ZU); fr(&Nn); fr(&Bf);
+}
+
+static void test_eigh(void) {
+  /* [[2, 1], [1, 2]]: eigenvalues 1, 3; the other triangle is ignored */
+  const double lo[4] = {2, 99, 1, 2}, up[4] = {2, 1, -99, 2};
+  for (int u = 0; u < 2; ++u) {
+    tt_t A = mat(TPU_DTYPE_F64, 2, 2, u ? up : lo, false), V = mat(TPU_DTYPE_F64, 2, 2, lo, true);
+    tt_t W = vec(TPU_DTYPE_F64, 2);
+    tpu_k_value_t args[3] = {vt(&A.t), vs(u ? "U" : "L"), vb(true)};
+    tpu_tensor_t outs[2] = {W.t, V.t};
+    CHECK(ok(call_op("aten::_linalg_eigh", 3, args, 2, outs)));
+    CHECKF(close_f(getf(&W.t, 0), 1.0, 1e-15, 1e-15) && close_f(getf(&W.t, 1), 3.0, 1e-15, 0), "uplo %d: w %g %g", u,
+           getf(&W.t, 0), getf(&W.t, 1));
+    double r = fabs(at2(&V.t, 0, 0) + at2(&V.t, 1, 0)) + fabs(fabs(at2(&V.t, 0, 1)) - sqrt(0.5));
+    CHECKF(r < 1e-15, "uplo %d: eigenvectors %g %g %g %g", u, at2(&V.t, 0, 0), at2(&V.t, 1, 0), at2(&V.t, 0, 1),
+           at2(&V.t, 1, 1));
+    fr(&A); fr(&V); fr(&W);
+  }
+  /* a random symmetric 6x6, batched (2): A V = V diag(w), V^T V = I, w ascending */
+  uint64_t rng = 5;
+  int64_t s[3] = {2, 6, 6}, sw[2] = {2, 6};
+  tt_t R = tku_alloc(TPU_DTYPE_F64, 3, s, NULL, 1, 0);
+  tku_fill(&R, &rng, 1.0, false);
+  for (int64_t b = 0; b < 2; ++b)
+    for (int64_t i = 0; i < 6; ++i)
+      for (int64_t j = 0; j < i; ++j) {
+        int64_t ij[3] = {b, i, j}, ji[3] = {b, j, i};
+        set(&R.t, ji, get(&R.t, ij));
+      }
+  tt_t V = tku_alloc(TPU_DTYPE_F64, 3, s, kColMajor3, 1, 0), W = tku_alloc(TPU_DTYPE_F64, 2, sw, NULL, 1, 0);
+  tpu_k_value_t args[3] = {vt(&R.t), vs("L"), vb(true)};
+  tpu_tensor_t outs[2] = {W.t, V.t};
+  CHECK(ok(call_op("aten::_linalg_eigh", 3, args, 2, outs)));
+  double res = 0, orth = 0;
+  bool asc = true;
+  for (int64_t b = 0; b < 2; ++b)
+    for (int64_t i = 0; i < 6; ++i) {
+      int64_t wi[2] = {b, i}, wp[2] = {b, i - 1};
+      if (i > 0) asc &= get(&W.t, wp) <= get(&W.t, wi);
+      for (int64_t c = 0; c < 6; ++c) {
+        double av = 0, vv = 0;
+        for (int64_t p = 0; p < 6; ++p) {
+          int64_t ip[3] = {b, i, p}, pc[3] = {b, p, c}, pi[3] = {b, p, i};
+          av += get(&R.t, ip) * get(&V.t, pc);
+          vv += get(&V.t, pi) * get(&V.t, pc);
+        }
+        int64_t ic[3] = {b, i, c}, wc[2] = {b, c};
+        res = fmax(res, fabs(av - get(&V.t, ic) * get(&W.t, wc)));
+        orth = fmax(orth, fabs(vv - (i == c ? 1.0 : 0.0)));
+      }
+    }
+  CHECKF(res < 1e-12 && orth < 1e-12 && asc, "A V - V w %g, V^T V - I %g, ascending %d", res, orth, asc);
+  /* compute_v=False, and a bad UPLO */
+  int64_t zero = 0;
+  tpu_tensor_t E = T_(NULL, TPU_DTYPE_F64, 1, &zero, NULL);
+  tt_t W2 = tku_alloc(TPU_DTYPE_F64, 2, sw, NULL, 1, 0);
+  tpu_k_value_t nargs[3] = {vt(&R.t), vs("U"), vb(false)};
+  tpu_tensor_t nouts[2] = {W2.t, E};
+  CHECK(ok(call_op("aten::_linalg_eigh", 3, nargs, 2, nouts)));
+  double dw = 0;
+  for (int64_t i = 0; i < 12; ++i) dw = fmax(dw, fabs(getf(&W2.t, i) - getf(&W.t, i)));
+  CHECKF(dw < 1e-12, "eigenvalues without vectors differ by %g", dw);
+  tpu_k_value_t bargs[3] = {vt(&R.t), vs("X"), vb(true)};
+  tpu_status_t st = call_op("aten::_linalg_eigh", 3, bargs, 2, outs);
+  CHECK(tpu_status_code(st) == TPU_STATUS_INVALID_ARGUMENT);
+  tpu_status_free(st);
+  fr(&R); fr(&V); fr(&W); fr(&W2);
+}
+
 int main(void) {
   if (!tku_start(2)) return 1;
   test_lu_pivots();
   test_lu_solve_inv_det();
   test_cholesky();
   test_qr();
+  test_svd();
+  test_eigh();
   return tku_finish();
 }
