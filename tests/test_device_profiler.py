@@ -124,7 +124,7 @@ def test_compiled_graph_steps_and_compile_counters(tmp_path):
 def test_fallback_counter(tmp_path):
     x = torch.randn(6, 6, device="tpu")
     with profile(activities=ACTS) as p:
-        torch.linalg.matrix_exp(x)  # no native kernel: the CPU fallback
+        torch.linalg.ldl_factor(x @ x.T)  # no native kernel: the CPU fallback
     trace = _export(p, tmp_path)
     fb = trace["tpu"]["fallbacks"]
     assert fb and all(n > 0 for n in fb.values())
