@@ -130,6 +130,90 @@ def _rrelu_with_noise_functional(x, noise, lower=0.125, upper=1.0 / 3.0, trainin
     return out, (noise.clone() if new_noise is None else new_noise)
 
 
+def _fractional_starts(u, size, out, k):
+    """The CPU's window starts for one spatial dim (ATen's generate_intervals):
+    alpha = (size - k) / (out - 1) and start_i = int((i + u) * alpha) - int(u * alpha),
+    in the samples' dtype, the last window ending at the edge. u: [N, C] -> [N, C, out]."""
+    last = torch.full((*u.shape, 1), size - k, dtype=torch.int64, device=u.device)
+    if out <= 1:
+        return last[..., :out]
+    alpha = torch.tensor(size - k, dtype=u.dtype, device=u.device) / (out - 1)
+    i = torch.arange(out - 1, dtype=u.dtype, device=u.device)
+    starts = ((i + u.unsqueeze(-1)) * alpha).to(torch.int64) - (u * alpha).to(torch.int64).unsqueeze(-1)
+    return torch.cat([starts, last], -1)
+
+
+def _fractional_max_pool(name, x, kernel_size, output_size, random_samples):
+    """fractional_max_pool2d/3d: windows of kernel_size at the CPU's pseudo-random
+    starts, the first maximum of each (a NaN wins, the last one as the CPU's
+    loop keeps it); indices flat within the input plane."""
+    nd = len(kernel_size)
+    if x.dim() not in (nd + 1, nd + 2):
+        raise RuntimeError(f"{name}: non-empty {nd + 1}D or {nd + 2}D (batch mode) tensor expected for input, "
+                           f"got {x.dim()}D")
+    batched = x.dim() == nd + 2
+    xb = x if batched else x.unsqueeze(0)
+    N, C, sizes = xb.shape[0], xb.shape[1], xb.shape[2:]
+    what = ("time", "height", "width")[3 - nd:]
+    for d in range(nd):
+        # the CPU's bounds: output + kernel - 1 <= input in 2-D, < input in 3-D
+        span = output_size[d] + kernel_size[d] - 1
+        if span > sizes[d] or (nd == 3 and span == sizes[d]):
+            raise RuntimeError(f"{name}{'_out' if nd == 3 else ''}(): pool {what[d]} {kernel_size[d]} too large "
+                               f"relative to input {what[d]} {sizes[d]}")
+    if xb.numel() == 0 or any(o == 0 for o in output_size):
+        empty = xb.new_empty((N, C, *output_size))
+        idx = torch.zeros((N, C, *output_size), dtype=torch.int64, device=x.device)
+        return (empty, idx) if batched else (empty.squeeze(0), idx.squeeze(0))
+    u = random_samples.to(xb.dtype)
+    flat = None  # [N, C, o0, ..., k0, ...] flat input positions
+    stride = 1
+    for d in reversed(range(nd)):
+        # the samples per plane: (width, height) in 2-D, (time, height, width) in 3-D, as the CPU reads them
+        sample = u[..., 1 - d] if nd == 2 else u[..., d]
+        starts = _fractional_starts(sample, sizes[d], output_size[d], kernel_size[d])
+        pos = starts.unsqueeze(-1) + torch.arange(kernel_size[d], device=x.device)  # [N, C, o_d, k_d]
+        shape = [N, C] + [1] * (2 * nd)
+        shape[2 + d], shape[2 + nd + d] = output_size[d], kernel_size[d]
+        term = pos.reshape(shape) * stride
+        flat = term if flat is None else flat + term
+        stride *= sizes[d]
+    K = 1
+    for k in kernel_size:
+        K *= k
+    flat = flat.reshape(N, C, -1, K)
+    vals = torch.gather(xb.reshape(N, C, -1), 2, flat.reshape(N, C, -1)).reshape(N, C, -1, K)
+    best = vals.argmax(-1, keepdim=True)
+    nan = vals.isnan()
+    last_nan = (K - 1) - nan.flip(-1).to(torch.uint8).argmax(-1, keepdim=True)
+    best = torch.where(nan.any(-1, keepdim=True), last_nan, best)
+    out = torch.gather(vals, -1, best).reshape(N, C, *output_size)
+    idx = torch.gather(flat, -1, best).reshape(N, C, *output_size)
+    return (out, idx) if batched else (out.squeeze(0), idx.squeeze(0))
+
+
+def _fractional_max_pool2d(x, kernel_size, output_size, random_samples):
+    return _fractional_max_pool("fractional_max_pool2d", x, kernel_size, output_size, random_samples)
+
+
+def _fractional_max_pool3d(x, kernel_size, output_size, random_samples):
+    return _fractional_max_pool("fractional_max_pool3d", x, kernel_size, output_size, random_samples)
+
+
+def _fractional_max_pool_backward(grad_output, x, kernel_size, output_size, indices):
+    """Each output's gradient added at its input position (the CPU's += loop)."""
+    nd = len(kernel_size)
+    lead = x.shape[:x.dim() - nd]
+    g = torch.zeros(x.shape, dtype=grad_output.dtype, device=x.device)
+    if g.numel() == 0:
+        return g
+    plane = g.shape[x.dim() - nd:].numel()
+    g = g.reshape(*lead, plane)
+    n_out = indices.shape[x.dim() - nd:].numel()
+    g.scatter_add_(-1, indices.reshape(*lead, n_out), grad_output.reshape(*lead, n_out))
+    return g.reshape(x.shape)
+
+
 def _fused_adam(adamw, params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, state_steps, *, lr, beta1, beta2,
                 weight_decay, eps, amsgrad, maximize, grad_scale=None, found_inf=None):
     """torch._fused_adam(w)_ as the host kernel computes it (kernels/optim.c):
@@ -193,6 +277,14 @@ _LOCAL = {
     torch.ops.aten.rrelu_with_noise.out: _rrelu_with_noise,
     torch.ops.aten.rrelu_with_noise_.default: _rrelu_with_noise_,
     torch.ops.aten.rrelu_with_noise_functional.default: _rrelu_with_noise_functional,
+    torch.ops.aten.fractional_max_pool2d.default: _fractional_max_pool2d,
+    torch.ops.aten.fractional_max_pool2d.output: _fractional_max_pool2d,
+    torch.ops.aten.fractional_max_pool3d.default: _fractional_max_pool3d,
+    torch.ops.aten.fractional_max_pool3d.output: _fractional_max_pool3d,
+    torch.ops.aten.fractional_max_pool2d_backward.default: _fractional_max_pool_backward,
+    torch.ops.aten.fractional_max_pool2d_backward.grad_input: _fractional_max_pool_backward,
+    torch.ops.aten.fractional_max_pool3d_backward.default: _fractional_max_pool_backward,
+    torch.ops.aten.fractional_max_pool3d_backward.grad_input: _fractional_max_pool_backward,
 }
 
 
