@@ -214,6 +214,74 @@ def _fractional_max_pool_backward(grad_output, x, kernel_size, output_size, indi
     return g.reshape(x.shape)
 
 
+def _aa_weights(in_size, out_size, align_corners, scale, bicubic):
+    """[out, in] float64 weights of antialiased upsampling along one dim, as
+    ATen's separable AA kernels compute them: the filter widened by the
+    downscaling factor, each row normalised to sum 1."""
+    if align_corners:
+        sc = (in_size - 1) / (out_size - 1) if out_size > 1 else 0.0
+    else:
+        sc = 1.0 / scale if scale is not None and scale > 0 else in_size / out_size
+    half = 2.0 if bicubic else 1.0  # interp_size / 2
+    support = half * sc if sc >= 1.0 else half
+    inv = 1.0 / sc if sc >= 1.0 else 1.0
+    i = torch.arange(out_size, dtype=torch.float64)
+    center = sc * (i + 0.5)
+    xmin = (center - support + 0.5).trunc().clamp(min=0)
+    xmax = (center + support + 0.5).trunc().clamp(max=in_size)
+    j = torch.arange(in_size, dtype=torch.float64)
+    x = ((j[None, :] - center[:, None] + 0.5) * inv).abs()
+    if bicubic:
+        a = -0.5
+        w = torch.where(x < 1, ((a + 2) * x - (a + 3)) * x * x + 1,
+                        torch.where(x < 2, (((x - 5) * x + 8) * x - 4) * a, torch.zeros_like(x)))
+    else:
+        w = (1 - x).clamp(min=0)
+    w = torch.where((j[None, :] >= xmin[:, None]) & (j[None, :] < xmax[:, None]), w, torch.zeros_like(w))
+    total = w.sum(1, keepdim=True)
+    return torch.where(total != 0, w / torch.where(total != 0, total, torch.ones_like(total)), w)
+
+
+def _upsample_aa(bicubic):
+    def upsample(x, output_size, align_corners, scales_h=None, scales_w=None):
+        """_upsample_bilinear2d_aa / _upsample_bicubic2d_aa: the weights along
+        height and width applied as two products on the device."""
+        if x.dim() != 4:
+            raise RuntimeError(f"Expected 4D input for antialiased upsampling, got {x.dim()}D")
+        H, W = x.shape[-2:]
+        oh, ow = output_size
+        wh = _aa_weights(H, oh, align_corners, scales_h, bicubic).to(device=x.device, dtype=x.dtype)
+        ww = _aa_weights(W, ow, align_corners, scales_w, bicubic).to(device=x.device, dtype=x.dtype)
+        return torch.matmul(torch.matmul(wh, x), ww.t())
+
+    return upsample
+
+
+# Backwards of upsampling ops, which are linear in their input: the gradient is
+# the vector-Jacobian product of the forward op's decomposition (torch.func.vjp
+# runs it on device ops), so one rule serves every mode and dimension. The
+# backward takes (grad_output, output_size, input_size, *rest); the forward
+# (input, output_size, *rest).
+_LINEAR_BACKWARDS = (
+    "upsample_nearest1d", "upsample_nearest2d", "upsample_nearest3d",
+    "_upsample_nearest_exact1d", "_upsample_nearest_exact2d", "_upsample_nearest_exact3d",
+    "upsample_linear1d", "upsample_bilinear2d", "upsample_bicubic2d", "upsample_trilinear3d",
+    "_upsample_bilinear2d_aa", "_upsample_bicubic2d_aa",
+)
+
+
+def _linear_backward(forward):
+    def backward(grad_output, output_size, input_size, *rest, **kwargs):
+        fwd = _table.get(forward)
+        if fwd is None:
+            return NotImplemented
+        x0 = torch.zeros(input_size, dtype=grad_output.dtype, device=grad_output.device)
+        _, vjp = torch.func.vjp(lambda x: fwd(x, output_size, *rest, **kwargs), x0)
+        return vjp(grad_output)[0]
+
+    return backward
+
+
 def _fused_adam(adamw, params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, state_steps, *, lr, beta1, beta2,
                 weight_decay, eps, amsgrad, maximize, grad_scale=None, found_inf=None):
     """torch._fused_adam(w)_ as the host kernel computes it (kernels/optim.c):
@@ -277,6 +345,10 @@ _LOCAL = {
     torch.ops.aten.rrelu_with_noise.out: _rrelu_with_noise,
     torch.ops.aten.rrelu_with_noise_.default: _rrelu_with_noise_,
     torch.ops.aten.rrelu_with_noise_functional.default: _rrelu_with_noise_functional,
+    torch.ops.aten._upsample_bilinear2d_aa.default: _upsample_aa(False),
+    torch.ops.aten._upsample_bilinear2d_aa.out: _upsample_aa(False),
+    torch.ops.aten._upsample_bicubic2d_aa.default: _upsample_aa(True),
+    torch.ops.aten._upsample_bicubic2d_aa.out: _upsample_aa(True),
     torch.ops.aten.fractional_max_pool2d.default: _fractional_max_pool2d,
     torch.ops.aten.fractional_max_pool2d.output: _fractional_max_pool2d,
     torch.ops.aten.fractional_max_pool3d.default: _fractional_max_pool3d,
@@ -334,6 +406,11 @@ def _lookup(name: str, overload: str):
     if _table is None:
         from torch._decomp import decomposition_table
         _table = {**decomposition_table, **_LOCAL}
+        for fwd_name in _LINEAR_BACKWARDS:
+            forward = getattr(torch.ops.aten, fwd_name).default
+            bwd = getattr(torch.ops.aten, fwd_name + "_backward")
+            for bwd_overload in ("default", "grad_input"):
+                _table.setdefault(getattr(bwd, bwd_overload), _linear_backward(forward))
     ns, _, base = name.partition("::")
     try:
         packet = getattr(getattr(torch.ops, ns), base)
