@@ -100,6 +100,9 @@ _attention.install()  # aten::_scaled_dot_product_flash/cudnn_attention(_backwar
 from . import _meta  # noqa: E402
 
 _meta.install()  # Meta kernels for the ATen ops PyTorch has none for (_logcumsumexp)
+from . import _decomp  # noqa: E402
+
+_decomp.install()  # aten::native_group_norm with the CPU kernel's rounding in bfloat16/float16
 
 
 def fallback_report():

@@ -330,7 +330,101 @@ def _fused_adamw_(*args, **kwargs):
     return _fused_adam(True, *args, **kwargs)
 
 
+_LOW = (torch.bfloat16, torch.float16)
+
+
+def _linalg_cross(a, b, dim=-1):
+    """linalg.cross as the CPU's kernel computes it: in the inputs' own dtype,
+    each product and the difference rounded to it (c10::BFloat16 / c10::Half
+    arithmetic). The reference (torch._refs.linalg.cross) upcasts bfloat16 and
+    float16 to float32 and rounds once, a different answer in a third of the
+    elements."""
+    from torch._refs.linalg import cross
+    if not (a.dtype in _LOW or b.dtype in _LOW):
+        return cross(a, b, dim)
+    cross(a.to("meta"), b.to("meta"), dim)  # the reference's argument checks
+    dt = torch.result_type(a, b)
+    a, b = torch.broadcast_tensors(a.to(dt), b.to(dt))
+    d = dim % a.dim()
+    i1 = torch.tensor([1, 2, 0], device=a.device)
+    i2 = torch.tensor([2, 0, 1], device=a.device)
+    return a.index_select(d, i1) * b.index_select(d, i2) - a.index_select(d, i2) * b.index_select(d, i1)
+
+
+def _native_group_norm(input, weight, bias, N, C, HxW, group, eps):
+    """native_group_norm in bfloat16/float16: the reference's
+    CPU branch (torch._refs.native_group_norm takes it only for device "cpu"),
+    which is the CPU kernel's arithmetic: statistics in float32, then
+    y = x * (rstd * weight) + (bias - mean * rstd * weight) in float32, rounded
+    once. The other branch, ((x - mean) * rstd) * weight + bias, rounds
+    differently in a few percent of the elements."""
+    from torch._refs import native_group_norm
+    if input.dtype not in _LOW:
+        return torch.ops.aten.native_group_norm.default._op_dk(
+            torch._C.DispatchKey.CompositeExplicitAutograd, input, weight, bias, N, C, HxW, group, eps)
+    meta = [t.to("meta") if isinstance(t, torch.Tensor) else t for t in (input, weight, bias)]
+    native_group_norm(*meta, N, C, HxW, group, eps)  # the reference's argument checks
+    from torch._prims_common import suggest_memory_format
+    fmt = suggest_memory_format(input)
+    xf = input.contiguous(memory_format=fmt).float()
+    xr = xf.reshape(N, group, C // group, HxW)
+    var, mean = torch.var_mean(xr, dim=[2, 3], unbiased=False, keepdim=True)
+    rstd = torch.rsqrt(var + eps)
+    w = rstd.expand(N, group, C // group, 1)
+    if weight is not None:
+        w = w * weight.contiguous().reshape(1, group, C // group, 1)
+    b = -mean * w
+    if bias is not None:
+        b = b + bias.contiguous().reshape(1, group, C // group, 1)
+    shape = [N, C] + [1] * (input.dim() - 2)
+    out = xf * w.reshape(shape) + b.reshape(shape)
+    out = out.to(input.dtype).contiguous(memory_format=fmt)
+    return out, mean.reshape(N, group).to(input.dtype), rstd.reshape(N, group).to(input.dtype)
+
+
+def _native_dropout_backward(grad_output, mask, scale):
+    """The CPU's grad * mask * scale (the scale multiplied in float opmath). The
+    reference's grad * (mask.type_as(grad) * scale) rounds the scale to
+    bfloat16/float16 first: a different answer in a fifth of the elements."""
+    return grad_output * mask * scale
+
+
+_lib = None
+
+
+def install():
+    """Registers the PrivateUse1 kernels of the ops whose only other kernel on
+    the tpu is ATen's CompositeExplicitAutograd one, where that one rounds
+    differently from the CPU kernel: native_group_norm (math_group_norm goes
+    through batch_norm and multiplies by the weight in bfloat16/float16)."""
+    global _lib
+    if _lib is not None:
+        return
+    lib = torch.library.Library("aten", "IMPL")
+    lib.impl("native_group_norm", _native_group_norm, "PrivateUse1")
+    _lib = lib
+
+
+def _geometric_(self, p, *, generator=None):
+    """geometric_ of an integer tensor, as the CPU allows: ceil(log(u) / log1p(-p))
+    for u uniform in (0, 1], drawn in float64, at least 1. The reference draws
+    with uniform_ in the tensor's own dtype, which no driver has for integers."""
+    from torch._refs import geometric_
+    if self.dtype.is_floating_point or self.dtype.is_complex or self.dtype == torch.bool:
+        return geometric_(self, p, generator=generator)
+    if not (0 < p < 1):
+        raise RuntimeError(f"geometric_ expects p to be in (0, 1), but got p={p}")
+    u = 1 - torch.empty(self.shape, dtype=torch.float64, device=self.device).uniform_(generator=generator)
+    v = torch.ceil(torch.log(u) / math.log1p(-p)).clamp_min(1)
+    return self.copy_(v)
+
+
 _LOCAL = {
+    torch.ops.aten.linalg_cross.default: _linalg_cross,
+    torch.ops.aten.linalg_cross.out: _linalg_cross,
+    torch.ops.aten.geometric_.default: _geometric_,
+    torch.ops.aten.native_dropout_backward.default: _native_dropout_backward,
+    torch.ops.aten.native_dropout_backward.out: _native_dropout_backward,
     torch.ops.aten._fused_adam_.default: _fused_adam_,
     torch.ops.aten._fused_adam_.tensor_lr: _fused_adam_,
     torch.ops.aten._fused_adamw_.default: _fused_adamw_,

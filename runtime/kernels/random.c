@@ -391,7 +391,10 @@ static tpu_status_t rk_dropout_bwd_check(const tpu_k_call_t* call) {
   const tpu_tensor_t* g = tpu_ku_tensor(call, 0);
   const tpu_tensor_t* m = tpu_ku_tensor(call, 1);
   if (!g || !m) return TPU_KU_INVALID(call, "expected (grad_output, mask, scale)");
-  if (!tpu_dtype_is_floating((tpu_dtype_t)g->dtype)) return tpu_ku_unsupported_dtype(call, g->dtype);
+  if (g->dtype == TPU_DTYPE_INVALID || g->dtype >= TPU_DTYPE_COUNT_)
+    return tpu_ku_unsupported_dtype(call, g->dtype);
+  const int od = call->num_outputs > 0 ? call->outputs[0].dtype : TPU_DTYPE_INVALID;
+  if (!tpu_dtype_is_floating((tpu_dtype_t)od)) return tpu_ku_unsupported_dtype(call, od);
   return TPU_OK;
 }
 
@@ -402,10 +405,25 @@ static tpu_status_t rk_dropout_bwd_run(const tpu_k_call_t* call) {
   const tpu_tensor_t* out = &call->outputs[0];
   double scale = tpu_ku_double(call, 2, 1.0);
   int64_t n = tpu_tensor_numel(out);
+  /* The CPU's grad * mask * scale: grad * mask in grad's dtype (mask is 0/1,
+   * so exact), then the product with the Scalar scale in the result's opmath
+   * type (float for float32/float16/bfloat16, and for the float32 result of an
+   * integer or bool grad; double for float64), rounded once to the result. */
+  const bool f64 = out->dtype == TPU_DTYPE_F64;
+  const float sf = (float)scale;
   for (int64_t i = 0; i < n; ++i) {
-    double gv = tpu_ku_load_f64((const char*)g->data + rk_offset_of(g, i), g->dtype);
+    const char* gp = (const char*)g->data + rk_offset_of(g, i);
     double mv = tpu_ku_load_f64((const char*)m->data + rk_offset_of(m, i), m->dtype);
-    tpu_ku_store_f64((char*)out->data + rk_offset_of(out, i), out->dtype, gv * mv * scale);
+    double v;
+    if (f64) {
+      v = tpu_ku_load_f64(gp, g->dtype) * mv * scale;
+    } else {
+      float gv = tpu_dtype_is_floating((tpu_dtype_t)g->dtype) ? (float)tpu_ku_load_f64(gp, g->dtype)
+                                                              : (float)tpu_ku_load_i64(gp, g->dtype);
+      float gm = gv * (float)mv;
+      v = (double)(gm * sf);
+    }
+    tpu_ku_store_f64((char*)out->data + rk_offset_of(out, i), out->dtype, v);
   }
   return TPU_OK;
 }
