@@ -196,7 +196,10 @@ def test_harness_keeps_a_views_storage(forbid_fallback):
 def test_decomposition_that_declines_an_out_call(monkeypatch):
     # torch._decomp's adaptive_max_pool2d returns NotImplemented for sizes that
     # do not divide evenly; through the out= overload (which the functional op
-    # reaches) that must decline to the CPU fallback, not raise.
+    # reaches) that must decline to the next path (on a driver without host
+    # kernels: the C kernel staged through the host, or the CPU fallback), not
+    # raise. The host driver runs its kernel (kernels/pool.c) and never asks the
+    # table; tests/test_misc2.py checks the decline on the table directly.
     monkeypatch.delenv("TORCH_TPU_FALLBACK", raising=False)
     x = torch.randn(3, 4, 4)
     got = torch.nn.functional.adaptive_max_pool2d(x.to("tpu"), 3, return_indices=True)
