@@ -469,12 +469,20 @@ def test_embedding_bag_grad(mode, dtype):
 def test_out_overload_whose_decomposition_declines(monkeypatch):
     """PyTorch's decomposition of adaptive_max_pool2d returns NotImplemented for
     some inputs; its out= overload (reached by return_indices=True) then runs by
-    the next path (today the CPU fallback) instead of raising about the number
-    of results."""
+    the next path instead of raising about the number of results. On the host
+    driver adaptive_max_pool2d has a kernel (kernels/pool.c) and the table is not
+    reached, so the decline is checked on the table's entry point directly too:
+    NotImplemented, with the out= arguments handed back untouched."""
+    from torch_tpu import _decomp
+
     monkeypatch.delenv("TORCH_TPU_FALLBACK")
     F = torch.nn.functional
     g = torch.Generator().manual_seed(5)
     x = torch.randn(1, 4, 4, 4, generator=g)
+    out, idx = torch.empty(0, device="tpu"), torch.empty(0, dtype=torch.long, device="tpu")
+    kwargs = {"out": out, "indices": idx}
+    assert _decomp.run("aten::adaptive_max_pool2d", "out", (_t(x), [2, 3]), kwargs) is NotImplemented
+    assert kwargs["out"] is out and kwargs["indices"] is idx and out.numel() == 0 and idx.numel() == 0
     got, want = F.adaptive_max_pool2d(_t(x), (2, 3), True), F.adaptive_max_pool2d(x, (2, 3), True)
     torch.testing.assert_close(got[0].cpu(), want[0], rtol=0, atol=0)
     assert torch.equal(got[1].cpu(), want[1]) and got[0].device.type == "tpu"

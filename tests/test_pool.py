@@ -271,3 +271,149 @@ def test_avg_pool3d_int64_and_errors():
     F.avg_pool3d(tf, 3, 2, 1).sum().backward()
     torch.tpu.synchronize()
     assert not [k for k in torch_tpu.fallback_report() if "pool" in k]
+
+
+# ---- adaptive max pooling -------------------------------------------------------
+# Values, indices and gradients equal to the CPU's bit for bit: a max picks an
+# input element, and the backward adds the gradients at each index in output
+# order, rounding each sum to the dtype as the CPU does.
+
+
+def exact(got, ref):
+    assert got.device.type == "tpu"
+    torch.testing.assert_close(got.cpu(), ref, rtol=0, atol=0, equal_nan=True)
+
+
+def run_exact(fn, x_cpu, x_tpu):
+    """fn (returning values, indices) on both devices; the gradient of sum(values * w) too."""
+    xc = x_cpu.detach().requires_grad_(True)
+    xt = x_tpu.detach().requires_grad_(True)
+    (rv, ri), (gv, gi) = fn(xc), fn(xt)
+    exact(gv, rv.detach())
+    exact(gi, ri)
+    w = torch.randn(rv.shape, generator=torch.Generator().manual_seed(3)).to(x_cpu.dtype)
+    (rv * w).sum().backward()
+    (gv * w.to("tpu")).sum().backward()
+    exact(xt.grad, xc.grad)
+
+
+AMAX_SIZES = [(3, 4), (3, 5), (1, 1), (9, 10), (4, 7), (12, 13), (None, 2)]
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("size", AMAX_SIZES)
+def test_adaptive_max_pool2d(dtype, layout, size):
+    x, t = make(layout, dtype=dtype)
+    run_exact(lambda v: F.adaptive_max_pool2d(v, size, return_indices=True), x, t)
+    # the kernel's output keeps the input's memory format, as on the CPU (on pjrt, sizes
+    # that divide evenly run PyTorch's decomposition, whose output is contiguous)
+    if layout == "channels_last" and DRIVER == "host":
+        assert F.adaptive_max_pool2d(t, size).stride() == F.adaptive_max_pool2d(x, size).stride()
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+def test_adaptive_max_pool2d_nan_and_ties(dtype):
+    x = torch.zeros(1, 2, 7, 9, dtype=dtype)  # all ties: the first index of each window wins
+    x[0, 1, 1, 1] = float("nan")
+    x[0, 1, 1, 2] = float("nan")  # the last NaN of a window wins
+    x[0, 1, 5, 6] = float("inf")
+    x[0, 0, 3:, 4:] = float("-inf")
+    run_exact(lambda v: F.adaptive_max_pool2d(v, (3, 4), return_indices=True), x, x.to("tpu"))
+    y = torch.full((2, 5, 5), float("-inf"), dtype=dtype)  # all -inf: -inf at the window's first element
+    run_exact(lambda v: F.adaptive_max_pool2d(v, 3, return_indices=True), y, y.to("tpu"))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_adaptive_max_pool1d(dtype):
+    g = torch.Generator().manual_seed(1)
+    for shape, n in [((3, 11), 4), ((2, 3, 11), 5), ((2, 3, 7), 7), ((1, 2, 5), 9)]:
+        x = torch.randn(shape, generator=g).to(dtype)
+        run_exact(lambda v: F.adaptive_max_pool1d(v, n, return_indices=True), x, x.to("tpu"))
+        exact(F.adaptive_max_pool1d(x.to("tpu"), n), F.adaptive_max_pool1d(x, n))
+    base = torch.randn(2, 3, 12, generator=g)  # non-contiguous: every other element
+    run_exact(lambda v: F.adaptive_max_pool1d(v, 4, return_indices=True), base[:, :, ::2], base.to("tpu")[:, :, ::2])
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize("layout", ["ncdhw", "cdhw", "channels_last_3d", "sliced"])
+@pytest.mark.parametrize("size", [(2, 3, 4), (5, 6, 7), (1, 1, 1), (3, None, 9)])
+def test_adaptive_max_pool3d(dtype, layout, size):
+    x, t = make3(layout, dtype)
+    run_exact(lambda v: F.adaptive_max_pool3d(v, size, return_indices=True), x, t)
+
+
+def test_adaptive_max_pool_modules_and_empty_batch():
+    x, t = make("nchw")
+    for m in [torch.nn.AdaptiveMaxPool2d((4, 3)), torch.nn.AdaptiveMaxPool1d(4)]:
+        xi, ti = (x, t) if "2d" in type(m).__name__ else (x[0], t[0])
+        run_both(m, xi, ti, grad=True)
+    for fn, shape in [(lambda v: F.adaptive_max_pool2d(v, (2, 3), True), (0, 3, 5, 6)),
+                      (lambda v: F.adaptive_max_pool3d(v, (2, 3, 2), True), (0, 3, 4, 5, 6))]:
+        x = torch.randn(shape)
+        run_exact(fn, x, x.to("tpu"))
+
+
+def test_adaptive_max_pool_out_overloads():
+    x, t = make("channels_last")
+    v, i = torch.empty(0, device="tpu"), torch.empty(0, dtype=torch.long, device="tpu")
+    torch.ops.aten.adaptive_max_pool2d.out(t, [4, 3], out=v, indices=i)
+    rv, ri = torch.ops.aten.adaptive_max_pool2d(x, [4, 3])
+    exact(v, rv)
+    exact(i, ri)
+    g = torch.randn(rv.shape)
+    gi = torch.empty(0, device="tpu")
+    torch.ops.aten.adaptive_max_pool2d_backward.grad_input(g.to("tpu"), t, i, grad_input=gi)
+    exact(gi, torch.ops.aten.adaptive_max_pool2d_backward(g, x, ri))
+    x3, t3 = make3("ncdhw", torch.float32)
+    v3, i3 = torch.empty(0, device="tpu"), torch.empty(0, dtype=torch.long, device="tpu")
+    torch.ops.aten.adaptive_max_pool3d.out(t3, [2, 4, 3], out=v3, indices=i3)
+    rv3, ri3 = torch.ops.aten.adaptive_max_pool3d(x3, [2, 4, 3])
+    exact(v3, rv3)
+    exact(i3, ri3)
+    g3 = torch.randn(rv3.shape)
+    gi3 = torch.empty(0, device="tpu")
+    torch.ops.aten.adaptive_max_pool3d_backward.grad_input(g3.to("tpu"), t3, i3, grad_input=gi3)
+    exact(gi3, torch.ops.aten.adaptive_max_pool3d_backward(g3, x3, ri3))
+
+
+def test_adaptive_max_pool_errors_match_cpu():
+    x, t = make("nchw")
+    cases = [
+        (lambda v: F.adaptive_max_pool2d(v.to(torch.int64), 2), NotImplementedError),  # floats only on the CPU
+        (lambda v: F.adaptive_max_pool3d(v.to(torch.int32), 2), NotImplementedError),
+        (lambda v: F.adaptive_max_pool2d(v[0, 0], 2), RuntimeError),  # 2-d input
+        (lambda v: F.adaptive_max_pool3d(v, (1, 2)), (RuntimeError, ValueError)),  # two sizes for three dims
+        (lambda v: F.adaptive_max_pool2d(v[:, :, :0], 2), RuntimeError),  # an empty non-batch dim
+        (lambda v: F.adaptive_max_pool3d(v[:, :0], 2), RuntimeError),
+        (lambda v: torch.ops.aten.adaptive_max_pool2d_backward(v[:, :, :2, :2].double(), v,
+                                                               v[:, :, :2, :2].long()), RuntimeError),
+    ]
+    for fn, exc in cases:
+        with pytest.raises(exc):
+            fn(x)
+        with pytest.raises(exc):
+            fn(t)
+            torch.tpu.synchronize()
+
+
+def test_no_fallback_for_adaptive_max_pooling():
+    from torch_tpu import _decomp
+
+    torch_tpu.reset_fallback_report()
+    _decomp.reset_decomposition_report()
+    x, t = make("channels_last", dtype=torch.bfloat16)
+    t.requires_grad_(True)
+    (F.adaptive_max_pool2d(t, (4, 3)).sum() + F.adaptive_max_pool1d(t[0], 4).sum()).backward()
+    x3, t3 = make3("ncdhw", torch.float32)
+    t3.requires_grad_(True)
+    F.adaptive_max_pool3d(t3, (2, 4, 3)).sum().backward()
+    torch.tpu.synchronize()
+    assert not [k for k in torch_tpu.fallback_report() if "pool" in k]
+    if DRIVER == "host":  # native, not decomposed
+        assert not [k for k in _decomp.decomposition_report() if "pool" in str(k)]
+    native = set(torch_tpu.native_ops())
+    for op in ["adaptive_max_pool2d", "adaptive_max_pool2d.out", "adaptive_max_pool2d_backward",
+               "adaptive_max_pool2d_backward.grad_input", "adaptive_max_pool3d", "adaptive_max_pool3d.out",
+               "adaptive_max_pool3d_backward", "adaptive_max_pool3d_backward.grad_input"]:
+        assert "aten::" + op in native

@@ -6,7 +6,10 @@
  *   aten::max_pool2d_with_indices(.out) (values and int64 indices, a flat
  *   index into H*W per plane), aten::max_pool2d_with_indices_backward(.grad_input),
  *   aten::_adaptive_avg_pool3d(.out), aten::_adaptive_avg_pool2d_backward(.out),
- *   aten::_adaptive_avg_pool3d_backward(.out).
+ *   aten::_adaptive_avg_pool3d_backward(.out),
+ *   aten::adaptive_max_pool2d(.out), aten::adaptive_max_pool3d(.out) (values
+ *   and int64 indices, a flat index into (D*)H*W per plane) and their
+ *   backwards (.grad_input).
  *
  * Results follow PyTorch's CPU kernels: window bounds, divisors
  * (count_include_pad, divisor_override), sums in window order, accumulated in
@@ -93,6 +96,11 @@ static inline void pl_cover(int64_t i, int64_t k, int64_t s, int64_t p, int64_t 
   *o0 = pl_max(0, pl_fdiv(i + p - k, s) + 1);
   *o1 = pl_min(n - 1, pl_fdiv(i + p, s));
 }
+
+/* Adaptive pooling: output o of n over an input of size `in` covers
+ * [floor(o in / n), ceil((o + 1) in / n)). */
+static inline int64_t pl_ad_start(int64_t o, int64_t in, int64_t n) { return (o * in) / n; }
+static inline int64_t pl_ad_end(int64_t o, int64_t in, int64_t n) { return ((o + 1) * in + n - 1) / n; }
 
 #define PL_TEMPLATE_PASS 1
 /* float types: T storage, ACC accumulation, LD/ST conversions */
@@ -470,6 +478,125 @@ static tpu_status_t pl_maxb_run(const tpu_k_call_t* call) {
   return TPU_OK;
 }
 
+/* ---- adaptive max pooling ---------------------------------------------------
+ * adaptive_max_pool2d/3d(self, output_size) -> (values, int64 indices) and
+ * their backwards (grad_output, self, indices), as the CPU: output o of n over
+ * an input of size L takes the max of [floor(o L / n), ceil((o + 1) L / n)),
+ * the first largest value or the last NaN; its index is the flat position
+ * (d * H + h) * W + w in the input plane. The backward zeroes grad_input and
+ * adds each gradient at its index in output order, rounding each sum to the
+ * dtype. Floating dtypes only (the CPU has no other). The output sizes are
+ * the output tensors' (output_size is not read). */
+static tpu_status_t pl_nonempty(const tpu_k_call_t* call, const tpu_tensor_t* t, const char* what) {
+  for (int d = 1; d < t->ndim; ++d)
+    if (t->sizes[d] == 0)
+      return TPU_KU_INVALID(call, "expected %s to have non-zero size for non-batch dimensions, but dimension %d "
+                            "is empty", what, d);
+  return TPU_OK;
+}
+
+static tpu_status_t pl_amax_parse(const tpu_k_call_t* call, pl_args_t* a) {
+  memset(a, 0, sizeof(*a));
+  const int nsp = strstr(call->op, "pool3d") ? 3 : 2;
+  a->nsp = nsp;
+  const tpu_tensor_t* x = tpu_ku_tensor(call, 0);
+  if (call->num_outputs < 2) return TPU_KU_INVALID(call, "expected two outputs (values, indices)");
+  const tpu_tensor_t* y = &call->outputs[0];
+  const tpu_tensor_t* ix = &call->outputs[1];
+  TPU_RETURN_IF_ERROR(pl_rank(call, x, nsp, "input"));
+  TPU_RETURN_IF_ERROR(pl_rank(call, y, nsp, "output"));
+  TPU_RETURN_IF_ERROR(pl_rank(call, ix, nsp, "indices"));
+  if (!pl_float(x->dtype)) return tpu_ku_unsupported_dtype(call, x->dtype);
+  if (y->dtype != x->dtype) return tpu_ku_unsupported_dtype(call, y->dtype);
+  if (ix->dtype != TPU_DTYPE_I64) return TPU_KU_INVALID(call, "indices must be int64, got %s", tpu_dtype_name(ix->dtype));
+  TPU_RETURN_IF_ERROR(pl_same(call, x, y, nsp, "output", false));
+  TPU_RETURN_IF_ERROR(pl_same(call, y, ix, nsp, "indices", true));
+  TPU_RETURN_IF_ERROR(pl_nonempty(call, x, "input"));
+  pl_view(x, nsp, &a->x);
+  pl_view(y, nsp, &a->y);
+  pl_view(ix, nsp, &a->ix);
+  return TPU_OK;
+}
+
+static tpu_status_t pl_amaxb_parse(const tpu_k_call_t* call, pl_args_t* a) {
+  memset(a, 0, sizeof(*a));
+  const int nsp = strstr(call->op, "pool3d") ? 3 : 2;
+  a->nsp = nsp;
+  const tpu_tensor_t* g = tpu_ku_tensor(call, 0);
+  const tpu_tensor_t* x = tpu_ku_tensor(call, 1);
+  const tpu_tensor_t* ix = tpu_ku_tensor(call, 2);
+  if (call->num_outputs < 1) return TPU_KU_INVALID(call, "expected an output");
+  const tpu_tensor_t* gi = &call->outputs[0];
+  TPU_RETURN_IF_ERROR(pl_rank(call, g, nsp, "grad_output"));
+  TPU_RETURN_IF_ERROR(pl_rank(call, x, nsp, "input"));
+  TPU_RETURN_IF_ERROR(pl_rank(call, ix, nsp, "indices"));
+  TPU_RETURN_IF_ERROR(pl_rank(call, gi, nsp, "grad_input"));
+  if (!pl_float(g->dtype)) return tpu_ku_unsupported_dtype(call, g->dtype);
+  if (x->dtype != g->dtype)
+    return TPU_KU_INVALID(call, "expected dtype %s for grad_output but got dtype %s", tpu_dtype_name(x->dtype),
+                          tpu_dtype_name(g->dtype));
+  if (gi->dtype != g->dtype) return tpu_ku_unsupported_dtype(call, gi->dtype);
+  if (ix->dtype != TPU_DTYPE_I64) return TPU_KU_INVALID(call, "indices must be int64, got %s", tpu_dtype_name(ix->dtype));
+  TPU_RETURN_IF_ERROR(pl_same(call, x, gi, nsp, "grad_input", true));
+  TPU_RETURN_IF_ERROR(pl_same(call, x, g, nsp, "grad_output", false));
+  TPU_RETURN_IF_ERROR(pl_same(call, g, ix, nsp, "indices", true));
+  TPU_RETURN_IF_ERROR(pl_nonempty(call, g, "grad_output"));
+  pl_view(gi, nsp, &a->x);
+  pl_view(g, nsp, &a->y);
+  pl_view(ix, nsp, &a->ix);
+  return TPU_OK;
+}
+
+static tpu_status_t pl_amax_check(const tpu_k_call_t* call) {
+  pl_args_t a;
+  return pl_amax_parse(call, &a);
+}
+
+static tpu_status_t pl_amax_run(const tpu_k_call_t* call) {
+  pl_args_t a;
+  TPU_RETURN_IF_ERROR(pl_amax_parse(call, &a));
+  const tpu_tensor_t* y = &call->outputs[0];
+  if (tpu_tensor_numel(y) == 0) return TPU_OK;
+  int64_t n = pl_planes(&a.y, y, a.nsp), g = pl_grain(a.x.D * a.x.H * a.x.W + a.y.D * a.y.H * a.y.W);
+  tpu_parallel_fn_t fn = NULL;
+  switch (a.x.dt) {
+    case TPU_DTYPE_F32: fn = pl_amax_fwd_f32; break;
+    case TPU_DTYPE_F64: fn = pl_amax_fwd_f64; break;
+    case TPU_DTYPE_BF16: fn = pl_amax_fwd_bf16; break;
+    case TPU_DTYPE_F16: fn = pl_amax_fwd_f16; break;
+    default: return tpu_ku_unsupported_dtype(call, a.x.dt);
+  }
+  tpu_parallel_for(call->pool, n, g, fn, &a);
+  return TPU_OK;
+}
+
+static tpu_status_t pl_amaxb_check(const tpu_k_call_t* call) {
+  pl_args_t a;
+  return pl_amaxb_parse(call, &a);
+}
+
+static tpu_status_t pl_amaxb_run(const tpu_k_call_t* call) {
+  pl_args_t a;
+  TPU_RETURN_IF_ERROR(pl_amaxb_parse(call, &a));
+  const tpu_tensor_t* gi = &call->outputs[0];
+  if (tpu_tensor_numel(gi) == 0) return TPU_OK;
+  int64_t n = pl_planes(&a.x, gi, a.nsp), g = pl_grain(a.x.D * a.x.H * a.x.W + a.y.D * a.y.H * a.y.W);
+  tpu_parallel_fn_t fn = NULL;
+  switch (a.x.dt) {
+    case TPU_DTYPE_F32: fn = pl_amax_bwd_f32; break;
+    case TPU_DTYPE_F64: fn = pl_amax_bwd_f64; break;
+    case TPU_DTYPE_BF16: fn = pl_amax_bwd_bf16; break;
+    case TPU_DTYPE_F16: fn = pl_amax_bwd_f16; break;
+    default: return tpu_ku_unsupported_dtype(call, a.x.dt);
+  }
+  atomic_init(&a.bad_index, 0);
+  tpu_parallel_for(call->pool, n, g, fn, &a);
+  if (atomic_load(&a.bad_index))
+    return TPU_KU_INVALID(call, "an index is out of range of the input plane (%lld x %lld x %lld)", (long long)a.x.D,
+                          (long long)a.x.H, (long long)a.x.W);
+  return TPU_OK;
+}
+
 /* ---- adaptive average pooling -----------------------------------------------
  * _adaptive_avg_pool3d(self, output_size) and the backward of the 2-d and 3-d
  * ones (grad_output, self), as the CPU: output o of n over an input of size L
@@ -484,9 +611,6 @@ typedef struct {
   bool bwd;
   pl_t x, y; /* forward: input, output; backward: grad_input, grad_output */
 } pl_ad_t;
-
-static inline int64_t pl_ad_start(int64_t o, int64_t in, int64_t n) { return (o * in) / n; }
-static inline int64_t pl_ad_end(int64_t o, int64_t in, int64_t n) { return ((o + 1) * in + n - 1) / n; }
 
 static double pl_ad_round(int dt, double v) {
   switch (dt) {
@@ -623,6 +747,14 @@ const tpu_k_entry_t tpu_k_pool_entries[] = {
     {"aten::max_pool2d_with_indices.out", pl_max_run, pl_max_check, 0, NULL},
     {"aten::max_pool2d_with_indices_backward", pl_maxb_run, pl_maxb_check, 0, NULL},
     {"aten::max_pool2d_with_indices_backward.grad_input", pl_maxb_run, pl_maxb_check, 0, NULL},
+    {"aten::adaptive_max_pool2d", pl_amax_run, pl_amax_check, 0, NULL},
+    {"aten::adaptive_max_pool2d.out", pl_amax_run, pl_amax_check, 0, NULL},
+    {"aten::adaptive_max_pool2d_backward", pl_amaxb_run, pl_amaxb_check, 0, NULL},
+    {"aten::adaptive_max_pool2d_backward.grad_input", pl_amaxb_run, pl_amaxb_check, 0, NULL},
+    {"aten::adaptive_max_pool3d", pl_amax_run, pl_amax_check, 0, NULL},
+    {"aten::adaptive_max_pool3d.out", pl_amax_run, pl_amax_check, 0, NULL},
+    {"aten::adaptive_max_pool3d_backward", pl_amaxb_run, pl_amaxb_check, 0, NULL},
+    {"aten::adaptive_max_pool3d_backward.grad_input", pl_amaxb_run, pl_amaxb_check, 0, NULL},
 };
 const size_t tpu_k_pool_count = sizeof(tpu_k_pool_entries) / sizeof(tpu_k_pool_entries[0]);
 
@@ -750,6 +882,69 @@ static void SFX(pl_max_bwd)(void* ctx, int64_t b, int64_t e) {
         *d = ST(LD(*d) + LD(go[oh * Y->sh + ow * Y->sw]));
       }
     }
+  }
+}
+
+/* Adaptive max pooling over (D, H, W) (D = 1, sd = 0 in 2-d): a->x input,
+ * a->y values, a->ix indices. The value is stored as read (NaN bits kept). */
+static void SFX(pl_amax_fwd)(void* ctx, int64_t b, int64_t e) {
+  const pl_args_t* a = (const pl_args_t*)ctx;
+  const pl_t *X = &a->x, *Y = &a->y, *I = &a->ix;
+  for (int64_t p = b; p < e; ++p) {
+    const T* x = (const T*)pl_plane(X, p);
+    T* y = (T*)pl_plane(Y, p);
+    int64_t* ix = (int64_t*)pl_plane(I, p);
+    for (int64_t od = 0; od < Y->D; ++od) {
+      const int64_t d0 = pl_ad_start(od, X->D, Y->D), d1 = pl_ad_end(od, X->D, Y->D);
+      for (int64_t oh = 0; oh < Y->H; ++oh) {
+        const int64_t h0 = pl_ad_start(oh, X->H, Y->H), h1 = pl_ad_end(oh, X->H, Y->H);
+        for (int64_t ow = 0; ow < Y->W; ++ow) {
+          const int64_t w0 = pl_ad_start(ow, X->W, Y->W), w1 = pl_ad_end(ow, X->W, Y->W);
+          int64_t mi = (d0 * X->H + h0) * X->W + w0;
+          ACC mv = LOWEST;
+          T mt = ST(LOWEST);
+          for (int64_t id = d0; id < d1; ++id)
+            for (int64_t ih = h0; ih < h1; ++ih)
+              for (int64_t iw = w0; iw < w1; ++iw) {
+                const T t = x[id * X->sd + ih * X->sh + iw * X->sw];
+                const ACC v = LD(t);
+                if (v > mv || ISNAN(v)) {
+                  mv = v;
+                  mt = t;
+                  mi = (id * X->H + ih) * X->W + iw;
+                }
+              }
+          y[od * Y->sd + oh * Y->sh + ow * Y->sw] = mt;
+          ix[od * I->sd + oh * I->sh + ow * I->sw] = mi;
+        }
+      }
+    }
+  }
+}
+
+/* a->x is grad_input (written), a->y grad_output, a->ix the indices. */
+static void SFX(pl_amax_bwd)(void* ctx, int64_t b, int64_t e) {
+  pl_args_t* a = (pl_args_t*)ctx;
+  const pl_t *X = &a->x, *Y = &a->y, *I = &a->ix;
+  const int64_t hw = X->H * X->W, plane = X->D * hw;
+  for (int64_t p = b; p < e; ++p) {
+    T* gi = (T*)pl_plane(X, p);
+    const T* go = (const T*)pl_plane(Y, p);
+    const int64_t* ix = (const int64_t*)pl_plane(I, p);
+    for (int64_t id = 0; id < X->D; ++id)
+      for (int64_t ih = 0; ih < X->H; ++ih)
+        for (int64_t iw = 0; iw < X->W; ++iw) gi[id * X->sd + ih * X->sh + iw * X->sw] = ST((ACC)0);
+    for (int64_t od = 0; od < Y->D; ++od)
+      for (int64_t oh = 0; oh < Y->H; ++oh)
+        for (int64_t ow = 0; ow < Y->W; ++ow) {
+          const int64_t k = ix[od * I->sd + oh * I->sh + ow * I->sw];
+          if (k < 0 || k >= plane) {
+            atomic_store(&a->bad_index, 1);
+            continue;
+          }
+          T* d = &gi[(k / hw) * X->sd + ((k % hw) / X->W) * X->sh + (k % X->W) * X->sw];
+          *d = ST(LD(*d) + LD(go[od * Y->sd + oh * Y->sh + ow * Y->sw]));
+        }
   }
 }
 #endif

@@ -1,7 +1,8 @@
 /* test_k_pool.c - avg_pool2d, avg_pool3d, max_pool2d_with_indices and their backwards
  * against PyTorch's CPU results (float32, float64, bfloat16, int), with
  * contiguous and channels_last inputs; argument and dtype errors; adaptive
- * average pooling against its window definition. */
+ * average pooling against its window definition; adaptive max pooling (2-d
+ * and 3-d) and its backward against the CPU. */
 #define _POSIX_C_SOURCE 200809L
 #include <math.h>
 #include <stdio.h>
@@ -45,6 +46,18 @@ static const double kAvgI64[20] = {-1, -2, 1, 0, 1, -2, -3, 2, 1, 3, -1, -2, 3, 
 
 static const double kAvg3[72] = {-0.875, 0.375, -0.125, -0.5, 0.75, 0.25, -0.25, 1, 0.5, -0.375, -0.5625, 0.375, 0, -0.1875, 0.75, 0.25, 0.0625, 1, -0.09375, -1, 1.375, -0.4375, -0.625, 1.75, -0.1875, -0.375, 2, -0.3125, -0.5, 1.875, -1.375, -0.125, 2.25, -1.125, 0.125, 2.5, -0.75, 0.5, 0, -0.375, 0.875, -2.5, -0.125, 1.125, -2.25, -0.25, 1, -0.9375, 0.125, 0.416666657, -2, 0.375, 0.1875, -1.75, 0.75, 0.5625, -1.375, 0.645833313, -0.020833334, -1, -0.0625, -0.25, -0.75, 1.25, -0.375, -0.875, 0.666666687, 0, -0.5, -1, 0.25, -0.25};
 static const double kAvg3Bwd[120] = {-0.296875, -0.296875, 0, 0, -0.125, -0.140625, -0.140625, 0.114583336, 0.114583336, -0.458333343, 0.15625, 0.15625, 0.114583336, 0.114583336, -0.333333343, 0.25, 0.25, 0.0833333433, 0.0833333433, 0.791666687, 0.203125, 0.203125, -0.078125, -0.078125, 0, 0.255208343, 0.255208343, 0.0260416679, 0.0260416679, -0.166666657, 0.0520833358, 0.0520833358, 0.104166672, 0.104166672, -0.166666657, -0.0416666567, -0.0416666567, 0.166666687, 0.166666687, 0.270833343, 0.1875, 0.1875, -0.234375, -0.234375, 0.125, 0.1875, 0.1875, -0.0364583433, -0.0364583433, -0.0416666456, 0, 0, 0.197916657, 0.197916657, -0.166666657, -0.375, -0.375, 0.416666657, 0.416666657, 0.0208333433, 0.328125, 0.328125, -0.09375, -0.09375, -0.3125, 0.42187497, 0.42187497, -0.0416666716, -0.0416666716, 0.1875, 0.09375, 0.09375, 0.0520833321, 0.0520833321, 0.5, -2.98023224e-08, -2.98023224e-08, -0.166666657, -0.166666657, 1.25, 0.140625, 0.140625, -0.140625, -0.140625, -0.125, 0.151041672, 0.151041672, -0.078125, -0.078125, 0.104166672, 0.0104166679, 0.0104166679, 0.0625, 0.0625, 0.229166672, -0.208333343, -0.208333343, 0, 0, 0.416666687, 0.09375, 0.09375, 0.390625, 0.390625, -0.0625, 0.03125, 0.03125, 0.526041687, 0.526041687, 0.125, -0.0625, -0.0625, 0.135416672, 0.135416672, 0.1875, -0.625, -0.625, 0.166666672, 0.166666672, 0};
+
+/* Adaptive max pooling (torch 2.15 CPU, float64; float32, bfloat16 and float16 give
+ * the same): x = pl_in (1, 2, 5, 7) with x[0, 0, 3, 5] = NaN into (3, 4);
+ * 3-d: pl_in (2, 3, 4, 5) as (C, D, H, W) into (2, 3, 2); grad_output =
+ * pl_in(numel) * 0.5 + 0.125. Windows overlap: ties, NaN, and several outputs
+ * on one input in the backward. */
+static const double kAMax[24] = {2.25, 2.25, 2.0, 2.5, 2.25, 2.25, NAN, NAN, 1.75, 2.25, NAN, NAN, 2.5, 2.5, 1.5, 2.75, 2.0, 2.5, 2.5, 2.25, 2.75, 2.75, 2.5, 1.5};
+static const int64_t kAMaxIdx[24] = {8, 8, 3, 13, 8, 8, 26, 26, 21, 31, 26, 26, 1, 1, 4, 6, 14, 24, 24, 19, 29, 29, 24, 27};
+static const double kAMaxBwd[70] = {0.0, 0.0, 0.0, -0.625, 0.0, 0.0, 0.0, 0.0, -1.875, 0.0, 0.0, 0.0, 0.0, 1.125, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.25, 0.0, 0.0, 0.0, 0.0, -0.125, 0.0, 0.0, 0.0, 0.0, 0.125, 0.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.25, 0.0, -0.875, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.875, 0.0, 0.0, 0.0, 0.0, 0.375, 0.0, 0.0, 0.0, 0.0, 1.125, 0.0, 0.0, -1.25, 0.0, 0.25, 0.0, 0.0, 0.0, 0.0, 0.0};
+static const double kAMax3[24] = {2.0, 2.25, 2.25, 2.5, 2.5, 2.75, 2.75, 2.0, 2.25, 2.25, 2.5, 2.5, 2.75, 2.75, 2.75, 2.75, 2.25, 2.25, 2.75, 2.75, 2.75, 2.75, 2.75, 2.0};
+static const int64_t kAMax3Idx[24] = {26, 8, 31, 13, 36, 18, 41, 49, 31, 54, 36, 59, 27, 4, 27, 27, 17, 17, 27, 27, 27, 27, 50, 58};
+static const double kAMax3Bwd[120] = {0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.5, 0.0, 0.0, 0.0, 0.0, 1.125, 0.0, 0.0, 0.0, 0.0, -1.125, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, -1.25, 0.0, 0.0, 0.0, 0.0, 0.625, 0.0, 0.0, 0.0, 0.0, -1.0, 0.0, 0.0, 0.0, 0.0, 0.625, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, -0.5, 0.0, 0.0, 0.0, 0.0, 0.125, 0.0, 0.0, 0.0, 0.0, 0.75, 0.0, 0.0, 0.0, 0.0, 1.375, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.625, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.125, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, -0.125, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, -1.25, 0.0};
 
 static double pl_in(int64_t i) { return (double)(((i * 37) % 23) - 11) * 0.25; }
 
@@ -313,6 +326,118 @@ static void test_adaptive(void) {
   fr(&gi);
 }
 
+static bool same_idx(const tpu_tensor_t* t, const int64_t* want, int64_t n) {
+  for (int64_t i = 0; i < n; ++i)
+    if (geti(t, i) != want[i]) {
+      printf("  index[%lld]: got %lld want %lld\n", (long long)i, (long long)geti(t, i), (long long)want[i]);
+      return false;
+    }
+  return true;
+}
+
+static void test_adaptive_max(void) {
+  int dts[4] = {TPU_DTYPE_F32, TPU_DTYPE_F64, TPU_DTYPE_BF16, TPU_DTYPE_F16};
+  static const int kLast[4] = {1, 2, 3, 0}; /* (C, D, H, W) with C innermost */
+  for (int di = 0; di < 4; ++di) {
+    int dt = dts[di];
+    for (int cl = 0; cl < 3; ++cl) { /* contiguous, channels_last, spread (gap 2) */
+      const int* perm = cl == 1 ? kCL : NULL;
+      int64_t gap = cl == 2 ? 2 : 1;
+      int64_t xs[4] = {1, 2, 5, 7}, ys[4] = {1, 2, 3, 4}, osz[2] = {3, 4};
+      tt_t x = tku_alloc(dt, 4, xs, perm, gap, 0), y = tku_alloc(dt, 4, ys, perm, gap, 0);
+      tt_t ix = tku_alloc(TPU_DTYPE_I64, 4, ys, perm, gap, 0);
+      tt_t g = tku_alloc(dt, 4, ys, perm, gap, 0), gi = tku_alloc(dt, 4, xs, perm, gap, 0);
+      fill_in(&x, 1.0, 0.0);
+      int64_t nan_at[4] = {0, 0, 3, 5};
+      set(&x.t, nan_at, NAN);
+      fill_in(&g, 0.5, 0.125);
+      for (int64_t i = 0; i < 70; ++i) setf(&gi.t, i, 7.0); /* overwritten */
+      tpu_tensor_t outs[2] = {y.t, ix.t};
+      tpu_k_value_t a[2] = {vt(&x.t), vints(osz, 2)};
+      CHECK_OK(call_op(cl ? "aten::adaptive_max_pool2d.out" : "aten::adaptive_max_pool2d", 2, a, 2, outs));
+      CHECKF(same(&y.t, kAMax, 24, 0, "amax"), "adaptive_max_pool2d %s layout %d", tpu_dtype_name(dt), cl);
+      CHECKF(same_idx(&ix.t, kAMaxIdx, 24), "adaptive_max_pool2d indices %s layout %d", tpu_dtype_name(dt), cl);
+      tpu_k_value_t b[3] = {vt(&g.t), vt(&x.t), vt(&ix.t)};
+      CHECK_OK(call_op(cl ? "aten::adaptive_max_pool2d_backward.grad_input" : "aten::adaptive_max_pool2d_backward",
+                       3, b, 1, &gi.t));
+      CHECKF(same(&gi.t, kAMaxBwd, 70, 0, "amax bwd"), "adaptive_max_pool2d_backward %s layout %d",
+             tpu_dtype_name(dt), cl);
+      /* an index outside the plane is a data error from run() */
+      int64_t at[4] = {0, 1, 2, 0};
+      set(&ix.t, at, 35);
+      CHECK_STATUS(call_op("aten::adaptive_max_pool2d_backward", 3, b, 1, &gi.t), TPU_STATUS_INVALID_ARGUMENT,
+                   "out of range");
+      set(&ix.t, at, -1);
+      CHECK_STATUS(call_op("aten::adaptive_max_pool2d_backward", 3, b, 1, &gi.t), TPU_STATUS_INVALID_ARGUMENT,
+                   "out of range");
+      fr(&x); fr(&y); fr(&ix); fr(&g); fr(&gi);
+
+      /* 3-d over (C, D, H, W) */
+      int64_t xs3[4] = {2, 3, 4, 5}, ys3[4] = {2, 2, 3, 2}, osz3[3] = {2, 3, 2};
+      const int* perm3 = cl == 1 ? kLast : NULL;
+      tt_t x3 = tku_alloc(dt, 4, xs3, perm3, gap, 0), y3 = tku_alloc(dt, 4, ys3, perm3, gap, 0);
+      tt_t ix3 = tku_alloc(TPU_DTYPE_I64, 4, ys3, perm3, gap, 0);
+      tt_t g3 = tku_alloc(dt, 4, ys3, perm3, gap, 0), gi3 = tku_alloc(dt, 4, xs3, perm3, gap, 0);
+      fill_in(&x3, 1.0, 0.0);
+      fill_in(&g3, 0.5, 0.125);
+      tpu_tensor_t outs3[2] = {y3.t, ix3.t};
+      tpu_k_value_t c[2] = {vt(&x3.t), vints(osz3, 3)};
+      CHECK_OK(call_op(cl ? "aten::adaptive_max_pool3d.out" : "aten::adaptive_max_pool3d", 2, c, 2, outs3));
+      CHECKF(same(&y3.t, kAMax3, 24, 0, "amax3"), "adaptive_max_pool3d %s layout %d", tpu_dtype_name(dt), cl);
+      CHECKF(same_idx(&ix3.t, kAMax3Idx, 24), "adaptive_max_pool3d indices %s layout %d", tpu_dtype_name(dt), cl);
+      tpu_k_value_t d[3] = {vt(&g3.t), vt(&x3.t), vt(&ix3.t)};
+      CHECK_OK(call_op(cl ? "aten::adaptive_max_pool3d_backward.grad_input" : "aten::adaptive_max_pool3d_backward",
+                       3, d, 1, &gi3.t));
+      CHECKF(same(&gi3.t, kAMax3Bwd, 120, 0, "amax3 bwd"), "adaptive_max_pool3d_backward %s layout %d",
+             tpu_dtype_name(dt), cl);
+      fr(&x3); fr(&y3); fr(&ix3); fr(&g3); fr(&gi3);
+    }
+  }
+}
+
+static void test_adaptive_max_errors(void) {
+  int64_t xs[4] = {2, 2, 5, 7}, ys[4] = {2, 2, 3, 4}, osz[2] = {3, 4};
+  tt_t x = tku_alloc(TPU_DTYPE_F32, 4, xs, NULL, 1, 0), y = tku_alloc(TPU_DTYPE_F32, 4, ys, NULL, 1, 0);
+  tt_t ix = tku_alloc(TPU_DTYPE_I64, 4, ys, NULL, 1, 0);
+  tpu_tensor_t outs[2] = {y.t, ix.t};
+  tpu_k_value_t a[2] = {vt(&x.t), vints(osz, 2)};
+  /* the CPU has no integer adaptive_max_pool2d */
+  tt_t xi = tku_alloc(TPU_DTYPE_I32, 4, xs, NULL, 1, 0), yi = tku_alloc(TPU_DTYPE_I32, 4, ys, NULL, 1, 0);
+  tpu_tensor_t outi[2] = {yi.t, ix.t};
+  tpu_k_value_t ai[2] = {vt(&xi.t), vints(osz, 2)};
+  CHECK_STATUS(call_op("aten::adaptive_max_pool2d", 2, ai, 2, outi), TPU_STATUS_UNIMPLEMENTED, "int32");
+  tpu_tensor_t bad[2] = {y.t, y.t};
+  CHECK_STATUS(call_op("aten::adaptive_max_pool2d", 2, a, 2, bad), TPU_STATUS_INVALID_ARGUMENT, "int64");
+  CHECK_STATUS(call_op("aten::adaptive_max_pool2d", 2, a, 1, outs), TPU_STATUS_INVALID_ARGUMENT, "two outputs");
+  /* a 2-d input (the CPU wants 3-d or 4-d) */
+  tpu_tensor_t x2 = x.t;
+  x2.ndim = 2;
+  x2.sizes[0] = 5, x2.sizes[1] = 7, x2.strides[0] = 7, x2.strides[1] = 1;
+  a[0] = vt(&x2);
+  CHECK_STATUS(call_op("aten::adaptive_max_pool2d", 2, a, 2, outs), TPU_STATUS_INVALID_ARGUMENT, "3-D or 4-D");
+  /* an empty non-batch dim */
+  tpu_tensor_t xe = x.t;
+  xe.sizes[2] = 0;
+  a[0] = vt(&xe);
+  CHECK_STATUS(call_op("aten::adaptive_max_pool2d", 2, a, 2, outs), TPU_STATUS_INVALID_ARGUMENT, "non-zero size");
+  /* backward: grad_output in another dtype than the input */
+  tt_t g64 = tku_alloc(TPU_DTYPE_F64, 4, ys, NULL, 1, 0), gi = tku_alloc(TPU_DTYPE_F64, 4, xs, NULL, 1, 0);
+  tpu_k_value_t b[3] = {vt(&g64.t), vt(&x.t), vt(&ix.t)};
+  CHECK_STATUS(call_op("aten::adaptive_max_pool2d_backward", 3, b, 1, &gi.t), TPU_STATUS_INVALID_ARGUMENT,
+               "grad_output");
+  /* empty batch: nothing is touched */
+  tpu_tensor_t x0 = x.t, y0 = y.t, i0 = ix.t, g0 = g64.t, gi0 = gi.t;
+  x0.sizes[0] = y0.sizes[0] = i0.sizes[0] = g0.sizes[0] = gi0.sizes[0] = 0;
+  x0.data = y0.data = i0.data = g0.data = gi0.data = NULL;
+  tpu_tensor_t outs0[2] = {y0, i0};
+  a[0] = vt(&x0);
+  CHECK_OK(call_op("aten::adaptive_max_pool2d", 2, a, 2, outs0));
+  g0.dtype = gi0.dtype = TPU_DTYPE_F32;
+  tpu_k_value_t b0[3] = {vt(&g0), vt(&x0), vt(&i0)};
+  CHECK_OK(call_op("aten::adaptive_max_pool2d_backward", 3, b0, 1, &gi0));
+  fr(&x); fr(&y); fr(&ix); fr(&xi); fr(&yi); fr(&g64); fr(&gi);
+}
+
 int main(void) {
   if (!tku_start(2)) return 1;
   RUN_TEST(test_avg);
@@ -322,5 +447,7 @@ int main(void) {
   RUN_TEST(test_empty_and_threads);
   RUN_TEST(test_avg3d);
   RUN_TEST(test_adaptive);
+  RUN_TEST(test_adaptive_max);
+  RUN_TEST(test_adaptive_max_errors);
   return tku_finish();
 }
