@@ -361,6 +361,27 @@ static int64_t pl_planes(const pl_t* t, const tpu_tensor_t* src, int nsp) {
 
 static int64_t pl_grain(int64_t per_plane) { return pl_max(1, 32768 / pl_max(1, per_plane)); }
 
+/* The per-dtype bodies of one pooling pass (NULL where the dtype is not
+ * supported), and the one for a dtype. */
+typedef struct {
+  tpu_parallel_fn_t f32, f64, bf16, f16, i64, i32, i16, i8, u8;
+} pl_fns_t;
+
+static tpu_parallel_fn_t pl_pick(const pl_fns_t* f, int dt) {
+  switch (dt) {
+    case TPU_DTYPE_F32: return f->f32;
+    case TPU_DTYPE_F64: return f->f64;
+    case TPU_DTYPE_BF16: return f->bf16;
+    case TPU_DTYPE_F16: return f->f16;
+    case TPU_DTYPE_I64: return f->i64;
+    case TPU_DTYPE_I32: return f->i32;
+    case TPU_DTYPE_I16: return f->i16;
+    case TPU_DTYPE_I8: return f->i8;
+    case TPU_DTYPE_U8: return f->u8;
+    default: return NULL;
+  }
+}
+
 /* ---- entries ------------------------------------------------------------- */
 
 static tpu_status_t pl_avg_run_nsp(const tpu_k_call_t* call, int nsp) {
@@ -369,15 +390,11 @@ static tpu_status_t pl_avg_run_nsp(const tpu_k_call_t* call, int nsp) {
   const tpu_tensor_t* y = &call->outputs[0];
   if (tpu_tensor_numel(y) == 0) return TPU_OK;
   int64_t n = pl_planes(&a.y, y, a.nsp), g = pl_grain(a.y.D * a.y.H * a.y.W * a.kd * a.kh * a.kw);
-  tpu_parallel_fn_t fn = NULL;
-  switch (a.x.dt) {
-    case TPU_DTYPE_F32: fn = pl_avg_fwd_f32; break;
-    case TPU_DTYPE_F64: fn = pl_avg_fwd_f64; break;
-    case TPU_DTYPE_BF16: fn = pl_avg_fwd_bf16; break;
-    case TPU_DTYPE_F16: fn = pl_avg_fwd_f16; break;
-    case TPU_DTYPE_I64: fn = pl_avg_fwd_i64; break;
-    default: return tpu_ku_unsupported_dtype(call, a.x.dt);
-  }
+  static const pl_fns_t fns = {
+      .f32 = pl_avg_fwd_f32, .f64 = pl_avg_fwd_f64, .bf16 = pl_avg_fwd_bf16, .f16 = pl_avg_fwd_f16,
+      .i64 = pl_avg_fwd_i64};
+  tpu_parallel_fn_t fn = pl_pick(&fns, a.x.dt);
+  if (!fn) return tpu_ku_unsupported_dtype(call, a.x.dt);
   tpu_parallel_for(call->pool, n, g, fn, &a);
   return TPU_OK;
 }
@@ -389,15 +406,11 @@ static tpu_status_t pl_avgb_run_nsp(const tpu_k_call_t* call, int nsp) {
   if (tpu_tensor_numel(gi) == 0) return TPU_OK;
   int64_t n = pl_planes(&a.x, gi, a.nsp);
   int64_t g = pl_grain(a.x.D * a.x.H * a.x.W * (a.kd / a.sd + 1) * (a.kh / a.sh + 1) * (a.kw / a.sw + 1));
-  tpu_parallel_fn_t fn = NULL;
-  switch (a.x.dt) {
-    case TPU_DTYPE_F32: fn = pl_avg_bwd_f32; break;
-    case TPU_DTYPE_F64: fn = pl_avg_bwd_f64; break;
-    case TPU_DTYPE_BF16: fn = pl_avg_bwd_bf16; break;
-    case TPU_DTYPE_F16: fn = pl_avg_bwd_f16; break;
-    case TPU_DTYPE_I64: fn = pl_avg_bwd_i64; break;
-    default: return tpu_ku_unsupported_dtype(call, a.x.dt);
-  }
+  static const pl_fns_t fns = {
+      .f32 = pl_avg_bwd_f32, .f64 = pl_avg_bwd_f64, .bf16 = pl_avg_bwd_bf16, .f16 = pl_avg_bwd_f16,
+      .i64 = pl_avg_bwd_i64};
+  tpu_parallel_fn_t fn = pl_pick(&fns, a.x.dt);
+  if (!fn) return tpu_ku_unsupported_dtype(call, a.x.dt);
   tpu_parallel_for(call->pool, n, g, fn, &a);
   return TPU_OK;
 }
@@ -434,19 +447,11 @@ static tpu_status_t pl_max_run(const tpu_k_call_t* call) {
   const tpu_tensor_t* y = &call->outputs[0];
   if (tpu_tensor_numel(y) == 0) return TPU_OK;
   int64_t n = pl_planes(&a.y, y, a.nsp), g = pl_grain(a.y.H * a.y.W * a.kh * a.kw);
-  tpu_parallel_fn_t fn = NULL;
-  switch (a.x.dt) {
-    case TPU_DTYPE_F32: fn = pl_max_fwd_f32; break;
-    case TPU_DTYPE_F64: fn = pl_max_fwd_f64; break;
-    case TPU_DTYPE_BF16: fn = pl_max_fwd_bf16; break;
-    case TPU_DTYPE_F16: fn = pl_max_fwd_f16; break;
-    case TPU_DTYPE_I64: fn = pl_max_fwd_i64; break;
-    case TPU_DTYPE_I32: fn = pl_max_fwd_i32; break;
-    case TPU_DTYPE_I16: fn = pl_max_fwd_i16; break;
-    case TPU_DTYPE_I8: fn = pl_max_fwd_i8; break;
-    case TPU_DTYPE_U8: fn = pl_max_fwd_u8; break;
-    default: return tpu_ku_unsupported_dtype(call, a.x.dt);
-  }
+  static const pl_fns_t fns = {
+      .f32 = pl_max_fwd_f32, .f64 = pl_max_fwd_f64, .bf16 = pl_max_fwd_bf16, .f16 = pl_max_fwd_f16,
+      .i64 = pl_max_fwd_i64, .i32 = pl_max_fwd_i32, .i16 = pl_max_fwd_i16, .i8 = pl_max_fwd_i8, .u8 = pl_max_fwd_u8};
+  tpu_parallel_fn_t fn = pl_pick(&fns, a.x.dt);
+  if (!fn) return tpu_ku_unsupported_dtype(call, a.x.dt);
   tpu_parallel_for(call->pool, n, g, fn, &a);
   return TPU_OK;
 }
@@ -462,14 +467,10 @@ static tpu_status_t pl_maxb_run(const tpu_k_call_t* call) {
   const tpu_tensor_t* gi = &call->outputs[0];
   if (tpu_tensor_numel(gi) == 0) return TPU_OK;
   int64_t n = pl_planes(&a.x, gi, a.nsp), g = pl_grain(a.x.H * a.x.W + a.y.H * a.y.W);
-  tpu_parallel_fn_t fn = NULL;
-  switch (a.x.dt) {
-    case TPU_DTYPE_F32: fn = pl_max_bwd_f32; break;
-    case TPU_DTYPE_F64: fn = pl_max_bwd_f64; break;
-    case TPU_DTYPE_BF16: fn = pl_max_bwd_bf16; break;
-    case TPU_DTYPE_F16: fn = pl_max_bwd_f16; break;
-    default: return tpu_ku_unsupported_dtype(call, a.x.dt);
-  }
+  static const pl_fns_t fns = {
+      .f32 = pl_max_bwd_f32, .f64 = pl_max_bwd_f64, .bf16 = pl_max_bwd_bf16, .f16 = pl_max_bwd_f16};
+  tpu_parallel_fn_t fn = pl_pick(&fns, a.x.dt);
+  if (!fn) return tpu_ku_unsupported_dtype(call, a.x.dt);
   atomic_init(&a.bad_index, 0);
   tpu_parallel_for(call->pool, n, g, fn, &a);
   if (atomic_load(&a.bad_index))
@@ -558,14 +559,10 @@ static tpu_status_t pl_amax_run(const tpu_k_call_t* call) {
   const tpu_tensor_t* y = &call->outputs[0];
   if (tpu_tensor_numel(y) == 0) return TPU_OK;
   int64_t n = pl_planes(&a.y, y, a.nsp), g = pl_grain(a.x.D * a.x.H * a.x.W + a.y.D * a.y.H * a.y.W);
-  tpu_parallel_fn_t fn = NULL;
-  switch (a.x.dt) {
-    case TPU_DTYPE_F32: fn = pl_amax_fwd_f32; break;
-    case TPU_DTYPE_F64: fn = pl_amax_fwd_f64; break;
-    case TPU_DTYPE_BF16: fn = pl_amax_fwd_bf16; break;
-    case TPU_DTYPE_F16: fn = pl_amax_fwd_f16; break;
-    default: return tpu_ku_unsupported_dtype(call, a.x.dt);
-  }
+  static const pl_fns_t fns = {
+      .f32 = pl_amax_fwd_f32, .f64 = pl_amax_fwd_f64, .bf16 = pl_amax_fwd_bf16, .f16 = pl_amax_fwd_f16};
+  tpu_parallel_fn_t fn = pl_pick(&fns, a.x.dt);
+  if (!fn) return tpu_ku_unsupported_dtype(call, a.x.dt);
   tpu_parallel_for(call->pool, n, g, fn, &a);
   return TPU_OK;
 }
@@ -581,14 +578,10 @@ static tpu_status_t pl_amaxb_run(const tpu_k_call_t* call) {
   const tpu_tensor_t* gi = &call->outputs[0];
   if (tpu_tensor_numel(gi) == 0) return TPU_OK;
   int64_t n = pl_planes(&a.x, gi, a.nsp), g = pl_grain(a.x.D * a.x.H * a.x.W + a.y.D * a.y.H * a.y.W);
-  tpu_parallel_fn_t fn = NULL;
-  switch (a.x.dt) {
-    case TPU_DTYPE_F32: fn = pl_amax_bwd_f32; break;
-    case TPU_DTYPE_F64: fn = pl_amax_bwd_f64; break;
-    case TPU_DTYPE_BF16: fn = pl_amax_bwd_bf16; break;
-    case TPU_DTYPE_F16: fn = pl_amax_bwd_f16; break;
-    default: return tpu_ku_unsupported_dtype(call, a.x.dt);
-  }
+  static const pl_fns_t fns = {
+      .f32 = pl_amax_bwd_f32, .f64 = pl_amax_bwd_f64, .bf16 = pl_amax_bwd_bf16, .f16 = pl_amax_bwd_f16};
+  tpu_parallel_fn_t fn = pl_pick(&fns, a.x.dt);
+  if (!fn) return tpu_ku_unsupported_dtype(call, a.x.dt);
   atomic_init(&a.bad_index, 0);
   tpu_parallel_for(call->pool, n, g, fn, &a);
   if (atomic_load(&a.bad_index))
