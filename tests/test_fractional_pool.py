@@ -18,9 +18,7 @@ CASES = [  # input shape, kernel, output size
 ]
 
 
-@pytest.fixture(autouse=True)
-def _no_fallback(monkeypatch):
-    monkeypatch.setenv("TORCH_TPU_FALLBACK", "error")
+pytestmark = pytest.mark.usefixtures("no_fallback")  # conftest.py: the CPU fallback raises
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16, torch.float16])

@@ -18,10 +18,7 @@ DTYPES = [torch.float32, torch.float64]
 LA = torch.linalg
 
 
-@pytest.fixture(autouse=True)
-def _no_fallback(monkeypatch):
-    monkeypatch.setenv("TORCH_TPU_FALLBACK", "error")
-    yield
+pytestmark = pytest.mark.usefixtures("no_fallback")  # conftest.py: the CPU fallback raises
 
 
 def _tol(dtype):

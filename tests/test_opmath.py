@@ -8,6 +8,8 @@ import torch
 
 import torch_tpu  # noqa: F401
 
+pytestmark = pytest.mark.usefixtures("no_fallback")  # conftest.py: the CPU fallback raises
+
 LOW = [torch.bfloat16, torch.float16]
 
 
