@@ -225,6 +225,22 @@ def case_collectives():
         return outs
     against_gloo("reduce_scatter_tensor coalesced", rs_coalesced, data((2 * WORLD,)), data((WORLD, 3), salt=1))
 
+    def leaves(ts, g):  # gloo and NCCL write into leaves that require grad (c10d ops are not autograd ops)
+        x, out = ts[0].clone().requires_grad_(), torch.zeros(ts[0].shape, device=ts[0].device, requires_grad=True)
+        dist.all_reduce(x, group=g)
+        dist.all_to_all_single(out, ts[0], group=g)
+        assert x.requires_grad and x.is_leaf and out.requires_grad and out.is_leaf
+        return [x.detach(), out.detach()]
+    against_gloo("collectives into leaves that require grad", leaves, data((4 * WORLD, 3)))
+
+    def a2a_autograd(ts, g):  # the form Transformers' expert parallelism differentiates through
+        import torch.distributed._functional_collectives as fc
+        x = ts[0].clone().requires_grad_()
+        y = fc.wait_tensor(fc.all_to_all_single_autograd(x, [2] * WORLD, [2] * WORLD, g or dist.group.WORLD))
+        (y * (RANK + 1)).sum().backward()
+        return [y.detach(), x.grad]
+    against_gloo("all_to_all_single_autograd forward and backward", a2a_autograd, data((2 * WORLD, 5)))
+
     def fut(ts, g):
         w = dist.all_reduce(ts[0], group=g, async_op=True)
         return w.get_future().wait()
