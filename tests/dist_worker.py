@@ -225,12 +225,23 @@ def case_collectives():
         return outs
     against_gloo("reduce_scatter_tensor coalesced", rs_coalesced, data((2 * WORLD,)), data((WORLD, 3), salt=1))
 
-    def leaves(ts, g):  # gloo and NCCL write into leaves that require grad (c10d ops are not autograd ops)
+    def leaves(ts, g):
+        # c10d ops are not autograd ops: Gloo and NCCL write into leaves that require grad, and
+        # into non-leaves without touching their grad_fn or version counter
         x, out = ts[0].clone().requires_grad_(), torch.zeros(ts[0].shape, device=ts[0].device, requires_grad=True)
         dist.all_reduce(x, group=g)
         dist.all_to_all_single(out, ts[0], group=g)
         assert x.requires_grad and x.is_leaf and out.requires_grad and out.is_leaf
-        return [x.detach(), out.detach()]
+        a = torch.ones(ts[0].shape, device=ts[0].device, requires_grad=True)
+        y, z = a * 2, a * 3
+        dist.all_reduce(y, group=g)
+        dist.all_to_all_single(z, ts[0], group=g)
+        for t in (x, out, y, z):
+            assert t._version == 0, (t._version, g)
+        assert type(y.grad_fn).__name__ == type(z.grad_fn).__name__ == "MulBackward0", (y.grad_fn, z.grad_fn)
+        (y + z).sum().backward()
+        assert torch.equal(a.grad.cpu(), torch.full(a.shape, 5.0)), a.grad
+        return [x.detach(), out.detach(), y.detach(), z.detach()]
     against_gloo("collectives into leaves that require grad", leaves, data((4 * WORLD, 3)))
 
     def a2a_autograd(ts, g):  # the form Transformers' expert parallelism differentiates through

@@ -201,6 +201,15 @@ class _Job:
         self.done.set()
 
 
+def _below_autograd():
+    """For the two worker threads (the guard is per thread): their copies into and out of
+    the user's tensors are what Gloo's and NCCL's C++ does, below autograd: a leaf that
+    requires grad may be written, a non-leaf keeps its grad_fn (autograd would otherwise
+    rebase it onto a CopySlices node from this thread, racing the main thread that is
+    setting it), and version counters do not move."""
+    return torch._C._AutoDispatchBelowADInplaceOrView()
+
+
 def _alive(pid):
     """Whether process `pid` (on this host) still runs: not gone, not a zombie."""
     try:
@@ -588,9 +597,10 @@ class ProcessGroupTPU(_c10d.Backend):
         # spinning workers of both processes otherwise fight over the cores (1 MiB
         # all_reduce through shared memory: 88 ms with 2 threads, 2.4 ms with 1).
         torch.set_num_threads(1)
-        # c10d collectives are not autograd ops: they write into leaves that require grad
-        # as Gloo and NCCL do (grad mode is per thread; both loops run without it).
-        torch.set_grad_enabled(False)
+        with _below_autograd():
+            self._issue_jobs()
+
+    def _issue_jobs(self):
         while True:
             job = self._issue_q.get()
             if job is None:
@@ -610,7 +620,10 @@ class ProcessGroupTPU(_c10d.Backend):
 
     def _finish_loop(self):
         torch.set_num_threads(1)
-        torch.set_grad_enabled(False)
+        with _below_autograd():
+            self._finish_jobs()
+
+    def _finish_jobs(self):
         while True:
             job = self._finish_q.get()
             if job is None:
