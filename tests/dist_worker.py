@@ -591,6 +591,7 @@ def case_launch():
         dist.all_reduce(c)
         assert c.tolist() == [WORLD * (WORLD + 1) / 2] * 2, c
     print(f"rank {RANK} local {local} on tpu:{want} of {torch.tpu.device_count()}", flush=True)
+    print(f"rank {RANK} driver {torch_tpu._C.selected_driver()}", flush=True)
 
 
 def case_tp_plan():

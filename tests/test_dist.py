@@ -14,6 +14,7 @@ import time
 import pytest
 import torch
 import torch.distributed as dist
+import torch_tpu
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -96,6 +97,9 @@ def test_collectives_dtensor_errors():
     results = ranks("tpu_dist", cases)
     check_passed(results, cases)
     assert "rank 1 local 1 on tpu:1 of 2" in results[1][1], results[1][1]
+    # the ranks run on this process's driver (scripts/test.sh runs this file again on pjrt)
+    driver = torch_tpu._C.selected_driver()
+    assert all(f"rank {r} driver {driver}" in out for r, (_, out) in enumerate(results)), results
 
 
 def test_mesh_2x2_four_processes():
