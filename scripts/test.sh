@@ -41,12 +41,12 @@ echo "== Python tests on the pjrt driver (XLA's CPU plugin): device, OpInfo, tin
 # Also fused Adam(W) (a decomposition there), attention, the fused kernels (rms_norm, rope,
 # swiglu; optimize() on tiny models), Diffusers pipelines on one chip, and tpu_dist across
 # processes (collectives on both transports, DTensor, DDP/FSDP2 steps, errors, a 2x2 mesh,
-# torchrun on one and two nodes, Transformers' tp_plan).
+# torchrun on one and two nodes, Transformers' tp_plan, Diffusers' enable_parallelism).
 TORCH_TPU_DRIVER=pjrt "$PY" -m pytest -q tests/test_device.py tests/test_opinfo.py \
   "tests/test_arch_sweep.py::test_arch" tests/test_optim_fused.py tests/test_attention.py \
   tests/test_fused.py tests/test_diffusers.py -k "not parallel"
-TORCH_TPU_DRIVER=pjrt "$PY" -m pytest -q tests/test_dist.py \
-  -k "collectives or mesh or torchrun or tp_plan or google_ops"
+TORCH_TPU_DRIVER=pjrt "$PY" -m pytest -q tests/test_dist.py tests/test_diffusers.py \
+  -k "collectives or mesh or torchrun or tp_plan or google_ops or parallel"
 
 if [ "${TORCH_TPU_SLOW_TESTS:-1}" = "1" ]; then
   echo "== Slow tests"

@@ -210,6 +210,17 @@ def _below_autograd():
     return torch._C._AutoDispatchBelowADInplaceOrView()
 
 
+def _worker(body):
+    """The target of both worker threads (issue and finish): runs `body` below autograd
+    (_below_autograd) with one OpenMP thread. Host-side copies and reductions of the
+    thread run on it alone (torch's OpenMP setting is per thread): with two ranks on a
+    small host, OpenMP's spinning workers of both processes otherwise fight over the
+    cores (1 MiB all_reduce through shared memory: 88 ms with 2 threads, 2.4 ms with 1)."""
+    torch.set_num_threads(1)
+    with _below_autograd():
+        body()
+
+
 def _alive(pid):
     """Whether process `pid` (on this host) still runs: not gone, not a zombie."""
     try:
@@ -490,8 +501,8 @@ class ProcessGroupTPU(_c10d.Backend):
         self._closed = False
         _LIVE.add(self)
         self._threads = [
-            threading.Thread(target=self._issue_loop, name="tpu_dist-issue", daemon=True),
-            threading.Thread(target=self._finish_loop, name="tpu_dist-finish", daemon=True),
+            threading.Thread(target=_worker, args=(self._issue_jobs,), name="tpu_dist-issue", daemon=True),
+            threading.Thread(target=_worker, args=(self._finish_jobs,), name="tpu_dist-finish", daemon=True),
         ]
         for t in self._threads:
             t.start()
@@ -591,15 +602,6 @@ class ProcessGroupTPU(_c10d.Backend):
         for j in pending:
             j.done.wait()
 
-    def _issue_loop(self):
-        # Host-side copies and reductions of this thread run on it alone (torch's
-        # OpenMP setting is per thread): with two ranks on a small host, OpenMP's
-        # spinning workers of both processes otherwise fight over the cores (1 MiB
-        # all_reduce through shared memory: 88 ms with 2 threads, 2.4 ms with 1).
-        torch.set_num_threads(1)
-        with _below_autograd():
-            self._issue_jobs()
-
     def _issue_jobs(self):
         while True:
             job = self._issue_q.get()
@@ -617,11 +619,6 @@ class ProcessGroupTPU(_c10d.Backend):
             with self._lock:
                 self._inflight.append(job)
             self._finish_q.put(job)
-
-    def _finish_loop(self):
-        torch.set_num_threads(1)
-        with _below_autograd():
-            self._finish_jobs()
 
     def _finish_jobs(self):
         while True:
