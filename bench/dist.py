@@ -18,22 +18,35 @@ import datetime, json, sys, time, torch, torch.distributed as dist
 import torch_tpu
 backend, device, reps = sys.argv[1], sys.argv[2], int(sys.argv[3])
 sizes = [int(s) for s in sys.argv[4].split(",")]
+op = sys.argv[5]
 dist.init_process_group(backend, timeout=datetime.timedelta(seconds=120))
+rank = dist.get_rank()
+
+
+def step(x):
+    if op == "all_reduce":
+        dist.all_reduce(x)
+    elif rank == 0:  # ping-pong: rank 0 times the round trip
+        dist.send(x, 1); dist.recv(x, 1)
+    else:
+        dist.recv(x, 0); dist.send(x, 0)
+
+
 out = {}
 for nbytes in sizes:
     x = torch.ones(nbytes // 4, device=device)
-    dist.all_reduce(x); dist.barrier()                       # warm: connections, staging buffers
+    step(x); dist.barrier()                       # warm: connections, staging buffers
     best = float("inf")
     for _ in range(reps if nbytes >= 1 << 20 else 20 * reps):   # small ones are quick and noisy
         dist.barrier()
         if device == "tpu":
             torch.tpu.synchronize()
         t = time.perf_counter()
-        dist.all_reduce(x)
+        step(x)
         if device == "tpu":
             torch.tpu.synchronize()
         best = min(best, time.perf_counter() - t)
-    out[nbytes] = best
+    out[nbytes] = best if op == "all_reduce" else best / 2   # send/recv: one way
 if dist.get_rank() == 0:
     print("RESULT " + json.dumps(out), flush=True)
 dist.destroy_process_group()
@@ -79,8 +92,8 @@ def _launch(code, args, world, what, env_extra, timeout):
     return json.loads(line[len("RESULT "):])
 
 
-def _run(backend, device, extra, reps, sizes):
-    res = _launch(_WORKER, [backend, device, str(reps), ",".join(map(str, sizes))], 2, f"dist ({backend})",
+def _run(backend, device, extra, reps, sizes, op="all_reduce"):
+    res = _launch(_WORKER, [backend, device, str(reps), ",".join(map(str, sizes)), op], 2, f"dist {op} ({backend})",
                   dict(extra, TORCH_TPU_NUM_THREADS="1"), 600)
     return {int(k): v for k, v in res.items()}
 
@@ -107,6 +120,36 @@ def measure(quick=False, bw_gbs=None, log=print):
                          "of_memory_bw": bus / bw_gbs if bw_gbs else None})
             log(f"  all_reduce {_size(n)}, {name}: {t * 1e3:.2f} ms, bus {bus:.2f} GB/s"
                 + (f" ({bus / bw_gbs:.0%} of the read bandwidth)" if bw_gbs else ""))
+    return rows
+
+
+P2P_CONFIGS = {  # send/recv always go through Gloo
+    "tpu_dist": ("tpu_dist", "tpu", {}),
+    "tpu_dist, TORCH_TPU_DIST_CHECK=0 (no header)": ("tpu_dist", "tpu", {"TORCH_TPU_DIST_CHECK": "0"}),
+    "gloo, CPU tensors": ("gloo", "cpu", {}),
+}
+
+
+def p2p(quick=False, log=print):
+    """send/recv between two processes: one way = half the ping-pong's round trip (rank 0
+    sends then receives the same tensor back), tpu_dist against stock Gloo on CPU tensors,
+    the configurations taking turns. tpu_dist stages the tensors through host memory and
+    sends a 24-byte header before each message (checked by the receiver) unless the
+    agreement check is off."""
+    sizes = [4 << 10, 1 << 20] if quick else [4 << 10, 1 << 20, 16 << 20]
+    chunks, reps = (1, 3) if quick else (2, 5)
+    best = {name: {} for name in P2P_CONFIGS}
+    for _ in range(chunks):
+        for name, (backend, device, extra) in P2P_CONFIGS.items():
+            for n, t in _run(backend, device, extra, reps, sizes, "send_recv").items():
+                best[name][n] = min(best[name].get(n, float("inf")), t)
+    rows = []
+    for n in sizes:
+        ref = best["gloo, CPU tensors"][n]
+        for name in P2P_CONFIGS:
+            t = best[name][n]
+            rows.append({"bytes": n, "config": name, "ms": t * 1e3, "gbs": n / t / 1e9, "vs_gloo_cpu": ref / t})
+            log(f"  send/recv {_size(n)}, {name}: {t * 1e3:.3f} ms one way, {n / t / 1e9:.2f} GB/s")
     return rows
 
 

@@ -1,4 +1,5 @@
 """Tables: plain text for the terminal and Markdown for docs/bench.md (same content)."""
+from .dist import _size
 from .ops import fallback_summary
 
 
@@ -68,9 +69,17 @@ def sections(res):
                     "stock Gloo on CPU tensors' time over this row's (higher is better); the configurations' "
                     "process pairs take turns",
                     ["size", "transport", "ms", "bus GB/s", "x gloo (CPU)", "of read bandwidth"],
-                    [[f"{r['bytes'] >> 20} MiB" if r["bytes"] >= 1 << 20 else f"{r['bytes'] >> 10} KiB", r["config"], _f(r["ms"], 2), _f(r["bus_gbs"], 2),
+                    [[_size(r["bytes"]), r["config"], _f(r["ms"], 2), _f(r["bus_gbs"], 2),
                       _f(r["vs_gloo_cpu"], 2), f"{r['of_memory_bw']:.0%}" if r.get("of_memory_bw") else "-"]
                      for r in ds]))
+    pp = res.get("dist_p2p")
+    if pp:
+        out.append(("send/recv between 2 processes on this host",
+                    "float32, one way = half of the best ping-pong round trip; 'x gloo' is stock Gloo on CPU "
+                    "tensors' time over this row's (higher is better); the configurations' process pairs take turns",
+                    ["size", "transport", "ms", "GB/s", "x gloo (CPU)"],
+                    [[_size(r["bytes"]), r["config"], _f(r["ms"], 3), _f(r["gbs"], 2), _f(r["vs_gloo_cpu"], 2)]
+                     for r in pp]))
     tp = res.get("dist_tp")
     if tp:
         out.append(("Tensor-parallel decode (Transformers tp_plan='auto' over tpu_dist)",

@@ -154,6 +154,8 @@ def main(argv=None):
         from . import dist
 
         res["dist"] = dist.measure(args.quick, bw_all, log=log)
+        log("[bench] send/recv between 2 processes: tpu_dist vs gloo on CPU")
+        res["dist_p2p"] = dist.p2p(args.quick, log=log)
         log("[bench] tensor-parallel decode: 1 chip vs tp_plan='auto' on 2 chips (2 processes, tpu_dist)")
         res["dist_tp"] = dist.tp_decode(args.quick, log=log)
         done("dist")

@@ -389,6 +389,34 @@ def case_errors():
     outs = [1] * WORLD if RANK == 0 else [2] + [1] * (WORLD - 1)  # rank 1 expects 2 rows from rank 0
     expect_error(lambda: dist.all_to_all_single(torch.empty(sum(outs), device=x), torch.ones(WORLD, device=x),
                                                 outs, ins), "all_to_all_single", "expects")
+    # send/recv of mismatched sizes or dtypes (Gloo alone aborts the receiver for a larger message and
+    # accepts a smaller one silently): the receiver's recv raises, its tensor keeps its contents, the
+    # sender's send completes
+    for n, dtype in ((6, torch.float32), (4, torch.float32), (5, torch.int32)):
+        if RANK == 0:
+            dist.send(torch.ones(n, device=x, dtype=dtype), 1)
+        elif RANK == 1:
+            got = torch.full((5,), 7.0, device=x)
+            expect_error(lambda: dist.recv(got, 0), "recv", "rank 0 sent", f"{n} elements of {dtype}",
+                         "receives 5 elements of torch.float32")
+            assert got.cpu().tolist() == [7.0] * 5, got
+    if RANK < 2:  # and a matching one still arrives
+        if RANK == 0:
+            dist.send(torch.arange(5.0, device=x), 1)
+        else:
+            got = torch.empty(5, device=x)
+            dist.recv(got, 0)
+            assert got.cpu().tolist() == [0.0, 1.0, 2.0, 3.0, 4.0], got
+        # several in flight on one tag keep their order; another tag received first does not wait for it
+        if RANK == 0:
+            works = [dist.isend(torch.full((n,), float(n), device=x), 1, tag=tag) for n, tag in ((2, 1), (3, 1), (4, 2))]
+        else:
+            got = {n: torch.empty(n, device=x) for n in (2, 3, 4)}
+            works = [dist.irecv(got[4], 0, tag=2), dist.irecv(got[2], 0, tag=1), dist.irecv(got[3], 0, tag=1)]
+        for w in works:
+            w.wait()
+        if RANK == 1:
+            assert all(got[n].cpu().tolist() == [float(n)] * n for n in got), got
     t = torch.full((3,), float(RANK + 1), device=x)
     dist.all_reduce(t)  # the group still works
     assert t.cpu().tolist() == [WORLD * (WORLD + 1) / 2] * 3, t

@@ -118,6 +118,14 @@ def test_collectives_through_gloo():
     assert "transport {'shared_memory': 0," in results[0][1], results[0][1]
 
 
+def test_collectives_unchecked():
+    """TORCH_TPU_DIST_CHECK=0 on every rank: no descriptor exchange before collectives and no
+    header before send/recv messages; the collectives (send/recv and batch_isend_irecv rings
+    among them) still equal gloo's."""
+    results = ranks("tpu_dist", ["collectives"], TORCH_TPU_DIST_CHECK=0)
+    check_passed(results, ["collectives"])
+
+
 def test_dead_rank_fails_within_timeout():
     t0 = time.time()
     results = ranks("tpu_dist", ["die"], DIST_TEST_TIMEOUT=10)

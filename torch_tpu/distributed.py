@@ -39,6 +39,7 @@ Point-to-point send/recv are not checked (a check would cost the sender a reply)
 
 import atexit
 import datetime
+import functools
 import gc
 import math
 import os
@@ -199,6 +200,19 @@ class _Job:
             self.future.set_exception(error)
         self.host = []
         self.done.set()
+
+
+class _Received:
+    """The Work of a receive that a channel thread of the group carries out (ProcessGroupTPU.recv)."""
+
+    def __init__(self):
+        self.done = threading.Event()
+        self.error = None
+
+    def wait(self):
+        self.done.wait()  # bounded: the channel's Gloo waits time out with the group
+        if self.error is not None:
+            raise self.error
 
 
 def _below_autograd():
@@ -499,6 +513,7 @@ class ProcessGroupTPU(_c10d.Backend):
         self._inflight = []  # jobs staged but not finished, in order
         self._coalesced = None
         self._closed = False
+        self._channels = {}  # (source, tag) -> queue of the receives its thread carries out
         _LIVE.add(self)
         self._threads = [
             threading.Thread(target=_worker, args=(self._issue_jobs,), name="tpu_dist-issue", daemon=True),
@@ -566,8 +581,14 @@ class ProcessGroupTPU(_c10d.Backend):
             return
         self._closed = True
         self._issue_q.put(None)
+        wait = self._timeout.total_seconds() + 30
+        self._threads[0].join(wait)  # the issuing thread: no receive is queued after it ends
+        with self._lock:
+            channels = list(self._channels.values())
+        for q in channels:
+            q.put(None)
         for t in self._threads:
-            t.join(self._timeout.total_seconds() + 30)
+            t.join(wait)
         if not any(t.is_alive() for t in self._threads):
             with self._lock:
                 self._inflight = []
@@ -975,17 +996,76 @@ class ProcessGroupTPU(_c10d.Backend):
                             shape=out.shape, local_error=self._check_parts("scatter", ins, out, out.dtype) if is_root
                             else None)
 
+    # Point-to-point. Each message is preceded, on the same tag, by a header (dtype, elements,
+    # bytes) that the receiver checks before it posts the data. Gloo alone accepts a smaller
+    # message into a larger buffer silently and aborts the receiving process (std::terminate in
+    # its I/O thread) for a larger one; here the receiver drains a mismatched message into a
+    # scratch buffer, its recv raises, its tensor keeps its contents and the group stays usable.
+    # The receiver posts header and payload from a thread of its own per (source, tag): Gloo
+    # matches the messages of one source and tag in order, so one receive at a time there keeps
+    # headers and payloads paired, and no channel waits behind another or behind the finish
+    # thread (which waits for this rank's own sends: posting from it deadlocks a ring of
+    # batch_isend_irecv, where every rank sends before it receives). With the agreement check
+    # off (TORCH_TPU_DIST_CHECK=0, which every rank must set alike) messages go as they are.
+    @staticmethod
+    def _p2p_header(t):
+        return [_dtype_code(t.dtype), t.numel(), t.numel() * t.element_size()]
+
     def send(self, tensors, dst, tag):
+        (t,) = tensors
+
         def launch(job):
-            return self._gloo.send([job.read(t) for t in tensors], dst, tag), None
+            if not self._check:
+                return self._gloo.send([job.read(t)], dst, tag), None
+            head = self._gloo.send([torch.tensor(self._p2p_header(t), dtype=torch.int64)], dst, tag)
+            return self._gloo.send([job.read(t)], dst, tag), head.wait
 
         return self._submit("send/recv", launch, tensors)
 
     def recv(self, tensors, src, tag):
+        (t,) = tensors
+
         def launch(job):
-            return self._gloo.recv([job.write(t) for t in tensors], src, tag), None
+            if not self._check:
+                return self._gloo.recv([job.write(t)], src, tag), None
+            pending = _Received()
+            self._channel(src, tag).put((t, job.write(t), pending))
+            return pending, None
 
         return self._submit("send/recv", launch, tensors)
+
+    def _channel(self, src, tag):
+        with self._lock:
+            q = self._channels.get((src, tag))
+            if q is None:
+                q = self._channels[(src, tag)] = queue.SimpleQueue()
+                th = threading.Thread(target=_worker, args=(functools.partial(self._receive, q, src, tag),),
+                                      name=f"tpu_dist-recv-{src}-{tag}", daemon=True)
+                self._threads.append(th)
+                th.start()
+        return q
+
+    def _receive(self, q, src, tag):
+        """A channel's thread: the receives from `src` on `tag`, one at a time, in issue order."""
+        while True:
+            item = q.get()
+            if item is None:
+                return
+            t, h, pending = item
+            try:
+                head = torch.empty(3, dtype=torch.int64)
+                self._gloo.recv([head], src, tag).wait()
+                code, numel, nbytes = head.tolist()
+                if [code, numel, nbytes] == self._p2p_header(t):
+                    self._gloo.recv([h], src, tag).wait()
+                else:
+                    self._gloo.recv([torch.empty(nbytes, dtype=torch.uint8)], src, tag).wait()
+                    raise ValueError(
+                        f"tpu_dist recv: rank {src} sent {numel} elements of {_DTYPE_NAMES.get(code, code)} "
+                        f"(tag {tag}); this rank receives {t.numel()} elements of {t.dtype} {list(t.shape)}")
+            except BaseException as e:  # noqa: BLE001 - raised by the job's wait on the finish thread
+                pending.error = e
+            pending.done.set()
 
     def barrier(self, opts):
         def launch(job):
