@@ -688,6 +688,48 @@ def case_google_ops():
         want[at:at + recv[i]] = 100. * i + RANK
         at += recv[i]
     assert torch.equal(res, want), f"ragged_all_to_all {res} != {want}"
+    # its gradients (operand's and output's) equal those of the same exchange written with plain
+    # indexing over every rank's data in one process; blocks that overlap (everyone writes from row 0,
+    # later ranks' rows win) route each row's gradient to the rank whose write survived
+    for overlap in (False, True):
+        def ragged_data(r):
+            gen = torch.Generator().manual_seed(10 * r + overlap)
+            sends = [r + j + 1 for j in range(WORLD)]
+            offs = ([0] * WORLD if overlap else
+                    [1 + sum(k + j + 1 for k in range(r)) for j in range(WORLD)])
+            rows_r = (WORLD + r if overlap else 2 + sum(i + r + 1 for i in range(WORLD)))
+            return (sends, offs, torch.randn(sum(sends), 2, generator=gen), torch.randn(rows_r, 2, generator=gen),
+                    torch.randn(rows_r, 2, generator=gen))
+        every = [ragged_data(r) for r in range(WORLD)]
+        sends, offs, a, base, weight = every[RANK]
+        op_t, out_t = a.to(dev()).requires_grad_(), base.to(dev()).requires_grad_()
+        res = ops.ragged_all_to_all(op_t, out_t, *(torch.tensor(v, device=dev()) for v in
+                                                   ([sum(sends[:j]) for j in range(WORLD)], sends, offs,
+                                                    [i + RANK + 1 for i in range(WORLD)])),
+                                    dist.group.WORLD.group_name)
+        (res * weight.to(dev())).sum().backward()
+        leaves = [(e[2].clone().requires_grad_(), e[3].clone().requires_grad_()) for e in every]
+        total = 0
+        for k in range(WORLD):
+            got_k = leaves[k][1].clone()
+            for i in range(WORLD):
+                s_i, o_i = every[i][0], every[i][1]
+                start = sum(s_i[:k])
+                got_k[o_i[k]:o_i[k] + s_i[k]] = leaves[i][0][start:start + s_i[k]]
+            if k == RANK:
+                torch.testing.assert_close(res.detach().cpu(), got_k.detach(), rtol=0, atol=0,
+                                           msg=f"ragged_all_to_all overlap={overlap}")
+            total = total + (got_k * every[k][4]).sum()
+        total.backward()
+        torch.testing.assert_close(op_t.grad.cpu(), leaves[RANK][0].grad, msg=f"operand grad overlap={overlap}")
+        torch.testing.assert_close(out_t.grad.cpu(), leaves[RANK][1].grad, msg=f"output grad overlap={overlap}")
+    try:
+        ops.ragged_all_to_all(op_t, out_t, *(torch.tensor(v, device=dev()) for v in
+                                             ([0] * WORLD, [1] * WORLD, [0] * WORLD, [1] * WORLD)),
+                              dist.group.WORLD.group_name, out=torch.empty_like(base, device=dev()))
+        raise AssertionError("out= with grad accepted")
+    except RuntimeError as e:
+        assert "ragged_all_to_all" in str(e) and "automatic differentiation" in str(e), e
 
 
 def case_accelerate():

@@ -7,9 +7,9 @@ collectives (for tpu tensors, the tpu_dist backend in torch_tpu/distributed.py):
     ragged_all_to_all     all_to_all_single of the row slices, plus one
                           all_to_all_single of the destination offsets
 
-Eager only, no autograd (Google's all_gather_dim and reduce_scatter_dim have
-none either; its ragged_all_to_all has one, ours raises when asked for it).
-ragged_all_to_all reads the sizes and offsets on the host.
+Eager only; autograd for ragged_all_to_all alone (as Google's: its
+all_gather_dim and reduce_scatter_dim have none either). ragged_all_to_all
+reads the sizes and offsets on the host.
 """
 import torch
 import torch.distributed as dist
@@ -99,21 +99,87 @@ def recv(tensors, src: int, tag: int):
     return _Works([dist.irecv(t, src, tag=tag) for t in _tensors("recv", tensors)])
 
 
+def _ragged_exchange(dst, src, send_rows, recv_rows, g, accumulate=False, check=None):
+    """Rank i sends src[a:a + c] for each (a, c) = send_rows[j] to rank j, and writes
+    the c rows it receives from rank j into dst[a:a + c] for (a, c) = recv_rows[j]
+    (added to them when `accumulate`). One all_to_all_single; `check()` runs after it
+    (an error raised there leaves the other ranks' collectives done, not waiting)."""
+    n = len(send_rows)
+    sendbuf = torch.cat([src[a:a + c] for a, c in send_rows])
+    recvbuf = src.new_empty((sum(c for _, c in recv_rows), *src.shape[1:]))
+    dist.all_to_all_single(recvbuf, sendbuf, output_split_sizes=[c for _, c in recv_rows],
+                           input_split_sizes=[c for _, c in send_rows], group=g)
+    if check is not None:
+        check()
+    start = 0
+    for j in range(n):
+        a, c = recv_rows[j]
+        if accumulate:
+            dst[a:a + c] += recvbuf[start:start + c]
+        else:
+            dst[a:a + c] = recvbuf[start:start + c]
+        start += c
+    return dst
+
+
+class _RaggedAllToAll(torch.autograd.Function):
+    """Autograd of ragged_all_to_all: the gradient of `operand` is the exchange
+    backwards (each rank sends back the gradient rows of what it received; rows
+    sent twice add up, rows sent nowhere get 0); that of `output` is the result's
+    gradient where no rank wrote (rows written by a later rank's block are masked
+    from the earlier one's, as the forward's writes in rank order leave them)."""
+
+    @staticmethod
+    def forward(ctx, operand, output, g, sends, places, check):
+        ctx.g, ctx.sends, ctx.places, ctx.rows = g, sends, places, operand.shape[0]
+        return _ragged_exchange(output.clone(), operand, sends, places, g, check=check)
+
+    @staticmethod
+    def backward(ctx, grad):
+        grad = grad.contiguous()
+        g_operand = g_output = None
+        if ctx.needs_input_grad[0]:
+            src, rows = grad, ctx.places
+            if _overlapping(ctx.places):  # a row's gradient goes back to the rank whose write survived
+                owner = torch.full((grad.shape[0],), -1, dtype=torch.int64)
+                for j, (a, c) in enumerate(ctx.places):
+                    owner[a:a + c] = j
+                shape = (-1, *([1] * (grad.dim() - 1)))
+                src = torch.cat([grad[a:a + c] * (owner[a:a + c] == j).to(grad.device).view(shape)
+                                 for j, (a, c) in enumerate(ctx.places)])
+                rows = [(sum(c for _, c in ctx.places[:j]), c) for j, (_, c) in enumerate(ctx.places)]
+            g_operand = _ragged_exchange(grad.new_zeros((ctx.rows, *grad.shape[1:])), src, rows, ctx.sends,
+                                         ctx.g, accumulate=True)
+        if ctx.needs_input_grad[1]:
+            g_output = grad.clone()
+            for a, c in ctx.places:
+                g_output[a:a + c] = 0
+        return g_operand, g_output, None, None, None, None
+
+
+def _overlapping(rows):
+    spans = sorted((a, a + c) for a, c in rows if c > 0)
+    return any(spans[k][1] > spans[k + 1][0] for k in range(len(spans) - 1))
+
+
 def ragged_all_to_all(operand: torch.Tensor, output: torch.Tensor, input_offsets: torch.Tensor,
                       send_sizes: torch.Tensor, output_offsets: torch.Tensor, recv_sizes: torch.Tensor,
                       process_group_name: str, *, out: torch.Tensor | None = None) -> torch.Tensor:
     """Rank i sends rows input_offsets[j] .. + send_sizes[j] of `operand` to
     rank j, which writes them from row output_offsets[j] (as rank i computed
     it) of its result; recv_sizes[j] rows come from rank j. The result starts
-    as a copy of `output` (or is `out`, overwritten the same way)."""
+    as a copy of `output` (or is `out`, overwritten the same way).
+    Differentiable in `operand` and `output` (not with out=)."""
     name = "torch.tpu.ops.ragged_all_to_all"
     _group("ragged_all_to_all", None)
     from torch.distributed.distributed_c10d import _resolve_process_group
 
     g = _resolve_process_group(process_group_name)
     n = dist.get_world_size(g)
-    if torch.is_grad_enabled() and operand.requires_grad:
-        raise NotImplementedError(f"{name}: autograd is not implemented here; call it under torch.no_grad()")
+    grad = torch.is_grad_enabled() and (operand.requires_grad or output.requires_grad)
+    if grad and out is not None:
+        raise RuntimeError(f"{name}: functions with out=... arguments don't support automatic differentiation, "
+                           "but one of the arguments requires grad")
     if operand.dim() == 0 or output.dim() == 0 or operand.shape[1:] != output.shape[1:] or operand.dtype != output.dtype:
         raise ValueError(f"{name}: operand {tuple(operand.shape)} {operand.dtype} and output {tuple(output.shape)} "
                          f"{output.dtype} must be at least 1-D with the same row shape and dtype")
@@ -129,24 +195,25 @@ def ragged_all_to_all(operand: torch.Tensor, output: torch.Tensor, input_offsets
         if sends[j] < 0 or ins[j] < 0 or ins[j] + sends[j] > operand.shape[0]:
             raise ValueError(f"{name}: rows {ins[j]} .. {ins[j] + sends[j]} for rank {j} are outside operand's "
                              f"{operand.shape[0]} rows")
-    result = output.clone() if out is None else out
-    if out is not None:
-        if out.shape != output.shape or out.dtype != output.dtype or out.device != output.device:
-            raise ValueError(f"{name}: out must be {tuple(output.shape)} {output.dtype} on {output.device}, got "
-                             f"{tuple(out.shape)} {out.dtype} on {out.device}")
-        out.copy_(output)
-    dev = operand.device
-    sendbuf = torch.cat([operand[ins[j]:ins[j] + sends[j]] for j in range(n)])
-    recvbuf = operand.new_empty((sum(recvs), *operand.shape[1:]))
-    dist.all_to_all_single(recvbuf, sendbuf, output_split_sizes=recvs, input_split_sizes=sends, group=g)
+    if out is not None and (out.shape != output.shape or out.dtype != output.dtype or out.device != output.device):
+        raise ValueError(f"{name}: out must be {tuple(output.shape)} {output.dtype} on {output.device}, got "
+                         f"{tuple(out.shape)} {out.dtype} on {out.device}")
     # where rank i asked its rows to go in this rank's result
-    where = torch.empty(n, dtype=torch.int64, device=dev)
-    dist.all_to_all_single(where, torch.tensor(outs, dtype=torch.int64, device=dev), group=g)
-    start = 0
-    for i, at in enumerate(where.tolist()):
-        if at < 0 or at + recvs[i] > result.shape[0]:
-            raise ValueError(f"{name}: rank {i} writes rows {at} .. {at + recvs[i]}, outside the result's "
-                             f"{result.shape[0]} rows")
-        result[at:at + recvs[i]] = recvbuf[start:start + recvs[i]]
-        start += recvs[i]
-    return result
+    where = torch.empty(n, dtype=torch.int64, device=operand.device)
+    dist.all_to_all_single(where, torch.tensor(outs, dtype=torch.int64, device=operand.device), group=g)
+    where = where.tolist()
+    rows = output.shape[0]
+
+    def check():
+        for i, at in enumerate(where):
+            if at < 0 or at + recvs[i] > rows:
+                raise ValueError(f"{name}: rank {i} writes rows {at} .. {at + recvs[i]}, outside the result's "
+                                 f"{rows} rows")
+
+    sent, placed = list(zip(ins, sends)), list(zip(where, recvs))
+    if grad:
+        return _RaggedAllToAll.apply(operand, output, g, sent, placed, check)
+    if out is None:
+        return _ragged_exchange(output.clone(), operand, sent, placed, g, check=check)
+    out.copy_(output)
+    return _ragged_exchange(out, operand, sent, placed, g, check=check)
