@@ -521,3 +521,172 @@ def test_rrelu_on_device():
     for dtype in (torch.bfloat16, torch.float64):
         y = F.rrelu(_t(x.to(dtype)), lo, hi, training=True)
         assert y.dtype == dtype and y.device.type == "tpu"
+
+
+# ---- decompositions on device ops (torch_tpu/_decomp.py _LOCAL) ---------------
+
+
+def _decomposed(op):
+    from torch_tpu import _decomp
+    return _decomp.decomposition_report().get(op, 0)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16, torch.float16, torch.int64,
+                                   torch.int32, torch.int16, torch.int8, torch.uint8, torch.bool], ids=str)
+def test_hash_tensor_bit_exact(dtype):
+    """hash_tensor (xor_sum of the 64-bit widened elements) equals the CPU's
+    bit for bit: every dim/keepdim form, odd and even reduction lengths, NaN,
+    infinities and -0.0, out=; the CPU's errors; counted as decomposed."""
+    from torch_tpu import _decomp
+    _decomp.reset_decomposition_report()
+    torch_tpu.reset_fallback_report()
+    g = torch.Generator().manual_seed(3)
+    for shape in [(), (2,), (3, 5), (3, 2, 1, 2), (7, 9, 5)]:
+        x = _rand(shape, dtype, g) * (100 if dtype.is_floating_point else 1) if dtype != torch.bool else \
+            torch.rand(shape, generator=g) > 0.5
+        if dtype.is_floating_point and x.numel() > 3:
+            x.view(-1)[1:4] = torch.tensor([NAN, -0.0, INF])
+        for kw in [{}, dict(dim=0, keepdim=True), dict(dim=-1), dict(dim=(0, -1), keepdim=True), dict(dim=(1, 2))]:
+            dims = kw.get("dim", ())
+            dims = [dims] if isinstance(dims, int) else list(dims)
+            if any(d >= max(x.dim(), 1) for d in dims) or (dims == [0, -1] and x.dim() < 2):
+                continue  # dims the shape does not have
+            want = torch.hash_tensor(x, **kw)
+            got = torch.hash_tensor(_t(x), **kw)
+            assert got.device.type == "tpu" and got.dtype == torch.uint64 and got.shape == want.shape
+            assert torch.equal(got.cpu().view(torch.int64), want.view(torch.int64)), (shape, kw)
+    x = _rand((4, 3), dtype, g) if dtype != torch.bool else torch.ones(4, 3, dtype=torch.bool)
+    out = torch.empty(0, dtype=torch.uint64, device="tpu")
+    torch.hash_tensor(_t(x), dim=0, out=out)
+    assert torch.equal(out.cpu().view(torch.int64), torch.hash_tensor(x, dim=0).view(torch.int64))
+    assert _decomposed("aten.hash_tensor.out") > 0 and not torch_tpu.fallback_report()
+    with pytest.raises(RuntimeError, match="hash_tensor.*uint64"):
+        torch.hash_tensor(_t(x), out=torch.empty(0, dtype=torch.int64, device="tpu"))
+    with pytest.raises(RuntimeError, match="Unknown hash_tensor mode"):
+        torch.hash_tensor(_t(x), mode=1)
+    with pytest.raises(RuntimeError, match="hash_tensor: Expected reduction dim to be specified"):
+        torch.hash_tensor(torch.empty(0, 3, device="tpu"))
+    with pytest.raises(IndexError, match="hash_tensor: Expected reduction dim 0 to have non-zero size"):
+        torch.hash_tensor(torch.empty(0, 3, device="tpu"), dim=0)
+
+
+LSTSQ_SHAPES = [((2, 3), (2, 3)), ((3, 3), (3, 3)), ((4, 3), (4, 3)), ((3, 2, 3), (3, 2, 3)), ((3, 4, 3), (3, 4, 3)),
+                ((5, 3), (5,)), ((3, 4, 3), (3, 4)), ((3, 4, 3), (1, 4, 2)), ((0, 3), (0, 2)), ((0, 4, 3), (0, 4, 2))]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
+@pytest.mark.parametrize("driver", [None, "gels", "gelsy", "gelss", "gelsd"])
+def test_linalg_lstsq_equals_cpu(dtype, driver):
+    """linalg.lstsq on the device: the CPU's solution, residuals, rank and
+    singular values (shapes and dtypes per driver: rank only when the driver
+    computes it, residuals only for m > n), vector and broadcast right-hand
+    sides, empty inputs, rank-deficient A for the SVD drivers, out=."""
+    from torch_tpu import _decomp
+    _decomp.reset_decomposition_report()
+    torch_tpu.reset_fallback_report()
+    g = torch.Generator().manual_seed(7)
+    cases = [(torch.randn(a, generator=g, dtype=dtype), torch.randn(b, generator=g, dtype=dtype))
+             for a, b in LSTSQ_SHAPES]
+    if driver in ("gelss", "gelsd"):
+        a = torch.randn(6, 3, generator=g, dtype=dtype)
+        a[:, 2] = a[:, 0] - 2 * a[:, 1]  # rank 2: no residuals, the minimum-norm solution
+        cases.append((a, torch.randn(6, 2, generator=g, dtype=dtype)))
+    for a, b in cases:
+        want = torch.linalg.lstsq(a, b, driver=driver)
+        got = torch.linalg.lstsq(_t(a), _t(b), driver=driver)
+        for w, r in zip(want, got):
+            assert r.device.type == "tpu" and r.shape == w.shape and r.dtype == w.dtype, (a.shape, b.shape)
+            torch.testing.assert_close(r.cpu(), w)
+    a, b = cases[2]
+    outs = [torch.empty(0, dtype=dtype, device="tpu") for _ in range(2)]
+    outs = outs + [torch.empty(0, dtype=torch.int64, device="tpu"), torch.empty(0, dtype=dtype, device="tpu")]
+    torch.linalg.lstsq(_t(a), _t(b), driver=driver, out=outs)
+    for w, r in zip(torch.linalg.lstsq(a, b, driver=driver), outs):
+        assert r.shape == w.shape
+        torch.testing.assert_close(r.cpu(), w)
+    assert _decomposed("aten.linalg_lstsq.out") > 0 and not torch_tpu.fallback_report()
+    with pytest.raises(RuntimeError, match="linalg.lstsq: parameter `driver`"):
+        torch.linalg.lstsq(_t(a), _t(b), driver="gelsx")
+    with pytest.raises(RuntimeError, match="linalg.lstsq: Expected input and other to have the same dtype"):
+        torch.linalg.lstsq(_t(a), _t(b).to(torch.float64 if dtype == torch.float32 else torch.float32))
+    with pytest.raises(RuntimeError, match=r"linalg.lstsq: input.size\(-2\) should match"):
+        torch.linalg.lstsq(_t(a), _t(b)[:-1])
+
+
+def test_linalg_lstsq_declines_what_the_svd_cannot_decide(monkeypatch):
+    """gels of a rank-deficient A (the CPU's QR answer is not the SVD's): the
+    decomposition declines, so the CPU fallback answers it."""
+    from torch_tpu import _decomp
+    monkeypatch.delenv("TORCH_TPU_FALLBACK")
+    a = torch.randn(5, 3, dtype=torch.float64)
+    a[:, 2] = a[:, 0] + a[:, 1]
+    b = torch.randn(5, 2, dtype=torch.float64)
+    assert _decomp.run("aten::linalg_lstsq", "", (_t(a), _t(b)), {"driver": "gels"}) is NotImplemented
+    torch_tpu.reset_fallback_report()
+    torch.testing.assert_close(torch.linalg.lstsq(_t(a), _t(b), driver="gels").solution.cpu(),
+                               torch.linalg.lstsq(a, b, driver="gels").solution)
+    assert "aten::linalg_lstsq.out" in torch_tpu.fallback_report()
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
+def test_linalg_polar_equals_cpu(dtype):
+    from torch_tpu import _decomp
+    _decomp.reset_decomposition_report()
+    g = torch.Generator().manual_seed(11)
+    for shape in [(5, 5), (5, 3), (2, 2), (2, 5, 3), (1, 1, 5, 5), (0, 3, 2), (3, 0)]:
+        a = torch.randn(shape, generator=g, dtype=dtype)
+        for w, r in zip(torch.linalg.polar(a), torch.linalg.polar(_t(a))):
+            assert r.device.type == "tpu" and r.shape == w.shape and r.dtype == w.dtype
+            torch.testing.assert_close(r.cpu(), w)
+    assert _decomposed("aten.linalg_polar.out") > 0
+    with pytest.raises(RuntimeError, match="linalg.polar: input must have at least as many rows"):
+        torch.linalg.polar(torch.randn(3, 4, dtype=dtype, device="tpu"))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16, torch.float16], ids=str)
+def test_grid_sampler_3d_equals_cpu(dtype):
+    """grid_sampler_3d, every interpolation (trilinear, nearest, tricubic), padding
+    mode and align_corners, grids reaching past the borders: trilinear and
+    nearest bit-exact in every dtype (the CPU's order and rounding), tricubic
+    within rounding."""
+    from torch_tpu import _decomp
+    _decomp.reset_decomposition_report()
+    g = torch.Generator().manual_seed(13)
+    for xs, gs in [((1, 1, 2, 2, 2), (1, 1, 1, 1, 3)), ((2, 3, 5, 7, 6), (2, 4, 3, 5, 3))]:
+        x = torch.randn(xs, generator=g).to(dtype)
+        grid = (torch.rand(gs, generator=g) * 2.4 - 1.2).to(dtype)
+        for mode in (0, 1, 2):
+            for pad in (0, 1, 2):
+                for align in (False, True):
+                    want = torch.grid_sampler_3d(x, grid, mode, pad, align)
+                    got = torch.grid_sampler_3d(_t(x), _t(grid), mode, pad, align)
+                    assert got.device.type == "tpu" and got.dtype == dtype and got.shape == want.shape
+                    exact = mode != 2 or dtype == torch.bfloat16
+                    torch.testing.assert_close(got.cpu(), want, **({"rtol": 0, "atol": 0} if exact else {}))
+    assert _decomposed("aten.grid_sampler_3d.default") == 36
+    with pytest.raises(RuntimeError, match="grid_sampler"):
+        torch.grid_sampler_3d(_t(x), _t(grid)[..., :2], 0, 0, False)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
+def test_grid_sampler_2d_backward_equals_cpu(dtype):
+    from torch_tpu import _decomp
+    _decomp.reset_decomposition_report()
+    g = torch.Generator().manual_seed(17)
+    x = torch.randn(2, 3, 5, 7, generator=g, dtype=dtype)
+    grid = torch.rand(2, 4, 6, 2, generator=g, dtype=dtype) * 2.4 - 1.2
+    go = torch.randn(2, 3, 4, 6, generator=g, dtype=dtype)
+    for mode in (0, 1, 2):
+        for pad in (0, 1, 2):
+            for align in (False, True):
+                for mask in ([True, True], [False, True]):
+                    want = torch.ops.aten.grid_sampler_2d_backward(go, x, grid, mode, pad, align, mask)
+                    got = torch.ops.aten.grid_sampler_2d_backward(_t(go), _t(x), _t(grid), mode, pad, align, mask)
+                    assert (got[0] is None) == (not mask[0])
+                    for w, r in zip(want, got):
+                        if w is not None:
+                            assert r.device.type == "tpu" and r.shape == w.shape
+                            scale = w.abs().max().item()
+                            torch.testing.assert_close(r.cpu(), w, rtol=0, atol=1e-6 * scale if dtype ==
+                                                       torch.float32 else 1e-13 * scale)
+    assert _decomposed("aten.grid_sampler_2d_backward.default") == 36

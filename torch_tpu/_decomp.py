@@ -419,6 +419,267 @@ def _geometric_(self, p, *, generator=None):
     return self.copy_(v)
 
 
+def _hash_tensor(x, dim=(), *, keepdim=False, mode=0, out=None):
+    """hash_tensor (mode 0, xor_sum): the elements widened to 64 bits (floating
+    types to float64 and their bits taken, integers and bool sign-extended to
+    int64), XOR-reduced over `dim` (every dim when empty) as uint64. The XOR
+    runs as halving steps of bitwise_xor on int64, viewed as uint64 at the end."""
+    if mode != 0:
+        raise RuntimeError(f"hash_tensor: Unknown hash_tensor mode: {mode}")
+    if x.dtype.is_complex or x.dtype in (torch.uint16, torch.uint32, torch.uint64):
+        raise NotImplementedError(f"hash_tensor: not implemented for '{_type_name(x.dtype)}'")
+    if out is not None and out.dtype != torch.uint64:
+        raise RuntimeError(f"hash_tensor: Expected result to be of dtype uint64, but got {_type_name(out.dtype)}")
+    nd = max(x.dim(), 1)
+    dims = [dim] if isinstance(dim, int) else list(dim)
+    for d in dims:
+        if not -nd <= d < nd:
+            raise IndexError(f"hash_tensor: Dimension out of range (expected to be in range of [{-nd}, {nd - 1}], "
+                             f"but got {d})")
+    dims = [d % nd for d in dims]
+    if len(set(dims)) != len(dims):
+        raise RuntimeError(f"hash_tensor: dim {dims[0]} appears multiple times in the list of dims")
+    if not dims:
+        if x.numel() == 0:
+            raise RuntimeError("hash_tensor: Expected reduction dim to be specified for input.numel() == 0. "
+                               "Specify the reduction dim with the 'dim' argument.")
+        dims = list(range(x.dim()))
+    for d in dims:
+        if x.dim() and x.shape[d] == 0:
+            raise IndexError(f"hash_tensor: Expected reduction dim {d} to have non-zero size.")
+    if x.dtype.is_floating_point:
+        bits = x.to(torch.float64).view(torch.int64)
+    else:
+        bits = x.to(torch.int64)
+    keep = [d for d in range(x.dim()) if d not in dims]
+    kept_shape = [x.shape[d] for d in keep]
+    h = bits.permute(keep + [d for d in range(x.dim()) if d in dims]).reshape(kept_shape + [-1])
+    while h.shape[-1] > 1:
+        k = h.shape[-1]
+        half = h[..., : k // 2] ^ h[..., k // 2: 2 * (k // 2)]
+        h = torch.cat([half[..., :1] ^ h[..., -1:], half[..., 1:]], -1) if k % 2 else half
+    h = h.reshape(kept_shape)
+    if keepdim:
+        h = h.reshape([1 if d in dims else x.shape[d] for d in range(x.dim())])
+    res = h.contiguous().view(torch.uint64)
+    if out is None:
+        return res
+    if out.shape != res.shape:
+        out.resize_(res.shape)
+    out.view(torch.int64).copy_(res.view(torch.int64))
+    return out
+
+
+_LSTSQ_DRIVERS = ("gels", "gelsy", "gelsd", "gelss")
+
+
+def _linalg_lstsq(a, b, rcond=None, *, driver=None):
+    """linalg_lstsq by the SVD of A for every driver: the minimum-norm solution
+    over the singular values above rcond * s_max (LAPACK's rule for gelss/gelsd,
+    and what gelsy's complete orthogonal factorisation yields), with each
+    driver's outputs as the CPU returns them: rank for all but gels, singular
+    values for gelss/gelsd, residuals (squared column norms of A x - B) when
+    m > n, except gelsy, and for gelss/gelsd only when every matrix has rank n.
+    Declined (CPU fallback) where the rank is not the SVD's to decide: gels of a
+    numerically rank-deficient A or one with no columns, gelsy within a factor
+    1000 of its threshold, gelss/gelsd within rounding of it, a negative rcond."""
+    name = "torch.linalg.lstsq"
+    if a.dim() < 2:
+        raise RuntimeError(f"{name}: input must have at least 2 dimensions.")
+    if a.dtype.is_complex or b.dtype.is_complex:
+        return NotImplemented
+    if a.dtype not in (torch.float32, torch.float64) and a.dtype == b.dtype:
+        raise RuntimeError(f"{name}: This function doesn't handle types other than float and double")
+    if a.dtype != b.dtype:
+        raise RuntimeError(f"{name}: Expected input and other to have the same dtype, but got input's dtype "
+                           f"{_type_name(a.dtype)} and other's dtype {_type_name(b.dtype)}")
+    if not (a.dim() >= b.dim() and a.dim() - b.dim() <= 1):
+        raise RuntimeError(f"{name}: input.dim() must be greater or equal to other.dim() and "
+                           f"(input.dim() - other.dim()) <= 1")
+    drv = "gelsy" if driver is None else driver
+    if drv not in _LSTSQ_DRIVERS:
+        raise RuntimeError(f"{name}: parameter `driver` should be one of (gels, gelsy, gelsd, gelss)")
+    vector = b.dim() == 1 or (a.dim() - 1 == b.dim() and b.shape == a.shape[:-1])
+    if vector:
+        b = b.unsqueeze(-1)
+    elif a.dim() != b.dim():
+        raise RuntimeError(f"{name}: input.dim() must be greater or equal to other.dim() and "
+                           f"(input.dim() - other.dim()) <= 1")
+    m, n, k = a.shape[-2], a.shape[-1], b.shape[-1]
+    if b.shape[-2] != m:
+        raise RuntimeError(f"{name}: input.size(-2) should match other.size(-2)")
+    if (rcond is not None and rcond < 0) or (drv == "gels" and n == 0):
+        return NotImplemented  # (gels of m x 0 matrices: the CPU's residuals are zeros, gelsd's |B|^2)
+    batch = torch.broadcast_shapes(a.shape[:-2], b.shape[:-2])
+    a = a.expand(*batch, m, n)
+    b = b.expand(*batch, m, k)
+    dt = a.dtype
+    eps = torch.finfo(dt).eps
+    thresh = rcond if rcond is not None else eps * max(m, n)
+    if a.numel() == 0:
+        rank = torch.zeros(batch, dtype=torch.int64, device=a.device)
+        x = torch.zeros(*batch, n, k, dtype=dt, device=a.device)
+        sv = torch.zeros(*batch, min(m, n), dtype=dt, device=a.device)
+    else:
+        u, s, vh = torch.linalg.svd(a, full_matrices=False)
+        smax = s[..., :1]
+        rel = s / torch.where(smax > 0, smax, torch.ones_like(smax))
+        keep = (s > thresh * smax) & (smax > 0)
+        if drv == "gels":
+            ambiguous = rel <= 1000 * eps * max(m, n)
+        elif drv == "gelsy":
+            ambiguous = (rel > thresh / 1000) & (rel < thresh * 1000)
+        else:
+            ambiguous = (rel - thresh).abs() <= 2 * eps
+        if bool(ambiguous.any().item()):
+            return NotImplemented
+        rank = keep.sum(-1)
+        inv = torch.where(keep, 1 / torch.where(keep, s, torch.ones_like(s)), torch.zeros_like(s))
+        x = vh.mT @ (inv.unsqueeze(-1) * (u.mT @ b))
+        sv = s
+    full = m > n and drv != "gelsy"
+    if full and drv in ("gelss", "gelsd"):
+        full = bool((rank == n).all().item())
+    empty = torch.empty(0, dtype=dt, device=a.device)
+    residuals = (a @ x - b).square().sum(-2) if full else empty
+    return (x.squeeze(-1) if vector else x, residuals,
+            rank if drv != "gels" else torch.empty(0, dtype=torch.int64, device=a.device),
+            sv if drv in ("gelss", "gelsd") else empty)
+
+
+def _linalg_polar(a):
+    """linalg_polar from the reduced SVD A = W S V^T: U = W V^T, H = V S V^T
+    (the CPU kernel's construction). The meta kernel makes the argument checks."""
+    torch.ops.aten.linalg_polar.default(a.to("meta"))
+    if a.dtype.is_complex:
+        return NotImplemented
+    if a.dtype not in (torch.float32, torch.float64):
+        raise NotImplementedError(f"linalg.polar: not implemented for '{_type_name(a.dtype)}'")
+    n = a.shape[-1]
+    if a.numel() == 0:
+        return a.new_zeros(a.shape), a.new_zeros((*a.shape[:-2], n, n))
+    w, s, vh = torch.linalg.svd(a, full_matrices=False)
+    return (w @ vh).contiguous(), (vh.mT @ (s.unsqueeze(-1) * vh)).contiguous()
+
+
+def _grid_taps(coord, size, mode, padding, align):
+    """Taps of grid sampling along one spatial dim, as the CPU's grid_sampler
+    kernels compute them: [(index, weight, in-bounds)] for a coordinate in
+    [-1, 1] (any shape), in the coordinate's dtype. mode 0 bilinear, 1 nearest,
+    2 bicubic; padding 0 zeros, 1 border, 2 reflection."""
+    def bound(c):  # compute_coordinates: padding applied to a source coordinate
+        if padding == 1:
+            c = torch.where(c.isnan(), torch.full_like(c, size - 1), c.clamp(0, size - 1))
+        elif padding == 2:
+            lo, hi = (0.0, 2.0 * (size - 1)) if align else (-1.0, 2.0 * size - 1)
+            if lo == hi:
+                c = torch.zeros_like(c)
+            else:
+                mn, span = lo / 2, (hi - lo) / 2
+                d = (c - mn).abs()
+                extra = torch.fmod(d, span)
+                flips = torch.floor(d / span)
+                c = torch.where(torch.fmod(flips, 2) == 0, extra + mn, span - extra + mn)
+            c = torch.where(c.isnan(), torch.full_like(c, size - 1), c.clamp(0, size - 1))
+        # safe_downgrade_to_int_range: NaN, infinities and huge values fall out of bounds
+        return torch.where(c.isfinite() & (c.abs() < 2.0 ** 31 - 1), c, torch.full_like(c, -100.0))
+
+    if align:
+        c = (coord + 1) / 2 * (size - 1)
+    else:
+        c = ((coord + 1) * size - 1) / 2
+    if mode != 2:
+        c = bound(c)
+    if mode == 1:
+        starts, weights = [torch.round(c)], [None]
+    elif mode == 0:
+        f = torch.floor(c)
+        starts, weights = [f, f + 1], [(f + 1) - c, c - f]
+    else:
+        f = torch.floor(c)
+        t = c - f
+        A = -0.75  # the cubic convolution coefficients (upsample_bicubic2d's)
+        def near(x):  # |x| <= 1
+            return ((A + 2) * x - (A + 3)) * x * x + 1
+
+        def far(x):  # 1 < |x| < 2
+            return ((A * x - 5 * A) * x + 8 * A) * x - 4 * A
+        starts = [bound(f + (i - 1)) for i in range(4)]
+        weights = [far(t + 1), near(t), near(1 - t), far((1 - t) + 1)]
+    taps = []
+    for s, w in zip(starts, weights):
+        ok = (s >= 0) & (s <= size - 1)
+        idx = torch.where(ok, s, torch.zeros_like(s)).to(torch.int64)
+        taps.append((idx, w, ok))
+    return taps
+
+
+def _grid_sampler_3d(x, grid, interpolation_mode, padding_mode, align_corners):
+    """grid_sampler_3d: for each output point, the taps along depth, height and
+    width (1, 2 or 4 each for nearest, trilinear, tricubic), their values
+    gathered from the flattened volume and summed with the product weights in
+    the CPU's order (depth outermost, width innermost); taps out of bounds add
+    nothing. In the input's dtype, each step rounded to it, as the CPU (tricubic
+    of bfloat16/float16: in float32, rounded once, as the CPU)."""
+    torch.ops.aten.grid_sampler_3d.default(x.to("meta"), grid.to("meta"), interpolation_mode, padding_mode,
+                                           align_corners)
+    if interpolation_mode not in (0, 1, 2) or padding_mode not in (0, 1, 2):
+        raise RuntimeError(f"grid_sampler_3d: interpolation_mode {interpolation_mode} or padding_mode "
+                           f"{padding_mode} is not one of 0, 1, 2")
+    if x.dtype != grid.dtype:
+        raise RuntimeError(f"grid_sampler_3d: expected scalar type {_type_name(x.dtype)} but found "
+                           f"{_type_name(grid.dtype)}")
+    if not x.dtype.is_floating_point:
+        raise NotImplementedError(f"grid_sampler_3d: not implemented for '{_type_name(x.dtype)}'")
+    if interpolation_mode == 2 and x.dtype in _LOW:  # the CPU's tricubic: in float32, rounded once
+        return _grid_sampler_3d(x.float(), grid.float(), 2, padding_mode, align_corners).to(x.dtype)
+    N, C, D, H, W = x.shape
+    out_sp = grid.shape[1:4]
+    P = out_sp.numel()
+    if N * C * P == 0:
+        return x.new_zeros((N, C, *out_sp))
+    g = grid.reshape(N, P, 3)
+    tz = _grid_taps(g[..., 2], D, interpolation_mode, padding_mode, align_corners)
+    ty = _grid_taps(g[..., 1], H, interpolation_mode, padding_mode, align_corners)
+    tx = _grid_taps(g[..., 0], W, interpolation_mode, padding_mode, align_corners)
+    flat = x.reshape(N, C, D * H * W)
+
+    def tap(iz, okz, iy, oky, ix, okx, w):  # (value, weight, in bounds) of one tap
+        v = torch.gather(flat, 2, ((iz * H + iy) * W + ix).unsqueeze(1).expand(N, C, P))
+        return v, w, (okx & oky & okz).unsqueeze(1)
+
+    def wsum(terms):  # sum of value * weight, out-of-bounds terms adding nothing
+        out = None
+        for v, w, ok in terms:
+            if w is not None:
+                v = v * w.unsqueeze(1)
+            if ok is not None:
+                v = torch.where(ok, v, torch.zeros_like(v))
+            out = v if out is None else out + v
+        return out
+
+    if interpolation_mode == 2:  # tricubic: along width, then height, then depth
+        out = wsum([(wsum([(wsum([tap(iz, okz, iy, oky, ix, okx, wx) for ix, wx, okx in tx]), wy, None)
+                           for iy, wy, oky in ty]), wz, None) for iz, wz, okz in tz])
+    else:  # one sum with the product weights, as the CPU's trilinear kernel
+        out = wsum([tap(iz, okz, iy, oky, ix, okx, None if wx is None else wx * wy * wz)
+                    for iz, wz, okz in tz for iy, wy, oky in ty for ix, wx, okx in tx])
+    return out.reshape(N, C, *out_sp)
+
+
+def _grid_sampler_2d_backward(grad_output, x, grid, interpolation_mode, padding_mode, align_corners,
+                              output_mask):
+    """grid_sampler_2d_backward: the vector-Jacobian product of the forward's
+    decomposition (torch._decomp's grid_sampler_2d, run on device ops) for the
+    input and the grid; None for an input whose gradient output_mask omits."""
+    fwd = _table.get(torch.ops.aten.grid_sampler_2d.default)
+    if fwd is None or grad_output.dtype not in (torch.float32, torch.float64):
+        return NotImplemented
+    _, vjp = torch.func.vjp(lambda i, g: fwd(i, g, interpolation_mode, padding_mode, align_corners), x, grid)
+    gi, gg = vjp(grad_output)
+    return (gi.contiguous() if output_mask[0] else None), gg.contiguous()
+
+
 _LOCAL = {
     torch.ops.aten.linalg_cross.default: _linalg_cross,
     torch.ops.aten.linalg_cross.out: _linalg_cross,
@@ -451,7 +712,20 @@ _LOCAL = {
     torch.ops.aten.fractional_max_pool2d_backward.grad_input: _fractional_max_pool_backward,
     torch.ops.aten.fractional_max_pool3d_backward.default: _fractional_max_pool_backward,
     torch.ops.aten.fractional_max_pool3d_backward.grad_input: _fractional_max_pool_backward,
+    torch.ops.aten.hash_tensor.default: _hash_tensor,
+    torch.ops.aten.hash_tensor.out: _hash_tensor,
+    torch.ops.aten.linalg_lstsq.default: _linalg_lstsq,
+    torch.ops.aten.linalg_lstsq.out: _linalg_lstsq,
+    torch.ops.aten.linalg_polar.default: _linalg_polar,
+    torch.ops.aten.linalg_polar.out: _linalg_polar,
+    torch.ops.aten.grid_sampler_3d.default: _grid_sampler_3d,
+    torch.ops.aten.grid_sampler_3d.out: _grid_sampler_3d,
+    torch.ops.aten.grid_sampler_2d_backward.default: _grid_sampler_2d_backward,
 }
+
+# Entries that take their op's out= tensors themselves (their out= rule is not
+# the generic one run() applies: hash_tensor's out= must be uint64 exactly).
+_OWN_OUT = {torch.ops.aten.hash_tensor.out}
 
 
 # List ops (torch._foreach_*): ATen's own slow path (one call of the
@@ -563,10 +837,12 @@ def run(name: str, overload: str, args: tuple, kwargs: dict):
     op, fn = _lookup(name, overload)
     if fn is None:
         return NotImplemented
-    _counts[str(op)] += 1
     outs = _out_names(op)
-    if not outs or not all(k in kwargs for k in outs):
-        return fn(*args, **kwargs)
+    if not outs or op in _OWN_OUT or not all(k in kwargs for k in outs):
+        res = fn(*args, **kwargs)
+        if res is not NotImplemented:
+            _counts[str(op)] += 1
+        return res
     # An out= overload: the table's entry is often the functional op's,
     # registered for every overload (it takes no `grad_input=`, `values=`,
     # ...). The result is computed without them and written into them, as
@@ -577,6 +853,7 @@ def run(name: str, overload: str, args: tuple, kwargs: dict):
         for k, d in zip(outs, dst):
             kwargs[k] = d
         return NotImplemented
+    _counts[str(op)] += 1
     res = list(res) if isinstance(res, (tuple, list)) else [res]
     if len(res) != len(dst):
         raise RuntimeError(f"{op}: its decomposition returned {len(res)} tensors for {len(dst)} out= arguments")
