@@ -102,14 +102,20 @@ def _size(n):
     return f"{n >> 20} MiB" if n >= 1 << 20 else f"{n >> 10} KiB"
 
 
+def _best(configs, sizes, quick, op):
+    """{config: {bytes: best seconds}}, the configurations' process pairs taking turns."""
+    chunks, reps = (1, 3) if quick else (2, 5)
+    best = {name: {} for name in configs}
+    for _ in range(chunks):
+        for name, (backend, device, extra) in configs.items():
+            for n, t in _run(backend, device, extra, reps, sizes, op).items():
+                best[name][n] = min(best[name].get(n, float("inf")), t)
+    return best
+
+
 def measure(quick=False, bw_gbs=None, log=print):
     sizes = [4 << 10, 1 << 20, 64 << 20] if not quick else [4 << 10, 1 << 20, 16 << 20]
-    chunks, reps = (1, 3) if quick else (2, 5)
-    best = {name: {} for name in CONFIGS}
-    for _ in range(chunks):
-        for name, (backend, device, extra) in CONFIGS.items():
-            for n, t in _run(backend, device, extra, reps, sizes).items():
-                best[name][n] = min(best[name].get(n, float("inf")), t)
+    best = _best(CONFIGS, sizes, quick, "all_reduce")
     rows = []
     for n in sizes:
         ref = best["gloo, CPU tensors"][n]
@@ -137,12 +143,7 @@ def p2p(quick=False, log=print):
     sends a 24-byte header before each message (checked by the receiver) unless the
     agreement check is off."""
     sizes = [4 << 10, 1 << 20] if quick else [4 << 10, 1 << 20, 16 << 20]
-    chunks, reps = (1, 3) if quick else (2, 5)
-    best = {name: {} for name in P2P_CONFIGS}
-    for _ in range(chunks):
-        for name, (backend, device, extra) in P2P_CONFIGS.items():
-            for n, t in _run(backend, device, extra, reps, sizes, "send_recv").items():
-                best[name][n] = min(best[name].get(n, float("inf")), t)
+    best = _best(P2P_CONFIGS, sizes, quick, "send_recv")
     rows = []
     for n in sizes:
         ref = best["gloo, CPU tensors"][n]
