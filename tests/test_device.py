@@ -52,19 +52,22 @@ def test_out_of_memory_is_recoverable():
 
 def test_fallback_is_counted_and_can_be_forbidden(monkeypatch):
     torch_tpu.reset_fallback_report()
-    x = torch.rand(1, 2, 3, 3, 3, device="tpu")
-    grid = torch.rand(1, 2, 2, 2, 3, device="tpu") * 2 - 1
-    sample = torch.nn.functional.grid_sample
-    # 3-D grid sampling (aten::grid_sampler_3d) has no native kernel: it runs on the CPU and is counted.
-    y = sample(x, grid, align_corners=False)
-    torch.testing.assert_close(y.cpu(), sample(x.cpu(), grid.cpu(), align_corners=False))
-    assert y.device.type == "tpu"
-    assert torch_tpu.fallback_report().get("aten::grid_sampler_3d", 0) == 1
+    a = torch.randn(4, 4)
+    a = a @ a.T + torch.eye(4)
+    x = a.to("tpu")
+    # The LDL factorisation (aten::linalg_ldl_factor_ex, LAPACK's Bunch-Kaufman pivoting) has no
+    # kernel and no decomposition on the device: it runs on the CPU and is counted.
+    ld, piv = torch.linalg.ldl_factor(x)
+    want_ld, want_piv = torch.linalg.ldl_factor(a)
+    torch.testing.assert_close(ld.cpu(), want_ld)
+    assert torch.equal(piv.cpu(), want_piv)
+    assert ld.device.type == "tpu" and piv.device.type == "tpu"
+    assert torch_tpu.fallback_report().get("aten::linalg_ldl_factor_ex.out", 0) == 1
     monkeypatch.setenv("TORCH_TPU_FALLBACK", "error")
-    with pytest.raises(NotImplementedError, match="grid_sampler_3d"):
-        sample(x, grid, align_corners=False)
+    with pytest.raises(NotImplementedError, match="linalg_ldl_factor_ex"):
+        torch.linalg.ldl_factor(x)
     monkeypatch.delenv("TORCH_TPU_FALLBACK")
-    assert sample(x, grid, align_corners=False).device.type == "tpu"  # process still usable
+    assert torch.linalg.ldl_factor(x)[0].device.type == "tpu"  # process still usable
 
 
 def test_two_virtual_chips_and_peer_copies():

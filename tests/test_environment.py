@@ -49,15 +49,15 @@ def test_bad_variable_is_the_first_line(var, value, expected):
 
 
 def test_no_kernel_error_names_dtypes(monkeypatch):
-    x = torch.rand(1, 1, 2, 2, 2, device="tpu")
-    grid = torch.zeros(1, 1, 1, 2, 3, device="tpu")
+    x = (torch.eye(3) * 2).to("tpu")
 
-    def sample():  # aten::grid_sampler_3d has no native kernel
-        return torch.nn.functional.grid_sample(x, grid, align_corners=True)
+    def sample():  # aten::linalg_ldl_factor_ex has no kernel and no decomposition on the device
+        return torch.linalg.ldl_factor(x)[0]
 
     monkeypatch.setenv("TORCH_TPU_FALLBACK", "error")
     with pytest.raises(NotImplementedError,
-                       match=r"aten::grid_sampler_3d\S* \(tensor arguments: float32, float32.*\) has no native"):
+                       match=r"aten::linalg_ldl_factor_ex\S* \(tensor arguments: float32, float32, int32.*\) "
+                             r"has no native"):
         sample()
     monkeypatch.setenv("TORCH_TPU_FALLBACK", "sometimes")  # changed after import: named at the next fallback
     with pytest.raises(ValueError, match="invalid value for TORCH_TPU_FALLBACK: 'sometimes'"):
