@@ -690,3 +690,100 @@ def test_grid_sampler_2d_backward_equals_cpu(dtype):
                             torch.testing.assert_close(r.cpu(), w, rtol=0, atol=1e-6 * scale if dtype ==
                                                        torch.float32 else 1e-13 * scale)
     assert _decomposed("aten.grid_sampler_2d_backward.default") == 36
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
+def test_grid_sampler_3d_backward_equals_cpu(dtype):
+    """grid_sampler_3d_backward (trilinear, nearest; every padding mode and
+    align_corners; the input's gradient masked or not): the vjp of the forward's
+    decomposition, as the 2-d backward; and through autograd."""
+    from torch_tpu import _decomp
+    _decomp.reset_decomposition_report()
+    g = torch.Generator().manual_seed(19)
+    x = torch.randn(2, 3, 4, 5, 6, generator=g, dtype=dtype)
+    grid = torch.rand(2, 3, 4, 2, 3, generator=g, dtype=dtype) * 2.4 - 1.2
+    go = torch.randn(2, 3, 3, 4, 2, generator=g, dtype=dtype)
+    for mode in (0, 1):
+        for pad in (0, 1, 2):
+            for align in (False, True):
+                for mask in ([True, True], [False, True]):
+                    want = torch.ops.aten.grid_sampler_3d_backward(go, x, grid, mode, pad, align, mask)
+                    got = torch.ops.aten.grid_sampler_3d_backward(_t(go), _t(x), _t(grid), mode, pad, align, mask)
+                    assert (got[0] is None) == (not mask[0])
+                    for w, r in zip(want, got):
+                        if w is not None:
+                            assert r.device.type == "tpu" and r.shape == w.shape and r.dtype == w.dtype
+                            scale = w.abs().max().item()
+                            torch.testing.assert_close(r.cpu(), w, rtol=0, atol=1e-6 * scale if dtype ==
+                                                       torch.float32 else 1e-13 * scale)
+    assert _decomposed("aten.grid_sampler_3d_backward.default") == 24
+    xd, gd = _t(x).requires_grad_(), _t(grid).requires_grad_()
+    xc, gc = x.clone().requires_grad_(), grid.clone().requires_grad_()
+    torch.nn.functional.grid_sample(xd, gd, align_corners=False).sum().backward()
+    torch.nn.functional.grid_sample(xc, gc, align_corners=False).sum().backward()
+    torch.testing.assert_close(xd.grad.cpu(), xc.grad)
+    torch.testing.assert_close(gd.grad.cpu(), gc.grad)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16, torch.float16], ids=str)
+def test_hardshrink_backward_equals_cpu(dtype):
+    """hardshrink_backward (functional and grad_input=): 0 where |input| <= lambd
+    (lambd rounded to the promoted dtype), broadcasting, type promotion, out=
+    resizing and its cast rule, integer inputs refused. A NaN input passes its
+    gradient, as the CPU's scalar loop (a row shorter than two vectors)."""
+    from torch_tpu import _decomp
+    _decomp.reset_decomposition_report()
+    g = torch.Generator().manual_seed(23)
+    x = torch.tensor([-1.0, -0.5, -0.4999, 0.0, 0.5, 0.50001, 2.0, -float("inf"), float("inf")]).to(dtype)
+    go = torch.randn(9, generator=g).to(dtype)
+    nan = torch.tensor([float("nan"), 0.25, 1.0]).to(dtype)
+    want = torch.ops.aten.hardshrink_backward(go[:3], nan, 0.5)
+    torch.testing.assert_close(torch.ops.aten.hardshrink_backward(_t(go[:3]), _t(nan), 0.5).cpu(), want, rtol=0,
+                               atol=0)
+    for lambd in (0.5, 0.50001, 0.0, 3.0):
+        want = torch.ops.aten.hardshrink_backward(go, x, lambd)
+        got = torch.ops.aten.hardshrink_backward(_t(go), _t(x), lambd)
+        assert got.dtype == want.dtype
+        torch.testing.assert_close(got.cpu(), want, rtol=0, atol=0, )
+    want = torch.ops.aten.hardshrink_backward(go.to(torch.float64), x.reshape(3, 1, 3)[:, :, :1], 0.5)
+    got = torch.ops.aten.hardshrink_backward(_t(go.to(torch.float64)), _t(x.reshape(3, 1, 3)[:, :, :1]), 0.5)
+    assert got.dtype == want.dtype and got.shape == want.shape
+    torch.testing.assert_close(got.cpu(), want, rtol=0, atol=0)
+    out = torch.empty(0, dtype=dtype, device="tpu")
+    r = torch.ops.aten.hardshrink_backward.grad_input(_t(go), _t(x), 0.5, grad_input=out)
+    assert r is out and out.shape == (9,)
+    torch.testing.assert_close(out.cpu(), torch.ops.aten.hardshrink_backward(go, x, 0.5), rtol=0, atol=0)
+    xd = _t(x).requires_grad_()
+    torch.nn.functional.hardshrink(xd, 0.5).backward(_t(go))
+    xc = x.clone().requires_grad_()
+    torch.nn.functional.hardshrink(xc, 0.5).backward(go)
+    torch.testing.assert_close(xd.grad.cpu(), xc.grad, rtol=0, atol=0)
+    assert _decomposed("aten.hardshrink_backward.grad_input") == 8  # the functional op runs as its out= one
+    with pytest.raises(RuntimeError, match="result type Float can't be cast to the desired output type Long"):
+        torch.ops.aten.hardshrink_backward.grad_input(_t(go.float()), _t(x.float()), 0.5,
+                                                      grad_input=torch.empty(9, dtype=torch.int64, device="tpu"))
+    with pytest.raises(NotImplementedError, match="hardshrink_backward: not implemented for 'Long'"):
+        torch.ops.aten.hardshrink_backward(_t(torch.ones(3, dtype=torch.int64)), _t(torch.ones(3, dtype=torch.int64)),
+                                           0.5)
+
+
+def test_efficientzerotensor_on_device():
+    """_efficientzerotensor (sgn's backward of real inputs creates one): zeros on
+    the device in the asked (or default) dtype; out= zeros in the out= tensor's
+    own dtype, resized; no CPU fallback."""
+    from torch_tpu import _decomp
+    _decomp.reset_decomposition_report()
+    for dtype in (None, torch.float64, torch.int32, torch.bool):
+        want = torch.ops.aten._efficientzerotensor([2, 3], dtype=dtype)
+        got = torch.ops.aten._efficientzerotensor([2, 3], dtype=dtype, device="tpu")
+        assert got.device.type == "tpu" and got.dtype == want.dtype and got.shape == want.shape
+        assert not got.cpu().any()
+    out = torch.ones(5, dtype=torch.int64, device="tpu")
+    r = torch.ops.aten._efficientzerotensor.out([2, 2], out=out)
+    assert r is out and out.shape == (2, 2) and out.dtype == torch.int64 and not out.cpu().any()
+    assert _decomposed("aten._efficientzerotensor.default") == 5  # out=: ATen's composite calls it
+    x = torch.tensor([-2.0, 0.0, 3.0], device="tpu", requires_grad=True)
+    torch.sgn(x).backward(torch.ones(3, device="tpu"))
+    assert x.grad.device.type == "tpu" and not x.grad.cpu().any()
+    with pytest.raises(RuntimeError, match="negative dimension"):
+        torch.ops.aten._efficientzerotensor([-1], device="tpu")

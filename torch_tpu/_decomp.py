@@ -667,17 +667,45 @@ def _grid_sampler_3d(x, grid, interpolation_mode, padding_mode, align_corners):
     return out.reshape(N, C, *out_sp)
 
 
-def _grid_sampler_2d_backward(grad_output, x, grid, interpolation_mode, padding_mode, align_corners,
-                              output_mask):
-    """grid_sampler_2d_backward: the vector-Jacobian product of the forward's
-    decomposition (torch._decomp's grid_sampler_2d, run on device ops) for the
-    input and the grid; None for an input whose gradient output_mask omits."""
-    fwd = _table.get(torch.ops.aten.grid_sampler_2d.default)
-    if fwd is None or grad_output.dtype not in (torch.float32, torch.float64):
-        return NotImplemented
-    _, vjp = torch.func.vjp(lambda i, g: fwd(i, g, interpolation_mode, padding_mode, align_corners), x, grid)
-    gi, gg = vjp(grad_output)
-    return (gi.contiguous() if output_mask[0] else None), gg.contiguous()
+def _grid_sampler_backward(forward):
+    """grid_sampler_2d_backward / grid_sampler_3d_backward: the vector-Jacobian
+    product of the forward's decomposition (torch._decomp's grid_sampler_2d,
+    this module's _grid_sampler_3d; run on device ops) for the input and the
+    grid; None for an input whose gradient output_mask omits, as the CPU."""
+    def backward(grad_output, x, grid, interpolation_mode, padding_mode, align_corners, output_mask):
+        fwd = _table.get(forward)
+        if fwd is None or grad_output.dtype not in (torch.float32, torch.float64):
+            return NotImplemented
+        _, vjp = torch.func.vjp(lambda i, g: fwd(i, g, interpolation_mode, padding_mode, align_corners), x, grid)
+        gi, gg = vjp(grad_output)
+        return (gi.contiguous() if output_mask[0] else None), gg.contiguous()
+
+    return backward
+
+
+def _hardshrink_backward(grad_output, x, lambd):
+    """hardshrink_backward: 0 where -lambd <= input <= lambd, else the gradient;
+    both tensors (broadcast) and lambd in their promoted dtype, as the CPU's
+    kernel. A NaN input passes its gradient, as the CPU's scalar loop and the
+    CUDA kernel (the CPU's vectorised loop, which runs on all but the tail of
+    longer rows, gives 0 there: which one a NaN gets depends on its position)."""
+    dt = torch.result_type(grad_output, x)
+    if not dt.is_floating_point:
+        raise NotImplementedError(f"hardshrink_backward: not implemented for '{_type_name(dt)}'")
+    g, s = grad_output.to(dt), x.to(dt)
+    lam = torch.full((), lambd, dtype=dt, device=s.device)
+    inside = (s >= -lam) & (s <= lam)
+    return torch.where(inside, torch.zeros((), dtype=dt, device=s.device), g)
+
+
+def _efficientzerotensor(size, *, dtype=None, layout=None, device=None, pin_memory=None):
+    """_efficientzerotensor: a tensor of zeros, materialised (as the CPU fallback's
+    copy to the device was). Its out= overload is ATen's composite one, which
+    calls this with the out= tensor's dtype and device."""
+    torch.ops.aten._efficientzerotensor.default(size, dtype=dtype, device="meta")  # the CPU's size checks
+    if layout not in (None, torch.strided):
+        raise RuntimeError(f"_efficientzerotensor: layout {layout} is not supported on tpu")
+    return torch.zeros(size, dtype=dtype, device=device)
 
 
 _LOCAL = {
@@ -720,7 +748,11 @@ _LOCAL = {
     torch.ops.aten.linalg_polar.out: _linalg_polar,
     torch.ops.aten.grid_sampler_3d.default: _grid_sampler_3d,
     torch.ops.aten.grid_sampler_3d.out: _grid_sampler_3d,
-    torch.ops.aten.grid_sampler_2d_backward.default: _grid_sampler_2d_backward,
+    torch.ops.aten.grid_sampler_2d_backward.default: _grid_sampler_backward(torch.ops.aten.grid_sampler_2d.default),
+    torch.ops.aten.grid_sampler_3d_backward.default: _grid_sampler_backward(torch.ops.aten.grid_sampler_3d.default),
+    torch.ops.aten.hardshrink_backward.default: _hardshrink_backward,
+    torch.ops.aten.hardshrink_backward.grad_input: _hardshrink_backward,
+    torch.ops.aten._efficientzerotensor.default: _efficientzerotensor,
 }
 
 # Entries that take their op's out= tensors themselves (their out= rule is not
