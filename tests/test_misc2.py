@@ -668,6 +668,24 @@ def test_grid_sampler_3d_equals_cpu(dtype):
         torch.grid_sampler_3d(_t(x), _t(grid)[..., :2], 0, 0, False)
 
 
+def _check_grid_sampler_backward(op, modes, go, x, grid):
+    """op (grid_sampler_2d/3d_backward) on tpu equals the CPU's for each mode, padding mode,
+    align_corners and output mask (the input's gradient asked for or not)."""
+    for mode in modes:
+        for pad in (0, 1, 2):
+            for align in (False, True):
+                for mask in ([True, True], [False, True]):
+                    want = op(go, x, grid, mode, pad, align, mask)
+                    got = op(_t(go), _t(x), _t(grid), mode, pad, align, mask)
+                    assert (got[0] is None) == (not mask[0])
+                    for w, r in zip(want, got):
+                        if w is not None:
+                            assert r.device.type == "tpu" and r.shape == w.shape and r.dtype == w.dtype
+                            scale = w.abs().max().item()
+                            torch.testing.assert_close(r.cpu(), w, rtol=0, atol=1e-6 * scale if x.dtype ==
+                                                       torch.float32 else 1e-13 * scale)
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
 def test_grid_sampler_2d_backward_equals_cpu(dtype):
     from torch_tpu import _decomp
@@ -676,19 +694,7 @@ def test_grid_sampler_2d_backward_equals_cpu(dtype):
     x = torch.randn(2, 3, 5, 7, generator=g, dtype=dtype)
     grid = torch.rand(2, 4, 6, 2, generator=g, dtype=dtype) * 2.4 - 1.2
     go = torch.randn(2, 3, 4, 6, generator=g, dtype=dtype)
-    for mode in (0, 1, 2):
-        for pad in (0, 1, 2):
-            for align in (False, True):
-                for mask in ([True, True], [False, True]):
-                    want = torch.ops.aten.grid_sampler_2d_backward(go, x, grid, mode, pad, align, mask)
-                    got = torch.ops.aten.grid_sampler_2d_backward(_t(go), _t(x), _t(grid), mode, pad, align, mask)
-                    assert (got[0] is None) == (not mask[0])
-                    for w, r in zip(want, got):
-                        if w is not None:
-                            assert r.device.type == "tpu" and r.shape == w.shape
-                            scale = w.abs().max().item()
-                            torch.testing.assert_close(r.cpu(), w, rtol=0, atol=1e-6 * scale if dtype ==
-                                                       torch.float32 else 1e-13 * scale)
+    _check_grid_sampler_backward(torch.ops.aten.grid_sampler_2d_backward, (0, 1, 2), go, x, grid)
     assert _decomposed("aten.grid_sampler_2d_backward.default") == 36
 
 
@@ -703,19 +709,7 @@ def test_grid_sampler_3d_backward_equals_cpu(dtype):
     x = torch.randn(2, 3, 4, 5, 6, generator=g, dtype=dtype)
     grid = torch.rand(2, 3, 4, 2, 3, generator=g, dtype=dtype) * 2.4 - 1.2
     go = torch.randn(2, 3, 3, 4, 2, generator=g, dtype=dtype)
-    for mode in (0, 1):
-        for pad in (0, 1, 2):
-            for align in (False, True):
-                for mask in ([True, True], [False, True]):
-                    want = torch.ops.aten.grid_sampler_3d_backward(go, x, grid, mode, pad, align, mask)
-                    got = torch.ops.aten.grid_sampler_3d_backward(_t(go), _t(x), _t(grid), mode, pad, align, mask)
-                    assert (got[0] is None) == (not mask[0])
-                    for w, r in zip(want, got):
-                        if w is not None:
-                            assert r.device.type == "tpu" and r.shape == w.shape and r.dtype == w.dtype
-                            scale = w.abs().max().item()
-                            torch.testing.assert_close(r.cpu(), w, rtol=0, atol=1e-6 * scale if dtype ==
-                                                       torch.float32 else 1e-13 * scale)
+    _check_grid_sampler_backward(torch.ops.aten.grid_sampler_3d_backward, (0, 1), go, x, grid)
     assert _decomposed("aten.grid_sampler_3d_backward.default") == 24
     xd, gd = _t(x).requires_grad_(), _t(grid).requires_grad_()
     xc, gc = x.clone().requires_grad_(), grid.clone().requires_grad_()
