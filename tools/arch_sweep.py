@@ -134,9 +134,6 @@ PATCHES: dict = {
 # BEGIN GENERATED EXPECTATIONS
 KNOWN_FAILURES: dict[str, str] = {
     'afmoe': 'compare logits: AssertionError: logits differ: max abs diff 0.178',
-    'deepseek_v2': 'forward: NotImplementedError: aten::mul.Tensor: dtype ComplexFloat is not supported on tpu',
-    'llama4': 'forward: NotImplementedError: aten::mul.Tensor: dtype ComplexFloat is not supported on tpu',
-    'llama4_text': 'forward: NotImplementedError: aten::mul.Tensor: dtype ComplexFloat is not supported on tpu',
 }
 EXPECTED_FALLBACK: dict[str, list] = {
 }

@@ -767,15 +767,14 @@ def fallback_ops_allowed(name: str, op, dtype: torch.dtype, mode: str,
 # ---- the whole OpInfo database (tools/opinfo_report.py --all) -----------------
 #
 # Every OpInfo of op_db (all variants), every dtype of ALL_DTYPES that it
-# declares for CPU, forward; float32 grad where it supports autograd; and one
-# "complex" record per op that declares a complex dtype (the device has none).
-# Each case gets one CATEGORY:
+# declares for CPU, forward; float32 grad where it supports autograd; and
+# complex64 forward where it declares complex64 (reported apart: the share
+# of real-dtype cases does not count them). Each case gets one CATEGORY:
 #   native      passed; no decomposition ran, no fallback
 #   decomposed  passed; some op ran by its torch._decomp decomposition on the device
 #   fallback    some sample reached the CPU fallback (fallback_ops names the ATen ops)
 #   mismatch    some sample gave a result that differs from the CPU's (`error`: the first)
 #   error       the device raised where the CPU did not (`error`: the first)
-#   complex     complex dtypes: not supported (the device raises a clear error)
 #   crash       the process running the case died (the case is named; the rest go on)
 #   timeout     no result in the time limit (the child was killed)
 #   skipped     nothing ran (`reason` says why)
@@ -783,9 +782,9 @@ def fallback_ops_allowed(name: str, op, dtype: torch.dtype, mode: str,
 
 ALL_DTYPES = [torch.float32, torch.bfloat16, torch.float16, torch.float64, torch.int8, torch.int16,
               torch.int32, torch.int64, torch.uint8, torch.bool]
-CATEGORIES = ["native", "decomposed", "fallback", "mismatch", "error", "complex", "crash", "timeout",
+CATEGORIES = ["native", "decomposed", "fallback", "mismatch", "error", "crash", "timeout",
               "skipped"]
-COMPLEX_ERROR = "complex dtypes are not supported"  # the device's NotImplementedError says this
+COMPLEX_DTYPES = [torch.complex64]  # complex cases of the database, reported apart
 
 
 def all_ops():
@@ -795,28 +794,16 @@ def all_ops():
 
 def all_cases(grad: bool = True):
     """[(test name, dtype name, mode)] of the whole database: forward for every
-    dtype of ALL_DTYPES the OpInfo declares for CPU, "complex" (mode
-    "forward") where it declares a complex one, and float32 grad where it
-    supports autograd. A plain, picklable list: the children rebuild the same
-    one and run slices of it."""
+    dtype of ALL_DTYPES and COMPLEX_DTYPES the OpInfo declares for CPU, and
+    float32 grad where it supports autograd. A plain, picklable list: the
+    children rebuild the same one and run slices of it."""
     out = []
     for name, op in all_ops():
         supported = op.supported_dtypes("cpu")
-        out += [(name, dtype_name(d), "forward") for d in ALL_DTYPES if d in supported]
-        if any(d.is_complex for d in supported):
-            out.append((name, "complex", "forward"))
+        out += [(name, dtype_name(d), "forward") for d in ALL_DTYPES + COMPLEX_DTYPES if d in supported]
         if grad and op.supports_autograd and torch.float32 in supported:
             out.append((name, "float32", "grad"))
     return out
-
-
-def complex_probe() -> str:
-    """What moving a complex tensor to the device does: one line."""
-    try:
-        torch.ones(2, dtype=torch.complex64).to(DEVICE).cpu()
-    except Exception as e:
-        return describe_error(e)
-    return "no error: a complex64 tensor reached the device"
 
 
 def categorize(res: CaseResult, decomposed: dict) -> str:
@@ -825,8 +812,6 @@ def categorize(res: CaseResult, decomposed: dict) -> str:
     if res.status == "fallback":
         return "fallback"
     if res.status == "fail":
-        if res.error_raised and COMPLEX_ERROR in res.error:
-            return "complex"
         return "error" if res.error_raised else "mismatch"
     return "decomposed" if decomposed else "native"
 
@@ -840,23 +825,20 @@ def run_db_case(name: str, dtype: str, mode: str, max_samples: int | None, ops_b
     op = (ops_by_name or dict(all_ops()))[name]
     out = dict(name=name, dtype=dtype, mode=mode, samples=0, passed=0, fallback_ops={}, decomposed={},
                error="", reason="")
-    if dtype == "complex":
-        out.update(category="complex", reason=f"complex: not supported ({complex_probe()})")
-    else:
-        d = getattr(torch, dtype)
-        _decomp.reset_decomposition_report()
-        with fallback_forbidden():
-            res = run_case(name, op, d, mode, max_samples=max_samples)
-        decomposed = _decomp.decomposition_report()
-        _decomp.reset_decomposition_report()
-        out.update(category=categorize(res, decomposed), samples=res.samples, passed=res.passed,
-                   decomposed=decomposed, error=res.error, reason=res.reason)
-        if res.fallback_ops:
-            try:
-                full = fallback_ops_allowed(name, op, d, mode, max_samples=max_samples)
-            except Exception:
-                full = {}
-            out["fallback_ops"] = full or dict(res.fallback_ops)
+    d = getattr(torch, dtype)
+    _decomp.reset_decomposition_report()
+    with fallback_forbidden():
+        res = run_case(name, op, d, mode, max_samples=max_samples)
+    decomposed = _decomp.decomposition_report()
+    _decomp.reset_decomposition_report()
+    out.update(category=categorize(res, decomposed), samples=res.samples, passed=res.passed,
+               decomposed=decomposed, error=res.error, reason=res.reason)
+    if res.fallback_ops:
+        try:
+            full = fallback_ops_allowed(name, op, d, mode, max_samples=max_samples)
+        except Exception:
+            full = {}
+        out["fallback_ops"] = full or dict(res.fallback_ops)
     out["seconds"] = round(time.perf_counter() - t0, 3)
     return out
 
@@ -978,18 +960,26 @@ def run_db_chunked(indices, max_samples, n_cases, chunk=400, case_timeout=120.0,
 
 
 def db_totals(results) -> dict:
-    """{mode: {category: cases, "total": cases}} and the native+decomposed
-    share of the real-dtype cases that ran (all but skipped and the complex
-    records of complex dtypes)."""
+    """{mode: {category: cases, "total": cases}} for the real-dtype cases
+    ("forward", "grad") and the complex ones ("complex"), and the
+    native+decomposed share of the real-dtype cases that ran (all but skipped
+    ones): "share"/"share_cases", and of the complex ones:
+    "complex_share"/"complex_cases"."""
+    complex_names = {dtype_name(d) for d in COMPLEX_DTYPES}
     t = {}
-    for mode in ("forward", "grad"):
-        rs = [r for r in results if r["mode"] == mode]
-        t[mode] = {c: sum(r["category"] == c for r in rs) for c in CATEGORIES}
-        t[mode]["total"] = len(rs)
-    ran = [r for r in results if r["category"] != "skipped" and r["dtype"] != "complex"]
-    good = sum(r["category"] in ("native", "decomposed") for r in ran)
-    t["share"] = good / len(ran) if ran else 0.0
-    t["share_cases"] = (good, len(ran))
+    groups = {"forward": lambda r: r["mode"] == "forward" and r["dtype"] not in complex_names,
+              "grad": lambda r: r["mode"] == "grad" and r["dtype"] not in complex_names,
+              "complex": lambda r: r["dtype"] in complex_names}
+    for key, pick in groups.items():
+        rs = [r for r in results if pick(r)]
+        t[key] = {c: sum(r["category"] == c for r in rs) for c in CATEGORIES}
+        t[key]["total"] = len(rs)
+    for key, pick in (("", lambda r: r["dtype"] not in complex_names),
+                      ("complex_", lambda r: r["dtype"] in complex_names)):
+        ran = [r for r in results if r["category"] != "skipped" and pick(r)]
+        good = sum(r["category"] in ("native", "decomposed") for r in ran)
+        t[key + "share"] = good / len(ran) if ran else 0.0
+        t[key + ("share_cases" if not key else "cases")] = (good, len(ran))
     return t
 
 

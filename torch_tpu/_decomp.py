@@ -18,6 +18,8 @@ import math
 
 import torch
 
+from torch_tpu import _complex
+
 _table = None
 _counts: collections.Counter = collections.Counter()
 
@@ -82,7 +84,7 @@ def _matrix_exp(a):
     if a.dim() < 2 or a.size(-1) != a.size(-2):
         raise RuntimeError(f"linalg.matrix_exp: Expected a square matrix or batch of square matrices, "
                            f"got a tensor of shape {tuple(a.shape)}")
-    if not a.dtype.is_floating_point:
+    if not (a.dtype.is_floating_point or a.dtype.is_complex):
         raise RuntimeError(f"linalg.matrix_exp: Expected a floating point or complex tensor, got {a.dtype}")
     n = a.size(-1)
     if n == 0 or a.numel() == 0:
@@ -862,13 +864,28 @@ _DECLINE["aten::bucketize"] = lambda args: True
 
 
 def run(name: str, overload: str, args: tuple, kwargs: dict):
-    """Runs `name.overload` by its decomposition, or returns NotImplemented."""
+    """Runs `name.overload` by its decomposition, or returns NotImplemented.
+    Calls with complex data take the rules of torch_tpu/_complex.py first."""
+    op, fn = _lookup(name, overload)
+    if op is None:
+        return NotImplemented
+    if name.partition("::")[2] in _complex.PRODUCERS or _complex.involved(args, kwargs):
+        rule = _complex.rule(op)
+        if rule is not None:
+            res = _apply(op, rule, args, kwargs)
+            if res is not NotImplemented:
+                return res
     decline = _DECLINE.get(f"{name}.{overload}") or _DECLINE.get(name)
     if decline is not None and decline(args):
         return NotImplemented
-    op, fn = _lookup(name, overload)
     if fn is None:
         return NotImplemented
+    return _apply(op, fn, args, kwargs)
+
+
+def _apply(op, fn, args: tuple, kwargs: dict):
+    """fn(*args, **kwargs) for `op`; for an out= overload whose entry computes
+    the functional result, that result is written into the out= tensors."""
     outs = _out_names(op)
     if not outs or op in _OWN_OUT or not all(k in kwargs for k in outs):
         res = fn(*args, **kwargs)
@@ -879,11 +896,10 @@ def run(name: str, overload: str, args: tuple, kwargs: dict):
     # registered for every overload (it takes no `grad_input=`, `values=`,
     # ...). The result is computed without them and written into them, as
     # PyTorch's out= rule says (resized when the sizes differ).
+    kwargs = dict(kwargs)
     dst = [kwargs.pop(k) for k in outs]
     res = fn(*args, **kwargs)
     if res is NotImplemented:  # the decomposition declines these inputs itself
-        for k, d in zip(outs, dst):
-            kwargs[k] = d
         return NotImplemented
     _counts[str(op)] += 1
     res = list(res) if isinstance(res, (tuple, list)) else [res]

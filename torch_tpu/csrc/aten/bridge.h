@@ -63,7 +63,17 @@ tpu_tensor_t to_kernel_tensor(const at::Tensor& t);
 tpu_dtype_t to_tpu_dtype(c10::ScalarType type);  // TPU_DTYPE_INVALID if none
 c10::ScalarType from_tpu_dtype(tpu_dtype_t type);  // throws on INVALID
 
-// Queues a tpu -> tpu copy (with cast and broadcast) on dst's device.
+// Whether the C kernel ABI has t's dtype (undefined tensors: yes). Complex,
+// float8 and uint16/32/64 tensors may live on tpu; kernels never see them.
+bool kernel_dtype(const at::Tensor& t);
+// The real view ([re, im] pairs) of a complex tensor's bytes as stored,
+// ignoring its conjugate bit.
+at::Tensor physical_real(const at::Tensor& t);
+
+// Queues a tpu -> tpu copy (with cast and broadcast) on dst's device. Copies
+// bytes: the conjugate/negative bits are tpu_copy_from's business. Complex
+// data moves as real views; other dtypes without kernels stage through the
+// host.
 void native_copy(const at::Tensor& dst, const at::Tensor& src);
 
 // Queues the C kernel `name` (a tpu/kernels.h table entry) on device `index`

@@ -214,14 +214,15 @@ std::string argument_dtypes(const c10::OperatorHandle& op, const torch::jit::Sta
 // The op whose CPU fallback is running on this thread (for error messages).
 thread_local const char* t_fallback_op = nullptr;
 
-// No complex tensor may exist on tpu: there are no complex kernels, and a
-// complex result left on the device by the CPU fallback would reach kernels
-// that cannot read it. Every tpu allocation and complex view checks here.
+// Every dtype may live on tpu except the quantized ones (they need a
+// quantizer the device does not have). Dtypes the C kernel ABI has no code
+// for (complex, float8, uint16/32/64) are storage the bridge can copy;
+// ops on them decompose (torch_tpu/_complex.py for complex) or take the
+// counted CPU fallback (see foreign_call).
 void check_dtype_allowed(c10::ScalarType dtype, const char* op = nullptr) {
   if (op == nullptr) op = t_fallback_op;
-  TORCH_CHECK_NOT_IMPLEMENTED(!c10::isComplexType(dtype), "tpu: complex dtypes are not supported: ",
-                              op ? op : "an op", " would put a ", dtype,
-                              " tensor on tpu; compute it on the CPU (.cpu()) instead");
+  TORCH_CHECK_NOT_IMPLEMENTED(!c10::isQIntType(dtype), "tpu: quantized dtypes are not supported: ",
+                              op ? op : "an op", " would put a ", dtype, " tensor on tpu");
 }
 
 }  // namespace
@@ -265,10 +266,39 @@ void staged_copy(const at::Tensor& dst, const at::Tensor& src) {
 
 }  // namespace
 
+bool kernel_dtype(const at::Tensor& t) {
+  return !t.defined() || to_tpu_dtype(t.scalar_type()) != TPU_DTYPE_INVALID;
+}
+
+at::Tensor physical_real(const at::Tensor& t) { return at::view_as_real(t.is_conj() ? t._conj() : t); }
+
 void native_copy(const at::Tensor& dst, const at::Tensor& src) {
   if (dst.numel() == 0) return;
   if (!host_kernels()) {
     staged_copy(dst, src);
+    return;
+  }
+  if (dst.is_complex() || src.is_complex()) {
+    // Complex data moves as its real view ([re, im] pairs): the copy kernel
+    // casts the parts; a real source fills the real parts, zero imaginary.
+    const at::Tensor s = src.expand(dst.sizes());
+    if (dst.is_complex() && src.is_complex()) {
+      native_copy(physical_real(dst), physical_real(s));
+      return;
+    }
+    if (dst.is_complex() && kernel_dtype(s)) {
+      const at::Tensor d = physical_real(dst);
+      native_copy(d.select(-1, 0), s);
+      d.select(-1, 1).zero_();
+      return;
+    }
+    if (kernel_dtype(dst)) {
+      native_copy(dst, physical_real(s).select(-1, 0));
+      return;
+    }
+  }
+  if (!kernel_dtype(dst) || !kernel_dtype(src)) {
+    staged_copy(dst, src);  // float8, uint16/32/64: the CPU converts
     return;
   }
   submit_kernel("aten::copy_", {dst, src, false}, {dst}, dst.device().index());
@@ -301,11 +331,6 @@ at::Tensor tpu_as_strided(const at::Tensor& self, c10::IntArrayRef size, c10::In
 
 at::Tensor tpu_view(const at::Tensor& self, c10::IntArrayRef size) {
   return at::native::view(self, size);
-}
-
-at::Tensor tpu_view_as_complex(const at::Tensor& self) {
-  check_dtype_allowed(c10::toComplexType(self.scalar_type()), "aten::view_as_complex");
-  return at::native::view_as_complex(self);
 }
 
 at::Tensor tpu_reshape_alias(const at::Tensor& self, c10::IntArrayRef size, c10::IntArrayRef stride) {
@@ -378,9 +403,28 @@ void d2h(const at::Tensor& dst_cpu_contig, const at::Tensor& src) {
   check(tpu_hal_device_vt(d)->copy_d2h(d, dst_cpu_contig.data_ptr(), src.data_ptr(), nbytes_of(src)));
 }
 
+// A view of `t` without its conjugate and negative bits: its bytes as stored.
+at::Tensor without_bits(const at::Tensor& t) {
+  at::Tensor out = t.is_conj() ? t._conj() : t;
+  return out.is_neg() ? at::_neg_view(out) : out;
+}
+
 at::Tensor tpu_copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blocking) {
   const at::Tensor& src = self;
   if (dst.numel() == 0) return dst;
+  if (src.is_complex() && !dst.is_complex()) {
+    TORCH_WARN_ONCE("Casting complex values to real discards the imaginary part");  // as copy_ on the CPU
+  }
+  if (src.is_conj() || src.is_neg() || dst.is_conj() || dst.is_neg()) {
+    // copy_ leaves the lazy conjugate/negative bits to _copy_from on this
+    // device: copy the bytes, then conjugate or negate dst's bytes where the
+    // bits of the two tensors differ.
+    const at::Tensor d = without_bits(dst);
+    tpu_copy_from(without_bits(src), d, non_blocking);
+    if (src.is_conj() != dst.is_conj() && d.is_complex()) physical_real(d).select(-1, 1).neg_();
+    if (src.is_neg() != dst.is_neg()) (d.is_complex() ? physical_real(d) : d).neg_();
+    return dst;
+  }
   const bool src_tpu = src.device().type() == kTpu;
   const bool dst_tpu = dst.device().type() == kTpu;
   if (dst_tpu) at::assert_no_internal_overlap(dst);
@@ -985,6 +1029,27 @@ std::vector<OutMeta> dynamic_output_meta(Work& w, size_t nouts, c10::DeviceIndex
   return out;
 }
 
+// Advanced indexing (x[idx], x[idx] = v) with index tensors on the CPU: they
+// go to self's chip first, as CUDA moves them (Transformers' assisted
+// decoding indexes with a CPU torch.arange). Other arguments must be on the
+// device as for every op.
+void indices_to_device(torch::jit::Stack& stack, size_t nargs) {
+  const c10::IValue& self = stack[stack.size() - nargs];
+  c10::IValue& iv = stack[stack.size() - nargs + 1];  // the `indices` argument
+  if (!self.isTensor() || self.toTensor().device().type() != kTpu || !iv.isOptionalTensorList()) return;
+  const c10::Device dev = self.toTensor().device();
+  c10::List<std::optional<at::Tensor>> in = iv.toOptionalTensorList();
+  bool moved = false;
+  for (size_t i = 0; i < in.size(); ++i) {
+    std::optional<at::Tensor> t = in.get(i);
+    if (t.has_value() && t->defined() && t->device().type() == c10::DeviceType::CPU) {
+      in.set(i, t->to(dev));
+      moved = true;
+    }
+  }
+  if (moved) iv = in;
+}
+
 // Advanced indexing with boolean masks (x[mask], x[mask] = v): like ATen's
 // expandTensors, each bool/uint8 index becomes its nonzero() coordinates, one
 // int64 index per masked dimension, so output sizes no longer depend on data
@@ -1127,6 +1192,58 @@ bool run_mutating_pointwise(const c10::OperatorHandle& op, const OpPlan& plan, t
 void run_cpu_fallback(const c10::OperatorHandle& op, const OpPlan& plan, torch::jit::Stack* stack,
                       const char* declined = nullptr);
 
+// What the C kernel ABI cannot describe in a call: a tensor (argument, list
+// member, 0-dim CPU scalar, or output) of a dtype without kernels, or a
+// complex Scalar. Such calls decompose (complex ones by torch_tpu/_complex.py)
+// or take the CPU fallback; kernels never see them.
+enum class Foreign { kNone, kComplex, kOther };
+
+Foreign foreign_dtype(c10::ScalarType t) {
+  if (to_tpu_dtype(t) != TPU_DTYPE_INVALID) return Foreign::kNone;
+  return c10::isComplexType(t) ? Foreign::kComplex : Foreign::kOther;
+}
+
+void note_foreign(Foreign& f, const at::Tensor& t) {
+  if (!t.defined()) return;
+  Foreign g = foreign_dtype(t.scalar_type());
+  if (g > f) f = g;
+}
+
+Foreign foreign_call(c10::ArrayRef<c10::IValue> args) {
+  Foreign f = Foreign::kNone;
+  for (const c10::IValue& v : args) {
+    if (v.isTensor()) {
+      note_foreign(f, v.toTensor());
+    } else if (v.isTensorList()) {
+      for (const at::Tensor& t : v.toTensorList()) note_foreign(f, t);
+    } else if (v.isOptionalTensorList()) {
+      for (const auto& t : v.toOptionalTensorList()) {
+        std::optional<at::Tensor> ot = t;
+        if (ot.has_value()) note_foreign(f, *ot);
+      }
+    } else if (v.isComplexDouble()) {
+      if (f == Foreign::kNone) f = Foreign::kComplex;
+    } else if (v.isList()) {
+      for (const c10::IValue& e : v.toListRef()) {
+        if (e.isComplexDouble() && f == Foreign::kNone) f = Foreign::kComplex;
+      }
+    }
+  }
+  return f;
+}
+
+// Thrown by run_native before anything is queued when an output's dtype has
+// no kernels (x.to(torch.complex64), torch.polar): the call goes the foreign way.
+struct ForeignOutput {
+  Foreign kind;
+};
+
+void check_output_dtypes(const std::vector<OutMeta>& metas) {
+  for (const OutMeta& m : metas) {
+    if (m.defined && foreign_dtype(m.dtype) != Foreign::kNone) throw ForeignOutput{foreign_dtype(m.dtype)};
+  }
+}
+
 // An op with data-dependent output sizes, or a random op, on a driver whose
 // memory the host cannot address: the tensor arguments come to the host, the
 // C kernel runs there on the calling thread (after its shape(), if any, has
@@ -1151,6 +1268,7 @@ void run_staged(const c10::OperatorHandle& op, const OpPlan& plan, torch::jit::S
   }
   const std::vector<OutMeta> metas =
       plan.entry->shape != nullptr ? dynamic_output_meta(*w, nouts, index) : output_meta(op, plan, args, index);
+  check_output_dtypes(metas);
   std::vector<at::Tensor> host;
   const tpu_tensor_t* first_out = w->tensors.data() + w->tensors.size();
   for (const OutMeta& m : metas) {
@@ -1228,6 +1346,7 @@ void run_native(const c10::OperatorHandle& op, const OpPlan& plan, torch::jit::S
   const size_t nargs = schema.arguments().size();
   auto args = torch::jit::last(*stack, nargs);
 
+  if (plan.expand_masks) indices_to_device(*stack, nargs);
   std::optional<c10::Device> dev;
   std::optional<at::Generator> gen;
   for (const c10::IValue& v : args) {
@@ -1282,6 +1401,7 @@ void run_native(const c10::OperatorHandle& op, const OpPlan& plan, torch::jit::S
   } else {
     metas = output_meta(op, plan, args, index);
   }
+  check_output_dtypes(metas);
   // native_layer_norm's meta function follows CUDA (float32 mean and rstd for
   // a bfloat16/float16 input); the CPU, which tpu matches, returns them in the
   // parameters' dtype (weight, else bias, else the input's).
@@ -1345,19 +1465,31 @@ void run_native(const c10::OperatorHandle& op, const OpPlan& plan, torch::jit::S
 
 void tpu_boxed_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const OpPlan& plan = plan_for(op);
-  if (plan.entry != nullptr) {
-    run_native(op, plan, stack);
-    return;
+  const size_t nargs = op.schema().arguments().size();
+  Foreign foreign = foreign_call(torch::jit::last(*stack, nargs));
+  if (foreign == Foreign::kNone) {
+    try {
+      if (plan.entry != nullptr) {
+        run_native(op, plan, stack);
+        return;
+      }
+      if (plan.checked != nullptr) {
+        check_args(plan.checked, plan.name, op.schema(), torch::jit::last(*stack, nargs), at::Tensor(),
+                   current_device());
+      }
+    } catch (const ForeignOutput& e) {
+      foreign = e.kind;
+    }
   }
-  if (plan.checked != nullptr) {
-    const size_t nargs = op.schema().arguments().size();
-    check_args(plan.checked, plan.name, op.schema(), torch::jit::last(*stack, nargs), at::Tensor(),
-               current_device());
-  }
-  if (run_decomposition(op, stack)) return;
-  if (plan.staged_plan) {
-    run_native(op, *plan.staged_plan, stack);
-    return;
+  // Complex calls decompose into ops on real views (torch_tpu/_complex.py);
+  // other dtypes without kernels go straight to the CPU fallback.
+  if (foreign != Foreign::kOther && run_decomposition(op, stack)) return;
+  if (plan.staged_plan && foreign == Foreign::kNone) {
+    try {
+      run_native(op, *plan.staged_plan, stack);
+      return;
+    } catch (const ForeignOutput&) {
+    }
   }
   run_cpu_fallback(op, plan, stack);
 }
@@ -1438,7 +1570,7 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   // Views ATen implements per backend (metadata only, no data touched).
   m.impl("unfold", TORCH_FN(at::native::unfold));
   m.impl("view_as_real", TORCH_FN(at::native::view_as_real));
-  m.impl("view_as_complex", TORCH_FN(tpu_view_as_complex));
+  m.impl("view_as_complex", TORCH_FN(at::native::view_as_complex));
   m.impl("resize_", TORCH_FN(tpu_resize_));
   m.impl("_copy_from", TORCH_FN(tpu_copy_from));
   m.impl("_copy_from_and_resize", TORCH_FN(tpu_copy_from_and_resize));
@@ -1449,6 +1581,20 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("set_.source_Tensor", TORCH_FN(tpu_set_tensor));
   m.impl("set_.source_Tensor_storage_offset", TORCH_FN(tpu_set_tensor_offset));
   m.impl("set_", TORCH_FN(tpu_set_empty));
+}
+
+// tpu_copy_from applies the conjugate and negative bits itself (copy_
+// leaves them to _copy_from on this device). PyTorch's fallbacks for those
+// keys would resolve the source by clone(), whose copy_ comes back here:
+// let the calls through with their bits.
+TORCH_LIBRARY_IMPL(aten, Conjugate, m) {
+  m.impl("_copy_from", torch::CppFunction::makeFallthrough());
+  m.impl("_copy_from_and_resize", torch::CppFunction::makeFallthrough());
+}
+
+TORCH_LIBRARY_IMPL(aten, Negative, m) {
+  m.impl("_copy_from", torch::CppFunction::makeFallthrough());
+  m.impl("_copy_from_and_resize", torch::CppFunction::makeFallthrough());
 }
 
 TORCH_LIBRARY_IMPL(_, PrivateUse1, m) {

@@ -1,0 +1,718 @@
+"""Complex tensors on tpu: ATen ops on complex data as ops on real views.
+
+Complex tensors live on the device as bytes like any other (the bridge
+copies them, csrc/aten/ops.cpp native_copy), but the C kernel ABI has real
+dtypes only: a call with a complex tensor or a complex Scalar never reaches a
+kernel. The bridge sends it here first (through torch_tpu._decomp.run); a rule
+computes the op from the real and imaginary parts, `torch.view_as_real` views
+of the operands, with ops that run natively. An op without a rule takes
+PyTorch's decomposition table, then the counted CPU fallback.
+
+Each rule is the functional op (`mul`, `sum`, ...) with its ATen argument
+names; in-place overloads (`mul_`) write the functional result back into
+`self` (PyTorch's cast rule applies), out= overloads are handled by
+_decomp.run. A rule returns NotImplemented for calls it does not cover (the
+fallback then computes them).
+"""
+from __future__ import annotations
+
+import math
+import numbers
+
+import torch
+
+aten = torch.ops.aten
+
+
+# ---- operands as (real, imaginary) parts ----------------------------------------
+
+
+def involved(args, kwargs) -> bool:
+    """Whether a call has a complex tensor (at any depth of lists) or a complex number."""
+    def has(x):
+        if isinstance(x, torch.Tensor):
+            return x.is_complex()
+        if isinstance(x, complex):
+            return True
+        if isinstance(x, (list, tuple)):
+            return any(has(e) for e in x)
+        return False
+    return any(has(a) for a in args) or any(has(v) for v in kwargs.values())
+
+
+def _rv(z: torch.Tensor) -> torch.Tensor:
+    """The real view [..., 2] of a complex tensor's value (lazy conj/neg bits applied)."""
+    if z.is_conj():
+        z = z.resolve_conj()
+    if z.is_neg():
+        z = z.resolve_neg()
+    return torch.view_as_real(z)
+
+
+def _real_of(dtype: torch.dtype) -> torch.dtype:
+    return {torch.complex64: torch.float32, torch.complex128: torch.float64,
+            torch.complex32: torch.float16}.get(dtype, dtype)
+
+
+def _complex_of(dtype: torch.dtype) -> torch.dtype:
+    return {torch.float32: torch.complex64, torch.float64: torch.complex128,
+            torch.float16: torch.complex32}.get(dtype, dtype)
+
+
+def _parts(x, rdtype):
+    """(re, im) of an operand in real dtype `rdtype`: tensors (im None for a real
+    one) or Python numbers (im None for a real one)."""
+    if isinstance(x, torch.Tensor):
+        if x.is_complex():
+            v = _rv(x)
+            re, im = v[..., 0], v[..., 1]
+        else:
+            re, im = x, None
+        if re.dtype != rdtype:
+            re = re.to(rdtype)
+            im = None if im is None else im.to(rdtype)
+        return re, im
+    if isinstance(x, complex):
+        return x.real, x.imag
+    return x, None
+
+
+def _join(re, im, cdtype, like=None):
+    """The complex tensor of dtype `cdtype` with parts re, im (tensors or numbers; im None: 0)."""
+    rdtype = _real_of(cdtype)
+    dev = like.device if like is not None else next(t.device for t in (re, im) if isinstance(t, torch.Tensor))
+    def t(x):
+        if x is None:
+            return None
+        return x.to(rdtype) if isinstance(x, torch.Tensor) else torch.tensor(x, dtype=rdtype, device=dev)
+    re, im = t(re), t(im)
+    if im is None:
+        im = torch.zeros((), dtype=rdtype, device=dev)
+    re, im = torch.broadcast_tensors(re, im)
+    if cdtype == torch.complex32:  # no stack/view for chalf on every path: go through complex64
+        return torch.view_as_complex(torch.stack((re.float(), im.float()), -1).contiguous()).to(cdtype)
+    return torch.view_as_complex(torch.stack((re, im), -1).contiguous())
+
+
+def _neg(x):
+    return None if x is None else -x
+
+
+def _add_parts(a, b):
+    if a is None:
+        return b
+    if b is None:
+        return a
+    return a + b
+
+
+def _mul_parts(ar, ai, br, bi):
+    """(ar + i ai)(br + i bi) with absent (None) imaginary parts skipped."""
+    re = ar * br
+    if ai is not None and bi is not None:
+        re = re - ai * bi
+    im = _add_parts(None if bi is None else ar * bi, None if ai is None else ai * br)
+    return re, im
+
+
+def _result_dtype(a, b) -> torch.dtype:
+    return torch.result_type(a, b)
+
+
+def _device_of(*xs):
+    for x in xs:
+        if isinstance(x, torch.Tensor) and x.device.type != "cpu":
+            return x
+    return next(x for x in xs if isinstance(x, torch.Tensor))
+
+
+# ---- arithmetic --------------------------------------------------------------------
+
+
+def _binary_setup(a, b):
+    cd = _result_dtype(a, b)
+    if not cd.is_complex:
+        return None
+    rd = _real_of(cd)
+    return cd, rd, _parts(a, rd), _parts(b, rd)
+
+
+def _scaled(parts, alpha, rd):
+    """alpha * (re, im) for a Python number alpha (possibly complex)."""
+    if alpha == 1:
+        return parts
+    ar, ai = (alpha.real, alpha.imag) if isinstance(alpha, complex) else (alpha, None)
+    if ai == 0:
+        ai = None
+    br, bi = parts
+    if isinstance(br, numbers.Number) and (bi is None or isinstance(bi, numbers.Number)):
+        v = complex(br, bi or 0) * alpha
+        return v.real, v.imag
+    return _mul_parts(ar, ai, br, bi)
+
+
+def add(self, other, alpha=1):
+    s = _binary_setup(self, other)
+    if s is None:
+        return NotImplemented
+    cd, rd, (ar, ai), b = s
+    br, bi = _scaled(b, alpha, rd)
+    return _join(_add_parts(ar, br), _add_parts(ai, bi), cd, _device_of(self, other))
+
+
+def sub(self, other, alpha=1):
+    return add(self, other, -alpha if not isinstance(alpha, bool) else -int(alpha))
+
+
+def rsub(self, other, alpha=1):
+    if isinstance(other, torch.Tensor):
+        return sub(other, self, alpha)
+    s = _binary_setup(self, other)
+    if s is None:
+        return NotImplemented
+    cd, rd, a, (br, bi) = s
+    ar, ai = _scaled(a, alpha, rd)
+    return _join(br - ar if not isinstance(ar, numbers.Number) else (-ar + br), _add_parts(bi, _neg(ai)), cd,
+                 _device_of(self, other))
+
+
+def mul(self, other):
+    s = _binary_setup(self, other)
+    if s is None:
+        return NotImplemented
+    cd, rd, (ar, ai), (br, bi) = s
+    re, im = _mul_parts(ar, ai, br, bi)
+    return _join(re, im, cd, _device_of(self, other))
+
+
+def div(self, other, *, rounding_mode=None):
+    if rounding_mode is not None:
+        return NotImplemented  # the CPU raises for complex: let it say so
+    s = _binary_setup(self, other)
+    if s is None:
+        return NotImplemented
+    cd, rd, (ar, ai), (br, bi) = s
+    dev = _device_of(self, other)
+    if bi is None:
+        return _join(ar / br, None if ai is None else ai / br, cd, dev)
+    if isinstance(br, numbers.Number):
+        br = torch.tensor(br, dtype=rd, device=dev.device)
+        bi = torch.tensor(bi, dtype=rd, device=dev.device)
+    ai = torch.zeros((), dtype=rd, device=dev.device) if ai is None else ai
+    # Smith's method, as c10::complex divides: scale by the larger part of the divisor.
+    big_re = br.abs() >= bi.abs()
+    rat = torch.where(big_re, bi / br, br / bi)
+    den = torch.where(big_re, br + bi * rat, bi + br * rat)
+    re = torch.where(big_re, ar + ai * rat, ar * rat + ai) / den
+    im = torch.where(big_re, ai - ar * rat, ai * rat - ar) / den
+    # 0/0 along both parts: the CPU divides by the zero parts (inf or nan)
+    zero = (br == 0) & (bi == 0)
+    if bool(zero.any()):
+        re = torch.where(zero, ar / br.abs(), re)
+        im = torch.where(zero, ai / bi.abs(), im)
+    return _join(re, im, cd, dev)
+
+
+def true_divide(self, other):
+    return div(self, other)
+
+
+def neg(self):
+    if not self.is_complex():
+        return NotImplemented
+    return torch.view_as_complex(-_rv(self))
+
+
+def conj_physical(self):
+    if not self.is_complex():
+        return NotImplemented
+    v = _rv(self)
+    return _join(v[..., 0], -v[..., 1], self.dtype, self)
+
+
+def resolve_conj(self):
+    if not self.is_complex():
+        return NotImplemented
+    out = torch.empty_like(self)
+    out.copy_(self)  # the bridge's _copy_from applies the bit
+    return out
+
+
+def abs_(self):
+    if not self.is_complex():
+        return NotImplemented
+    v = _rv(self)
+    return torch.hypot(v[..., 0], v[..., 1])
+
+
+def angle(self):
+    if not self.is_complex():
+        return NotImplemented
+    v = _rv(self)
+    return torch.atan2(v[..., 1], v[..., 0])
+
+
+def sgn(self):
+    if not self.is_complex():
+        return NotImplemented
+    v = _rv(self)
+    a = torch.hypot(v[..., 0], v[..., 1])
+    nz = a != 0
+    safe = torch.where(nz, a, torch.ones_like(a))
+    return _join(torch.where(nz, v[..., 0] / safe, 0.0), torch.where(nz, v[..., 1] / safe, 0.0), self.dtype, self)
+
+
+def exp(self):
+    if not self.is_complex():
+        return NotImplemented
+    v = _rv(self)
+    m = torch.exp(v[..., 0])
+    return _join(m * torch.cos(v[..., 1]), m * torch.sin(v[..., 1]), self.dtype, self)
+
+
+def log(self):
+    if not self.is_complex():
+        return NotImplemented
+    v = _rv(self)
+    return _join(torch.log(torch.hypot(v[..., 0], v[..., 1])), torch.atan2(v[..., 1], v[..., 0]), self.dtype, self)
+
+
+def reciprocal(self):
+    if not self.is_complex():
+        return NotImplemented
+    return div(torch.ones((), dtype=self.dtype, device=self.device).expand(self.shape), self)
+
+
+def sin(self):
+    if not self.is_complex():
+        return NotImplemented
+    v = _rv(self)
+    x, y = v[..., 0], v[..., 1]
+    return _join(torch.sin(x) * torch.cosh(y), torch.cos(x) * torch.sinh(y), self.dtype, self)
+
+
+def cos(self):
+    if not self.is_complex():
+        return NotImplemented
+    v = _rv(self)
+    x, y = v[..., 0], v[..., 1]
+    return _join(torch.cos(x) * torch.cosh(y), -torch.sin(x) * torch.sinh(y), self.dtype, self)
+
+
+def sinh(self):
+    if not self.is_complex():
+        return NotImplemented
+    v = _rv(self)
+    x, y = v[..., 0], v[..., 1]
+    return _join(torch.sinh(x) * torch.cos(y), torch.cosh(x) * torch.sin(y), self.dtype, self)
+
+
+def cosh(self):
+    if not self.is_complex():
+        return NotImplemented
+    v = _rv(self)
+    x, y = v[..., 0], v[..., 1]
+    return _join(torch.cosh(x) * torch.cos(y), torch.sinh(x) * torch.sin(y), self.dtype, self)
+
+
+def sqrt(self):
+    """The principal square root, from |z| without cancellation: the larger
+    part first, the other one divided by it."""
+    if not self.is_complex():
+        return NotImplemented
+    v = _rv(self)
+    x, y = v[..., 0], v[..., 1]
+    t = torch.sqrt((torch.hypot(x, y) + x.abs()) * 0.5)
+    safe = torch.where(t == 0, torch.ones_like(t), t)
+    other = y.abs() / (2 * safe) * (t != 0)
+    re = torch.where(x >= 0, t, other)
+    im = torch.where(x >= 0, y / (2 * safe) * (t != 0), torch.copysign(t, y))
+    return _join(re, im, self.dtype, self)
+
+
+def rsqrt(self):
+    r = sqrt(self)
+    return r if r is NotImplemented else reciprocal(r)
+
+
+def tanh(self):
+    """Kahan's form, free of cancellation near the poles: with t = tan y,
+    b = 1 + t^2, s = sinh x, tanh(x + iy) = (b s sqrt(1 + s^2) + i t) / (1 + b s^2);
+    for |x| > 20, sign(x) + 2i sin(2y) exp(-2|x|)."""
+    if not self.is_complex():
+        return NotImplemented
+    v = _rv(self)
+    x, y = v[..., 0], v[..., 1]
+    t = torch.tan(y)
+    b = 1 + t * t
+    s = torch.sinh(x)
+    den = 1 + b * s * s
+    big = x.abs() > 20
+    re = torch.where(big, torch.sign(x), b * s * torch.sqrt(1 + s * s) / den)
+    im = torch.where(big, torch.sin(2 * y) * 2 * torch.exp(-2 * x.abs()), t / den)
+    return _join(re, im, self.dtype, self)
+
+
+def tan(self):
+    """tan(z) = -i tanh(iz)."""
+    if not self.is_complex():
+        return NotImplemented
+    v = _rv(self)
+    t = tanh(_join(-v[..., 1], v[..., 0], self.dtype, self))
+    w = _rv(t)
+    return _join(w[..., 1], -w[..., 0], self.dtype, self)
+
+
+def _log_base(base):
+    def log_b(self):
+        r = log(self)
+        return r if r is NotImplemented else mul(r, 1.0 / math.log(base))
+    return log_b
+
+
+def isnan(self):
+    if not self.is_complex():
+        return NotImplemented
+    v = _rv(self)
+    return torch.isnan(v[..., 0]) | torch.isnan(v[..., 1])
+
+
+def isinf(self):
+    if not self.is_complex():
+        return NotImplemented
+    v = _rv(self)
+    return torch.isinf(v[..., 0]) | torch.isinf(v[..., 1])
+
+
+def isfinite(self):
+    if not self.is_complex():
+        return NotImplemented
+    v = _rv(self)
+    return torch.isfinite(v[..., 0]) & torch.isfinite(v[..., 1])
+
+
+def _compare(self, other):
+    s = _binary_setup(self, other)
+    if s is None:
+        return None
+    cd, rd, (ar, ai), (br, bi) = s
+    zero = 0.0
+    re = ar == br
+    im = (ai if ai is not None else zero) == (bi if bi is not None else zero)
+    if not isinstance(im, torch.Tensor):
+        im = torch.tensor(im, device=re.device if isinstance(re, torch.Tensor) else None)
+    return re & im
+
+
+def eq(self, other):
+    r = _compare(self, other)
+    return NotImplemented if r is None else r
+
+
+def ne(self, other):
+    r = _compare(self, other)
+    return NotImplemented if r is None else ~r
+
+
+# ---- construction and random ----------------------------------------------------------
+
+
+def fill_(self, value):
+    if not self.is_complex():
+        return NotImplemented  # a complex value into a real tensor: the CPU's error
+    v = torch.view_as_real(self._conj() if self.is_conj() else self)
+    if isinstance(value, torch.Tensor):
+        if value.dim() != 0:
+            return NotImplemented
+        re, im = _parts(value, v.dtype)
+        v[..., 0].fill_(re)
+        if im is None:
+            v[..., 1].zero_()
+        else:
+            v[..., 1].fill_(im)
+    else:
+        value = complex(value)
+        v[..., 0].fill_(value.real)
+        v[..., 1].fill_(value.imag)
+    if self.is_conj():
+        v[..., 1].neg_()
+    return self
+
+
+def zero_(self):
+    if not self.is_complex():
+        return NotImplemented
+    torch.view_as_real(self._conj() if self.is_conj() else self).zero_()
+    return self
+
+
+def complex_(real, imag):
+    if real.is_complex() or imag.is_complex():
+        return NotImplemented
+    cd = _complex_of(torch.promote_types(real.dtype, imag.dtype))
+    return _join(real, imag, cd, real)
+
+
+def polar(abs, angle):  # noqa: A002 (ATen's argument names)
+    if abs.is_complex() or angle.is_complex():
+        return NotImplemented
+    cd = _complex_of(torch.promote_types(abs.dtype, angle.dtype))
+    return _join(abs * torch.cos(angle), abs * torch.sin(angle), cd, abs)
+
+
+def normal_(self, mean=0.0, std=1.0, *, generator=None):
+    if not self.is_complex():
+        return NotImplemented
+    # as ATen: each part normal with std / sqrt(2)
+    torch.view_as_real(self).normal_(mean, std / math.sqrt(2), generator=generator)
+    return self
+
+
+def uniform_(self, from_=0.0, to=1.0, *, generator=None):
+    if not self.is_complex():
+        return NotImplemented
+    torch.view_as_real(self).uniform_(from_, to, generator=generator)
+    return self
+
+
+# ---- reductions ---------------------------------------------------------------------
+
+
+def _dims(dim, ndim):
+    if dim is None or (isinstance(dim, (list, tuple)) and len(dim) == 0):
+        return list(range(ndim))
+    if isinstance(dim, int):
+        dim = [dim]
+    return [d % ndim if ndim else 0 for d in dim]
+
+
+def sum_(self, dim=None, keepdim=False, *, dtype=None):
+    if not self.is_complex() or (dtype is not None and not dtype.is_complex):
+        return NotImplemented
+    x = self if dtype is None or dtype == self.dtype else self.to(dtype)
+    if x.dim() == 0:
+        return x.clone()
+    v = _rv(x)
+    r = v.sum(_dims(dim, x.dim()), keepdim=keepdim)
+    return torch.view_as_complex(r.contiguous())
+
+
+def mean(self, dim=None, keepdim=False, *, dtype=None):
+    if not self.is_complex() or (dtype is not None and not dtype.is_complex):
+        return NotImplemented
+    x = self if dtype is None or dtype == self.dtype else self.to(dtype)
+    if x.dim() == 0:
+        return x.clone()
+    v = _rv(x)
+    r = v.mean(_dims(dim, x.dim()), keepdim=keepdim)
+    return torch.view_as_complex(r.contiguous())
+
+
+def var(self, dim=None, *, correction=None, keepdim=False):
+    """Variance of complex data: the sum of the variances of both parts."""
+    if not self.is_complex() or self.dim() == 0:
+        return NotImplemented
+    parts = torch.var(_rv(self), dim=_dims(dim, self.dim()), correction=correction, keepdim=keepdim)
+    return parts.sum(-1)
+
+
+def std(self, dim=None, *, correction=None, keepdim=False):
+    r = var(self, dim, correction=correction, keepdim=keepdim)
+    return r if r is NotImplemented else r.sqrt()
+
+
+def var_mean(self, dim=None, *, correction=None, keepdim=False):
+    r = var(self, dim, correction=correction, keepdim=keepdim)
+    return r if r is NotImplemented else (r, mean(self, dim, keepdim))
+
+
+def std_mean(self, dim=None, *, correction=None, keepdim=False):
+    r = std(self, dim, correction=correction, keepdim=keepdim)
+    return r if r is NotImplemented else (r, mean(self, dim, keepdim))
+
+
+# ---- data movement --------------------------------------------------------------------
+
+
+def _common_complex(tensors):
+    cd = tensors[0].dtype
+    for t in tensors[1:]:
+        cd = torch.promote_types(cd, t.dtype)
+    return cd
+
+
+def where(condition, self, other):
+    s = _binary_setup(self, other)
+    if s is None:
+        return NotImplemented
+    cd, rd, (ar, ai), (br, bi) = s
+    dev = _device_of(condition, self, other)
+    c = condition
+    re = torch.where(c, ar, br)
+    im = torch.where(c, ai if ai is not None else 0.0, bi if bi is not None else 0.0)
+    return _join(re, im, cd, dev)
+
+
+def cat(tensors, dim=0):
+    ts = [t for t in tensors]
+    if not any(t.is_complex() for t in ts):
+        return NotImplemented
+    cd = _common_complex(ts)
+    ref = next(t for t in ts if t.dim() > 0 or t.numel() > 0)
+    nd = max(t.dim() for t in ts)
+    d = dim % nd if nd else 0
+    views = []
+    for t in ts:
+        if t.dim() == 1 and t.numel() == 0 and nd > 1:
+            continue  # legacy empty tensors are skipped by cat
+        views.append(_rv(t.to(cd)))
+    return torch.view_as_complex(torch.cat(views, d).contiguous()) if views else ref.new_empty((0,), dtype=cd)
+
+
+def stack(tensors, dim=0):
+    ts = list(tensors)
+    if not any(t.is_complex() for t in ts):
+        return NotImplemented
+    cd = _common_complex(ts)
+    d = dim % (ts[0].dim() + 1)
+    return torch.view_as_complex(torch.stack([_rv(t.to(cd)) for t in ts], d).contiguous())
+
+
+def index(self, indices):
+    if not self.is_complex():
+        return NotImplemented
+    v = _rv(self)
+    return torch.view_as_complex(aten.index.Tensor(v, list(indices)).contiguous())
+
+
+def index_put(self, indices, values, accumulate=False):
+    if not self.is_complex():
+        return NotImplemented
+    out = self.clone()
+    v = torch.view_as_real(out)
+    vals = _rv(values.to(self.dtype))
+    aten.index_put_.default(v, list(indices), vals, accumulate)
+    return out
+
+
+def flip(self, dims):
+    if not self.is_complex():
+        return NotImplemented
+    return torch.view_as_complex(_rv(self).flip(_dims(dims, self.dim())).contiguous())
+
+
+def roll(self, shifts, dims=()):
+    if not self.is_complex():
+        return NotImplemented
+    if not dims:
+        return torch.view_as_complex(_rv(self.flatten()).roll(shifts, 0).contiguous()).view(self.shape)
+    return torch.view_as_complex(_rv(self).roll(shifts, _dims(dims, self.dim())).contiguous())
+
+
+def gather(self, dim, index, *, sparse_grad=False):
+    if not self.is_complex():
+        return NotImplemented
+    d = dim % max(self.dim(), 1)
+    v = _rv(self)
+    idx = index.unsqueeze(-1).expand(*index.shape, 2)
+    return torch.view_as_complex(torch.gather(v, d, idx).contiguous())
+
+
+def masked_fill(self, mask, value):
+    if not self.is_complex():
+        return NotImplemented
+    if isinstance(value, torch.Tensor) and value.dim() != 0:
+        return NotImplemented
+    re, im = _parts(value, _real_of(self.dtype))
+    v = _rv(self)
+    m = mask.unsqueeze(-1) if mask.dim() else mask
+    fill = torch.stack((torch.as_tensor(re, dtype=v.dtype, device=v.device),
+                        torch.as_tensor(0.0 if im is None else im, dtype=v.dtype, device=v.device)))
+    return torch.view_as_complex(torch.where(m, fill, v).contiguous())
+
+
+# ---- matrix products ------------------------------------------------------------------
+
+
+def _product(op, a, b):
+    cd = torch.promote_types(a.dtype, b.dtype)
+    if not cd.is_complex:
+        return NotImplemented
+    rd = _real_of(cd)
+    ar, ai = _parts(a, rd)
+    br, bi = _parts(b, rd)
+    re, im = _mul_parts_op(op, ar, ai, br, bi)
+    return _join(re, im, cd, a)
+
+
+def _mul_parts_op(op, ar, ai, br, bi):
+    re = op(ar, br)
+    if ai is not None and bi is not None:
+        re = re - op(ai, bi)
+    im = _add_parts(None if bi is None else op(ar, bi), None if ai is None else op(ai, br))
+    if im is None:
+        im = torch.zeros_like(re)
+    return re, im
+
+
+def mm(self, mat2):
+    return _product(torch.mm, self, mat2)
+
+
+def bmm(self, mat2):
+    return _product(torch.bmm, self, mat2)
+
+
+def dot(self, tensor):
+    return _product(torch.dot, self, tensor)
+
+
+def mv(self, vec):
+    return _product(torch.mv, self, vec)
+
+
+# name -> rule, for the functional op; in-place overloads (name_) are derived.
+RULES = {
+    "add": add, "sub": sub, "rsub": rsub, "mul": mul, "div": div, "true_divide": true_divide,
+    "neg": neg, "conj_physical": conj_physical, "resolve_conj": resolve_conj, "abs": abs_, "angle": angle,
+    "sgn": sgn, "exp": exp, "log": log, "reciprocal": reciprocal, "sin": sin, "cos": cos, "sinh": sinh,
+    "cosh": cosh, "isnan": isnan, "isinf": isinf, "isfinite": isfinite, "eq": eq, "ne": ne,
+    "complex": complex_, "polar": polar,
+    "sum": sum_, "mean": mean, "where": where, "cat": cat, "stack": stack, "index": index,
+    "index_put": index_put, "flip": flip, "roll": roll, "gather": gather, "masked_fill": masked_fill,
+    "mm": mm, "bmm": bmm, "dot": dot, "mv": mv,
+}
+# Rules that are in place by nature (they write self and return it).
+INPLACE = {"fill_": fill_, "zero_": zero_, "normal_": normal_, "uniform_": uniform_}
+RULES.update(var=var, std=std, var_mean=var_mean, std_mean=std_mean, sqrt=sqrt, rsqrt=rsqrt, tanh=tanh, tan=tan,
+             log2=_log_base(2), log10=_log_base(10))
+
+
+# Ops that make complex results from real inputs: their rules are asked
+# even when no argument is complex.
+PRODUCERS = {"complex", "polar"}
+
+
+def rule(op):
+    """The rule for an ATen OpOverload, or None."""
+    name = op._schema.name.partition("::")[2]
+    fn = INPLACE.get(name)
+    if fn is not None:
+        return fn
+    if name.endswith("_") and name[:-1] in RULES:
+        functional = RULES[name[:-1]]
+
+        def inplace(self, *args, **kwargs):
+            res = functional(self, *args, **kwargs)
+            if res is NotImplemented:
+                return res
+            if not torch.can_cast(res.dtype, self.dtype):
+                raise RuntimeError(f"result type {_type_name(res.dtype)} can't be cast to the desired output "
+                                   f"type {_type_name(self.dtype)}")
+            return self.copy_(res)
+        return inplace
+    return RULES.get(name)
+
+
+def _type_name(dtype) -> str:
+    return torch.empty((), dtype=dtype, device="meta").type().rsplit(".", 1)[-1].replace("Tensor", "")
