@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import math
 import numbers
+import operator
 
 import torch
 
@@ -106,12 +107,13 @@ def _add_parts(a, b):
     return a + b
 
 
-def _mul_parts(ar, ai, br, bi):
-    """(ar + i ai)(br + i bi) with absent (None) imaginary parts skipped."""
-    re = ar * br
+def _mul_parts(ar, ai, br, bi, op=operator.mul):
+    """(ar + i ai) op (br + i bi) for a bilinear op (a product, mm, ...), absent
+    (None) imaginary parts skipped; the imaginary part is None when both are."""
+    re = op(ar, br)
     if ai is not None and bi is not None:
-        re = re - ai * bi
-    im = _add_parts(None if bi is None else ar * bi, None if ai is None else ai * br)
+        re = re - op(ai, bi)
+    im = _add_parts(None if bi is None else op(ar, bi), None if ai is None else op(ai, br))
     return re, im
 
 
@@ -217,17 +219,23 @@ def true_divide(self, other):
     return div(self, other)
 
 
+def _unary(parts_fn, real=False):
+    """A rule for a unary op from a function of the real and imaginary parts
+    (real tensors) returning (re, im), or one real tensor when `real`."""
+    def rule(self):
+        if not self.is_complex():
+            return NotImplemented
+        v = _rv(self)
+        out = parts_fn(v[..., 0], v[..., 1])
+        return out if real else _join(*out, self.dtype, self)
+    rule.__doc__ = parts_fn.__doc__
+    return rule
+
+
 def neg(self):
     if not self.is_complex():
         return NotImplemented
     return torch.view_as_complex(-_rv(self))
-
-
-def conj_physical(self):
-    if not self.is_complex():
-        return NotImplemented
-    v = _rv(self)
-    return _join(v[..., 0], -v[..., 1], self.dtype, self)
 
 
 def resolve_conj(self):
@@ -238,111 +246,39 @@ def resolve_conj(self):
     return out
 
 
-def abs_(self):
-    if not self.is_complex():
-        return NotImplemented
-    v = _rv(self)
-    return torch.hypot(v[..., 0], v[..., 1])
-
-
-def angle(self):
-    if not self.is_complex():
-        return NotImplemented
-    v = _rv(self)
-    return torch.atan2(v[..., 1], v[..., 0])
-
-
-def sgn(self):
-    if not self.is_complex():
-        return NotImplemented
-    v = _rv(self)
-    a = torch.hypot(v[..., 0], v[..., 1])
-    nz = a != 0
-    safe = torch.where(nz, a, torch.ones_like(a))
-    return _join(torch.where(nz, v[..., 0] / safe, 0.0), torch.where(nz, v[..., 1] / safe, 0.0), self.dtype, self)
-
-
-def exp(self):
-    if not self.is_complex():
-        return NotImplemented
-    v = _rv(self)
-    m = torch.exp(v[..., 0])
-    return _join(m * torch.cos(v[..., 1]), m * torch.sin(v[..., 1]), self.dtype, self)
-
-
-def log(self):
-    if not self.is_complex():
-        return NotImplemented
-    v = _rv(self)
-    return _join(torch.log(torch.hypot(v[..., 0], v[..., 1])), torch.atan2(v[..., 1], v[..., 0]), self.dtype, self)
-
-
 def reciprocal(self):
     if not self.is_complex():
         return NotImplemented
     return div(torch.ones((), dtype=self.dtype, device=self.device).expand(self.shape), self)
 
 
-def sin(self):
-    if not self.is_complex():
-        return NotImplemented
-    v = _rv(self)
-    x, y = v[..., 0], v[..., 1]
-    return _join(torch.sin(x) * torch.cosh(y), torch.cos(x) * torch.sinh(y), self.dtype, self)
+def _sgn(x, y):
+    a = torch.hypot(x, y)
+    nz = a != 0
+    safe = torch.where(nz, a, torch.ones_like(a))
+    return torch.where(nz, x / safe, 0.0), torch.where(nz, y / safe, 0.0)
 
 
-def cos(self):
-    if not self.is_complex():
-        return NotImplemented
-    v = _rv(self)
-    x, y = v[..., 0], v[..., 1]
-    return _join(torch.cos(x) * torch.cosh(y), -torch.sin(x) * torch.sinh(y), self.dtype, self)
+def _exp(x, y):
+    m = torch.exp(x)
+    return m * torch.cos(y), m * torch.sin(y)
 
 
-def sinh(self):
-    if not self.is_complex():
-        return NotImplemented
-    v = _rv(self)
-    x, y = v[..., 0], v[..., 1]
-    return _join(torch.sinh(x) * torch.cos(y), torch.cosh(x) * torch.sin(y), self.dtype, self)
-
-
-def cosh(self):
-    if not self.is_complex():
-        return NotImplemented
-    v = _rv(self)
-    x, y = v[..., 0], v[..., 1]
-    return _join(torch.cosh(x) * torch.cos(y), torch.sinh(x) * torch.sin(y), self.dtype, self)
-
-
-def sqrt(self):
+def _sqrt(x, y):
     """The principal square root, from |z| without cancellation: the larger
     part first, the other one divided by it."""
-    if not self.is_complex():
-        return NotImplemented
-    v = _rv(self)
-    x, y = v[..., 0], v[..., 1]
     t = torch.sqrt((torch.hypot(x, y) + x.abs()) * 0.5)
     safe = torch.where(t == 0, torch.ones_like(t), t)
     other = y.abs() / (2 * safe) * (t != 0)
     re = torch.where(x >= 0, t, other)
     im = torch.where(x >= 0, y / (2 * safe) * (t != 0), torch.copysign(t, y))
-    return _join(re, im, self.dtype, self)
+    return re, im
 
 
-def rsqrt(self):
-    r = sqrt(self)
-    return r if r is NotImplemented else reciprocal(r)
-
-
-def tanh(self):
+def _tanh(x, y):
     """Kahan's form, free of cancellation near the poles: with t = tan y,
     b = 1 + t^2, s = sinh x, tanh(x + iy) = (b s sqrt(1 + s^2) + i t) / (1 + b s^2);
     for |x| > 20, sign(x) + 2i sin(2y) exp(-2|x|)."""
-    if not self.is_complex():
-        return NotImplemented
-    v = _rv(self)
-    x, y = v[..., 0], v[..., 1]
     t = torch.tan(y)
     b = 1 + t * t
     s = torch.sinh(x)
@@ -350,17 +286,30 @@ def tanh(self):
     big = x.abs() > 20
     re = torch.where(big, torch.sign(x), b * s * torch.sqrt(1 + s * s) / den)
     im = torch.where(big, torch.sin(2 * y) * 2 * torch.exp(-2 * x.abs()), t / den)
-    return _join(re, im, self.dtype, self)
+    return re, im
 
 
-def tan(self):
-    """tan(z) = -i tanh(iz)."""
-    if not self.is_complex():
-        return NotImplemented
-    v = _rv(self)
-    t = tanh(_join(-v[..., 1], v[..., 0], self.dtype, self))
-    w = _rv(t)
-    return _join(w[..., 1], -w[..., 0], self.dtype, self)
+conj_physical = _unary(lambda x, y: (x, -y))
+abs_ = _unary(torch.hypot, real=True)
+angle = _unary(lambda x, y: torch.atan2(y, x), real=True)
+isnan = _unary(lambda x, y: torch.isnan(x) | torch.isnan(y), real=True)
+isinf = _unary(lambda x, y: torch.isinf(x) | torch.isinf(y), real=True)
+isfinite = _unary(lambda x, y: torch.isfinite(x) & torch.isfinite(y), real=True)
+sgn = _unary(_sgn)
+exp = _unary(_exp)
+log = _unary(lambda x, y: (torch.log(torch.hypot(x, y)), torch.atan2(y, x)))
+sqrt = _unary(_sqrt)
+tanh = _unary(_tanh)
+tan = _unary(lambda x, y: (lambda re, im: (im, -re))(*_tanh(-y, x)))  # tan(z) = -i tanh(iz)
+sin = _unary(lambda x, y: (torch.sin(x) * torch.cosh(y), torch.cos(x) * torch.sinh(y)))
+cos = _unary(lambda x, y: (torch.cos(x) * torch.cosh(y), -torch.sin(x) * torch.sinh(y)))
+sinh = _unary(lambda x, y: (torch.sinh(x) * torch.cos(y), torch.cosh(x) * torch.sin(y)))
+cosh = _unary(lambda x, y: (torch.cosh(x) * torch.cos(y), torch.sinh(x) * torch.sin(y)))
+
+
+def rsqrt(self):
+    r = sqrt(self)
+    return r if r is NotImplemented else reciprocal(r)
 
 
 def _log_base(base):
@@ -368,27 +317,6 @@ def _log_base(base):
         r = log(self)
         return r if r is NotImplemented else mul(r, 1.0 / math.log(base))
     return log_b
-
-
-def isnan(self):
-    if not self.is_complex():
-        return NotImplemented
-    v = _rv(self)
-    return torch.isnan(v[..., 0]) | torch.isnan(v[..., 1])
-
-
-def isinf(self):
-    if not self.is_complex():
-        return NotImplemented
-    v = _rv(self)
-    return torch.isinf(v[..., 0]) | torch.isinf(v[..., 1])
-
-
-def isfinite(self):
-    if not self.is_complex():
-        return NotImplemented
-    v = _rv(self)
-    return torch.isfinite(v[..., 0]) & torch.isfinite(v[..., 1])
 
 
 def _compare(self, other):
@@ -486,26 +414,21 @@ def _dims(dim, ndim):
     return [d % ndim if ndim else 0 for d in dim]
 
 
-def sum_(self, dim=None, keepdim=False, *, dtype=None):
-    if not self.is_complex() or (dtype is not None and not dtype.is_complex):
-        return NotImplemented
-    x = self if dtype is None or dtype == self.dtype else self.to(dtype)
-    if x.dim() == 0:
-        return x.clone()
-    v = _rv(x)
-    r = v.sum(_dims(dim, x.dim()), keepdim=keepdim)
-    return torch.view_as_complex(r.contiguous())
+def _partwise_reduction(reduce):
+    """A rule for sum/mean: the reduction of the real view over the same dims
+    (each part reduced on its own), in dtype= when it is complex."""
+    def rule(self, dim=None, keepdim=False, *, dtype=None):
+        if not self.is_complex() or (dtype is not None and not dtype.is_complex):
+            return NotImplemented
+        x = self if dtype is None or dtype == self.dtype else self.to(dtype)
+        if x.dim() == 0:
+            return x.clone()
+        return torch.view_as_complex(reduce(_rv(x), _dims(dim, x.dim()), keepdim=keepdim).contiguous())
+    return rule
 
 
-def mean(self, dim=None, keepdim=False, *, dtype=None):
-    if not self.is_complex() or (dtype is not None and not dtype.is_complex):
-        return NotImplemented
-    x = self if dtype is None or dtype == self.dtype else self.to(dtype)
-    if x.dim() == 0:
-        return x.clone()
-    v = _rv(x)
-    r = v.mean(_dims(dim, x.dim()), keepdim=keepdim)
-    return torch.view_as_complex(r.contiguous())
+sum_ = _partwise_reduction(torch.sum)
+mean = _partwise_reduction(torch.mean)
 
 
 def var(self, dim=None, *, correction=None, keepdim=False):
@@ -639,20 +562,8 @@ def _product(op, a, b):
     if not cd.is_complex:
         return NotImplemented
     rd = _real_of(cd)
-    ar, ai = _parts(a, rd)
-    br, bi = _parts(b, rd)
-    re, im = _mul_parts_op(op, ar, ai, br, bi)
+    re, im = _mul_parts(*_parts(a, rd), *_parts(b, rd), op=op)
     return _join(re, im, cd, a)
-
-
-def _mul_parts_op(op, ar, ai, br, bi):
-    re = op(ar, br)
-    if ai is not None and bi is not None:
-        re = re - op(ai, bi)
-    im = _add_parts(None if bi is None else op(ar, bi), None if ai is None else op(ai, br))
-    if im is None:
-        im = torch.zeros_like(re)
-    return re, im
 
 
 def mm(self, mat2):
@@ -671,6 +582,37 @@ def mv(self, vec):
     return _product(torch.mv, self, vec)
 
 
+# ---- FFTs (runtime/kernels/fft.c: tpu::fft_* on real views) ------------------------------
+
+
+def _fft_dims(dim, ndim):
+    return [d % ndim for d in dim]
+
+
+def _fft_ok(dtype) -> bool:
+    """The kernels take float32/float64 data (complex64/complex128); other
+    dtypes go to the CPU, which raises its own error for them."""
+    return dtype in (torch.float32, torch.float64, torch.complex64, torch.complex128)
+
+
+def _fft_c2c(self, dim, normalization, forward):
+    if not _fft_ok(self.dtype):
+        return NotImplemented
+    return torch.view_as_complex(torch.ops.tpu.fft_c2c(_rv(self), _fft_dims(dim, self.dim()), normalization, forward))
+
+
+def _fft_r2c(self, dim, normalization, onesided):
+    if not _fft_ok(self.dtype) or self.is_complex():
+        return NotImplemented
+    return torch.view_as_complex(torch.ops.tpu.fft_r2c(self, _fft_dims(dim, self.dim()), normalization, onesided))
+
+
+def _fft_c2r(self, dim, normalization, last_dim_size):
+    if not _fft_ok(self.dtype):
+        return NotImplemented
+    return torch.ops.tpu.fft_c2r(_rv(self), _fft_dims(dim, self.dim()), normalization, last_dim_size)
+
+
 # name -> rule, for the functional op; in-place overloads (name_) are derived.
 RULES = {
     "add": add, "sub": sub, "rsub": rsub, "mul": mul, "div": div, "true_divide": true_divide,
@@ -684,13 +626,14 @@ RULES = {
 }
 # Rules that are in place by nature (they write self and return it).
 INPLACE = {"fill_": fill_, "zero_": zero_, "normal_": normal_, "uniform_": uniform_}
+RULES.update(_fft_c2c=_fft_c2c, _fft_r2c=_fft_r2c, _fft_c2r=_fft_c2r)
 RULES.update(var=var, std=std, var_mean=var_mean, std_mean=std_mean, sqrt=sqrt, rsqrt=rsqrt, tanh=tanh, tan=tan,
              log2=_log_base(2), log10=_log_base(10))
 
 
 # Ops that make complex results from real inputs: their rules are asked
 # even when no argument is complex.
-PRODUCERS = {"complex", "polar"}
+PRODUCERS = {"complex", "polar", "_fft_r2c"}
 
 
 def rule(op):
