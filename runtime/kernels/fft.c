@@ -729,9 +729,11 @@ static void ft_view_of(const tpu_tensor_t* t, bool complex, int k, int d, const 
   }
 }
 
+#define FT_MAX_PLANS (3 * TPU_MAX_DIMS) /* a length per dim, two more per four-step dim */
+
 typedef struct {
-  int64_t n[TPU_MAX_DIMS];
-  ft_plan_t* p[TPU_MAX_DIMS];
+  int64_t n[FT_MAX_PLANS];
+  ft_plan_t* p[FT_MAX_PLANS];
   int count;
 } ft_plans_t;
 
@@ -747,6 +749,7 @@ static tpu_status_t ft_plan_get(const tpu_k_call_t* call, ft_plans_t* ps, int64_
       return TPU_OK;
     }
   }
+  if (ps->count == FT_MAX_PLANS) return TPU_ERROR(TPU_STATUS_INTERNAL, "%s: too many transform lengths", call->op);
   size_t bytes = 0;
   ft_plan_t* p = ft_plan_new(n, &bytes);
   if (!p)
@@ -758,21 +761,248 @@ static tpu_status_t ft_plan_get(const tpu_k_call_t* call, ft_plans_t* ps, int64_
   return TPU_OK;
 }
 
-/* Runs one pass: `lines` independent lines (pairs of lines for the real kinds). */
-static tpu_status_t ft_run_pass(const tpu_k_call_t* call, ft_pass_t* ps) {
+/* ---- four-step transforms of long lines ---------------------------------------------
+ * A line of length n = n1 * n2 (n >= FT_FOUR_MIN, no prime factor above
+ * FT_MAX_PRIME) is transformed as n2 transforms of length n1 over
+ * t1 (t = n2 t1 + t2), a twiddle e^{-2 pi i t2 k1/n}, then n1 transforms of
+ * length n2 over t2, the result k1 + n1 k2 (Bailey's four steps). The
+ * sub-transforms' scratch stays in cache, the many short lines run in
+ * parallel even for one long line, and the plans are of length ~sqrt(n).
+ * The intermediate is a double array T[b][k1][t2] for a group of lines b.
+ * The twiddles are hi[e / L] * lo[e % L], two tables of ~sqrt(n) entries. */
+#define FT_FOUR_MIN 32768
+#define FT_FOUR_T_BYTES ((int64_t)1 << 26) /* T's size per group of lines, at most (one line at least) */
+#define FT_FOUR_COLS 8 /* columns (rows) of the n1 x n2 matrix per task */
+
+enum { FT_IN_COMPLEX = 0, FT_IN_REAL = 1, FT_IN_HERM = 2 };
+
+typedef struct {
+  int64_t n, n1, n2, L;
+  const ft_plan_t *p1, *p2;
+  const fc_t *hi, *lo;
+  const ft_view_t *src, *dst;
+  int in_mode;
+  bool out_real;
+  int64_t nout;          /* complex output: entries stored */
+  bool conj_in, conj_out;
+  double scale;
+  fc_t* T;
+  int64_t b0;            /* the group's first line */
+  int64_t cap;
+  atomic_int oom;
+} ft_four_t;
+
+/* Step A on the columns t2 in [c0, c0 + nc) of line b: loaded together so
+ * that each cache line of the input and of T is used whole. */
+static void ft_four_a_cols(ft_four_t* f, int64_t b, int64_t c0, int nc, fc_t* xs, fc_t* y) {
+  const ft_view_t* v = f->src;
+  const int64_t n = f->n, n1 = f->n1, n2 = f->n2, h = n / 2 + 1, st = v->st, im = v->im, cap = f->cap;
+  const double sg = f->conj_in ? -1.0 : 1.0;
+  const char* base = ft_line(v, f->b0 + b);
+  for (int64_t t1 = 0; t1 < n1; ++t1) {
+    for (int c = 0; c < nc; ++c) {
+      const int64_t t = n2 * t1 + c0 + c;
+      fc_t z;
+      if (f->in_mode == FT_IN_COMPLEX) {
+        z.re = ft_ld(base + t * st, v->dt);
+        z.im = ft_ld(base + t * st + im, v->dt);
+      } else if (f->in_mode == FT_IN_REAL) {
+        z.re = ft_ld(base + t * st, v->dt);
+        z.im = 0.0;
+      } else { /* the Hermitian signal whose first n/2+1 entries the line holds */
+        const int64_t u = t < h ? t : n - t;
+        z.re = ft_ld(base + u * st, v->dt);
+        z.im = (u == 0 || 2 * u == n) ? 0.0 : ft_ld(base + u * st + im, v->dt);
+        if (t >= h) z.im = -z.im;
+      }
+      z.im *= sg;
+      xs[c * cap + t1] = z;
+    }
+  }
+  const fc_t* r[FT_FOUR_COLS];
+  int64_t q[FT_FOUR_COLS], rm[FT_FOUR_COLS], dq[FT_FOUR_COLS], dr[FT_FOUR_COLS]; /* t2 k1 = q L + rm */
+  for (int c = 0; c < nc; ++c) {
+    fc_t* x = xs + c * cap;
+    const fc_t* res = ft_exec(f->p1, x, y);
+    if (res != x) memcpy(x, res, (size_t)n1 * sizeof(fc_t));
+    r[c] = x;
+    q[c] = rm[c] = 0;
+    dq[c] = (c0 + c) / f->L;
+    dr[c] = (c0 + c) % f->L;
+  }
+  fc_t* T = f->T + b * n + c0;
+  for (int64_t k1 = 0; k1 < n1; ++k1) {
+    for (int c = 0; c < nc; ++c) {
+      T[k1 * n2 + c] = fc_mul(r[c][k1], fc_mul(f->hi[q[c]], f->lo[rm[c]]));
+      q[c] += dq[c];
+      rm[c] += dr[c];
+      if (rm[c] >= f->L) {
+        rm[c] -= f->L;
+        q[c]++;
+      }
+    }
+  }
+}
+
+/* Step B on the rows k1 in [c0, c0 + nc) of line b. */
+static void ft_four_b_rows(ft_four_t* f, int64_t b, int64_t c0, int nc, fc_t* xs, fc_t* y) {
+  const ft_view_t* v = f->dst;
+  const int64_t n = f->n, n1 = f->n1, n2 = f->n2, st = v->st, im = v->im, cap = f->cap;
+  const double sc = f->scale, si = f->conj_out ? -f->scale : f->scale;
+  const fc_t* r[FT_FOUR_COLS];
+  for (int c = 0; c < nc; ++c) {
+    fc_t* x = xs + c * cap;
+    memcpy(x, f->T + b * n + (c0 + c) * n2, (size_t)n2 * sizeof(fc_t));
+    const fc_t* res = ft_exec(f->p2, x, y);
+    if (res != x) memcpy(x, res, (size_t)n2 * sizeof(fc_t));
+    r[c] = x;
+  }
+  char* base = ft_line(v, f->b0 + b);
+  const int64_t lim = f->out_real ? n : f->nout; /* entries K = k1 + n1 k2 < lim are stored */
+  for (int64_t k2 = 0; k2 < n2; ++k2) {
+    const int64_t K0 = c0 + n1 * k2;
+    if (K0 >= lim) break;
+    const int cnt = lim - K0 < nc ? (int)(lim - K0) : nc;
+    char* p = base + K0 * st;
+    if (v->dt == TPU_DTYPE_F32) {
+      for (int c = 0; c < cnt; ++c) {
+        *(float*)(p + c * st) = (float)(r[c][k2].re * sc);
+        if (!f->out_real) *(float*)(p + c * st + im) = (float)(r[c][k2].im * si);
+      }
+    } else {
+      for (int c = 0; c < cnt; ++c) {
+        *(double*)(p + c * st) = r[c][k2].re * sc;
+        if (!f->out_real) *(double*)(p + c * st + im) = r[c][k2].im * si;
+      }
+    }
+  }
+}
+
+static void ft_four_step(void* ctx, int64_t begin, int64_t end, bool a) {
+  ft_four_t* f = (ft_four_t*)ctx;
+  fc_t* xs = (fc_t*)malloc((FT_FOUR_COLS + 1) * (size_t)f->cap * sizeof(fc_t));
+  if (!xs) {
+    atomic_store(&f->oom, 1);
+    return;
+  }
+  fc_t* y = xs + FT_FOUR_COLS * f->cap;
+  const int64_t cols = a ? f->n2 : f->n1, blocks = (cols + FT_FOUR_COLS - 1) / FT_FOUR_COLS;
+  for (int64_t it = begin; it < end; ++it) {
+    const int64_t b = it / blocks, c0 = (it % blocks) * FT_FOUR_COLS;
+    const int nc = cols - c0 < FT_FOUR_COLS ? (int)(cols - c0) : FT_FOUR_COLS;
+    if (a) {
+      ft_four_a_cols(f, b, c0, nc, xs, y);
+    } else {
+      ft_four_b_rows(f, b, c0, nc, xs, y);
+    }
+  }
+  free(xs);
+}
+static void ft_four_a(void* ctx, int64_t begin, int64_t end) { ft_four_step(ctx, begin, end, true); }
+static void ft_four_b(void* ctx, int64_t begin, int64_t end) { ft_four_step(ctx, begin, end, false); }
+
+/* n1 (~sqrt(n)) for a four-step split of n; 0 when n takes the one-plan path. */
+static int64_t ft_four_split(int64_t n) {
+  if (n < FT_FOUR_MIN) return 0;
+  int rad[FT_MAX_STAGES];
+  int64_t maxp;
+  const int k = ft_factor(n, rad, &maxp);
+  if (maxp > FT_MAX_PRIME || k > FT_MAX_STAGES) return 0;
+  int64_t n1 = 1;
+  for (int i = 0; i < k; ++i)
+    if ((n1 * rad[i]) * (n1 * rad[i]) <= n) n1 *= rad[i];
+  return n1 > 1 && n1 < n ? n1 : 0;
+}
+
+static double ft_cost(const ft_plan_t* P, int64_t cap) {
+  double lg = 1.0;
+  for (int64_t v = cap; v > 1; v /= 2) lg += 1.0;
+  return (P->M ? 3.0 : 1.0) * 5.0 * (double)cap * lg;
+}
+
+static int64_t ft_grain(double cost, int64_t items) {
+  const double g = 262144.0 / cost;
+  return g < 1.0 ? 1 : (g > (double)items ? items : (int64_t)g);
+}
+
+static tpu_status_t ft_run_four(const tpu_k_call_t* call, ft_pass_t* ps, ft_plans_t* plans, int64_t n1) {
+  ft_four_t f;
+  memset(&f, 0, sizeof(f));
+  const int64_t n = ps->n, n2 = n / n1;
+  f.n = n;
+  f.n1 = n1;
+  f.n2 = n2;
+  TPU_RETURN_IF_ERROR(ft_plan_get(call, plans, n1, &f.p1));
+  TPU_RETURN_IF_ERROR(ft_plan_get(call, plans, n2, &f.p2));
+  f.src = &ps->src;
+  f.dst = &ps->dst;
+  f.in_mode = ps->kind == FT_C2C ? FT_IN_COMPLEX : ps->kind == FT_R2C ? FT_IN_REAL : FT_IN_HERM;
+  f.out_real = ps->kind == FT_C2R;
+  f.nout = ps->kind == FT_R2C ? ps->nout : n;
+  f.conj_in = ps->kind == FT_C2R || ps->inverse;
+  f.conj_out = f.conj_in;
+  f.scale = ps->scale;
+  f.cap = n1 > n2 ? n1 : n2;
+  if (f.p1->M > f.cap) f.cap = f.p1->M;
+  if (f.p2->M > f.cap) f.cap = f.p2->M;
+  int64_t L = 1;
+  while (L * L < n) ++L;
+  f.L = L;
+  const int64_t nhi = n / L + 1;
+  const int64_t group_max = FT_FOUR_T_BYTES / (n * (int64_t)sizeof(fc_t));
+  const int64_t group = group_max < 1 ? 1 : (group_max > ps->lines ? ps->lines : group_max);
+  const size_t tbytes = (size_t)(group * n) * sizeof(fc_t), wbytes = (size_t)(L + nhi) * sizeof(fc_t);
+  fc_t* tw = (fc_t*)malloc(wbytes);
+  f.T = (fc_t*)malloc(tbytes);
+  if (!tw || !f.T) {
+    free(tw);
+    free(f.T);
+    return TPU_ERROR(TPU_STATUS_OUT_OF_MEMORY, "%s: out of host memory for a workspace of %zu bytes (length %lld)",
+                     call->op, tbytes + wbytes, (long long)n);
+  }
+  const double w = 6.283185307179586476925286766559 / (double)n;
+  for (int64_t j = 0; j < L; ++j) {
+    tw[j].re = cos(w * (double)j);
+    tw[j].im = -sin(w * (double)j);
+  }
+  for (int64_t i = 0; i < nhi; ++i) {
+    tw[L + i].re = cos(w * (double)(i * L));
+    tw[L + i].im = -sin(w * (double)(i * L));
+  }
+  f.lo = tw;
+  f.hi = tw + L;
+  const int64_t ba = (n2 + FT_FOUR_COLS - 1) / FT_FOUR_COLS, bb = (n1 + FT_FOUR_COLS - 1) / FT_FOUR_COLS;
+  const int64_t ga = ft_grain(FT_FOUR_COLS * (ft_cost(f.p1, f.cap) + 4.0 * (double)n1), group * ba);
+  const int64_t gb = ft_grain(FT_FOUR_COLS * (ft_cost(f.p2, f.cap) + 2.0 * (double)n2), group * bb);
+  atomic_init(&f.oom, 0);
+  for (f.b0 = 0; f.b0 < ps->lines && !atomic_load(&f.oom); f.b0 += group) {
+    const int64_t g = ps->lines - f.b0 < group ? ps->lines - f.b0 : group;
+    tpu_parallel_for(call->pool, g * ba, ga, ft_four_a, &f);
+    if (atomic_load(&f.oom)) break;
+    tpu_parallel_for(call->pool, g * bb, gb, ft_four_b, &f);
+  }
+  free(tw);
+  free(f.T);
+  if (atomic_load(&f.oom))
+    return TPU_ERROR(TPU_STATUS_OUT_OF_MEMORY, "%s: out of host memory for a scratch of %zu bytes (length %lld)",
+                     call->op, (FT_FOUR_COLS + 1) * (size_t)f.cap * sizeof(fc_t), (long long)n);
+  return TPU_OK;
+}
+
+/* Runs one pass: `lines` independent lines (pairs of lines for the real
+ * kinds), long lines by four steps. */
+static tpu_status_t ft_run_pass(const tpu_k_call_t* call, ft_pass_t* ps, ft_plans_t* plans) {
   if (ps->lines == 0) return TPU_OK;
+  const int64_t n1 = ft_four_split(ps->n);
+  if (n1) return ft_run_four(call, ps, plans, n1);
+  TPU_RETURN_IF_ERROR(ft_plan_get(call, plans, ps->n, &ps->plan));
   const ft_plan_t* P = ps->plan;
   int64_t cap = P->M ? P->M : P->n;
   if (ps->kind == FT_C2R && cap < 2 * (ps->n / 2 + 1)) cap = 2 * (ps->n / 2 + 1);
   ps->cap = cap;
   atomic_init(&ps->oom, 0);
   const int64_t items = ps->kind == FT_C2C ? ps->lines : (ps->lines + 1) / 2;
-  double lg = 1.0;
-  for (int64_t v = cap; v > 1; v /= 2) lg += 1.0;
-  const double cost = (P->M ? 3.0 : 1.0) * 5.0 * (double)cap * lg;
-  const double g = 262144.0 / cost;
-  const int64_t grain = g < 1.0 ? 1 : (g > (double)items ? items : (int64_t)g);
-  tpu_parallel_for(call->pool, items, grain, ft_chunk, ps);
+  tpu_parallel_for(call->pool, items, ft_grain(ft_cost(P, cap), items), ft_chunk, ps);
   if (atomic_load(&ps->oom))
     return TPU_ERROR(TPU_STATUS_OUT_OF_MEMORY, "%s: out of host memory for a scratch of %zu bytes (length %lld)",
                      call->op, 2 * (size_t)cap * sizeof(fc_t), (long long)ps->n);
@@ -810,7 +1040,8 @@ static tpu_status_t ft_run_kind(const tpu_k_call_t* call, int kind) {
     ntot *= (double)((kind == FT_C2R && i == a.nd - 1) ? a.last : a.S[a.dims[i]]);
   const double scale = ft_scale(a.norm, ntot);
   const int k = a.k;
-  ft_plans_t plans = {{0}, {NULL}, 0};
+  ft_plans_t plans;
+  memset(&plans, 0, sizeof(plans));
   tpu_status_t st = TPU_OK;
   ft_pass_t ps;
   memset(&ps, 0, sizeof(ps));
@@ -837,8 +1068,7 @@ static tpu_status_t ft_run_kind(const tpu_k_call_t* call, int kind) {
       ps.lines = 1;
       for (int j = 0; j < k; ++j)
         if (j != d) ps.lines *= OS[j];
-      st = ft_plan_get(call, &plans, ps.n, &ps.plan);
-      if (st == TPU_OK) st = ft_run_pass(call, &ps);
+      st = ft_run_pass(call, &ps, &plans);
     }
     ft_plans_free(&plans);
     return st;
@@ -885,8 +1115,7 @@ static tpu_status_t ft_run_kind(const tpu_k_call_t* call, int kind) {
       ps.lines = 1;
       for (int j = 0; j < k; ++j)
         if (j != d) ps.lines *= WS[j];
-      st = ft_plan_get(call, &plans, ps.n, &ps.plan);
-      if (st == TPU_OK) st = ft_run_pass(call, &ps);
+      st = ft_run_pass(call, &ps, &plans);
     }
     src = &W;
   }
@@ -900,8 +1129,7 @@ static tpu_status_t ft_run_kind(const tpu_k_call_t* call, int kind) {
     ps.lines = 1;
     for (int j = 0; j < k; ++j)
       if (j != dl) ps.lines *= WS[j];
-    st = ft_plan_get(call, &plans, ps.n, &ps.plan);
-    if (st == TPU_OK) st = ft_run_pass(call, &ps);
+    st = ft_run_pass(call, &ps, &plans);
   }
   free(W.data);
   ft_plans_free(&plans);

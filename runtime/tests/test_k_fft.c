@@ -98,13 +98,29 @@ static void ref_dft_dim(ref_t* r, int d, int sign) {
   free(cs);
 }
 
+/* cos and sin of 2 pi t/n, t < n, for the last n asked (test-only cache). */
+static long double* g_tab;
+static int64_t g_tab_n;
+static const long double* ref_table(int64_t n) {
+  if (g_tab_n != n) {
+    free(g_tab);
+    g_tab = malloc((size_t)n * 2 * sizeof(long double));
+    for (int64_t t = 0; t < n; ++t) {
+      g_tab[2 * t] = cosl(kTwoPi * (long double)t / (long double)n);
+      g_tab[2 * t + 1] = sinl(kTwoPi * (long double)t / (long double)n);
+    }
+    g_tab_n = n;
+  }
+  return g_tab;
+}
+
 /* Entry k of the DFT of the single line x[0..n) (for long lines, sampled). */
 static void ref_dft_at(const long double* x, int64_t n, int64_t kk, int sign, long double* re, long double* im) {
+  const long double* tab = ref_table(n);
   long double a = 0, b = 0;
   int64_t idx = 0;
   for (int64_t t = 0; t < n; ++t) {
-    const long double ang = kTwoPi * (long double)idx / (long double)n;
-    const long double c = cosl(ang), s = (long double)sign * sinl(ang);
+    const long double c = tab[2 * idx], s = (long double)sign * tab[2 * idx + 1];
     a += x[2 * t] * c - x[2 * t + 1] * s;
     b += x[2 * t] * s + x[2 * t + 1] * c;
     idx += kk;
@@ -414,9 +430,71 @@ static void long_case(int dt, int64_t n) {
 }
 
 static void test_long(void) {
-  static const int64_t kN[] = {97, 128, 251, 256, 512, 1000, 1009, 1024, 2048, 4096, 4096 * 3, 2 * 1009, 3 * 127};
+  static const int64_t kN[] = {97,   128,  251,       256,       512,   1000,  1009,   1024,
+                               2048, 4096, 4096 * 3, 2 * 1009, 3 * 127, 32768, 40000, 45045, 1 << 17};
   for (int di = 0; di < 2; ++di)
     for (size_t i = 0; i < sizeof kN / sizeof kN[0]; ++i) long_case(kDt[di], kN[i]);
+}
+
+/* Long lines (four steps) in a batch larger than one group of the kernel's
+ * intermediate, transposed and gapped, checked at two outputs per line. */
+static void test_four_step_batched(void) {
+  const int64_t B = 130, n = 32768, h = n / 2 + 1;
+  const int dt = TPU_DTYPE_F32;
+  int64_t cs[3] = {B, n, 2}, rs[2] = {B, n}, hs[3] = {B, h, 2};
+  tt_t x = make_input(dt, 3, cs, L_PERM, 0), o = tku_alloc(dt, 3, cs, NULL, 1, 0);
+  tt_t xr = make_input(dt, 2, rs, L_GAP, 0), oh = tku_alloc(dt, 3, hs, NULL, 1, 0);
+  tt_t orr = tku_alloc(dt, 2, rs, NULL, 1, 0);
+  const int64_t d1[1] = {1};
+  CHECK_OK(run_c2c(&x.t, d1, 1, 1, false, &o.t));
+  CHECK_OK(run_r2c(&xr.t, d1, 1, 0, true, &oh.t));
+  tpu_tensor_t xh = x.t;
+  xh.sizes[1] = h;
+  CHECK_OK(run_c2r(&xh, d1, 1, 2, n, &orr.t));
+  long double* v = malloc((size_t)n * 2 * sizeof(long double));
+  long double* vr = malloc((size_t)n * 2 * sizeof(long double));
+  long double* vh = malloc((size_t)n * 2 * sizeof(long double));
+  double e1 = 0, e2 = 0, e3 = 0;
+  for (int64_t b = 0; b < B; ++b) {
+    for (int64_t t = 0; t < n; ++t) {
+      v[2 * t] = getf(&x.t, (b * n + t) * 2);
+      v[2 * t + 1] = getf(&x.t, (b * n + t) * 2 + 1);
+      vr[2 * t] = getf(&xr.t, b * n + t);
+      vr[2 * t + 1] = 0;
+    }
+    for (int64_t kk = 0; kk < n; ++kk) {
+      const bool mirror = kk > n / 2;
+      const int64_t s = mirror ? n - kk : kk;
+      vh[2 * kk] = v[2 * s];
+      vh[2 * kk + 1] = (kk == 0 || 2 * kk == n) ? 0 : (mirror ? -v[2 * s + 1] : v[2 * s + 1]);
+    }
+    for (int j = 0; j < 2; ++j) {
+      const int64_t kk = j == 0 ? (b * 977 + 5) % n : (b * 31) % h;
+      long double re, im;
+      const long double sq = sqrtl((long double)n);
+      ref_dft_at(v, n, kk, 1, &re, &im); /* ~sqrt(n) in magnitude: errors relative to that */
+      const int64_t oi = (b * n + kk) * 2;
+      e1 = fmax(e1, (double)(sqrtl(powl(getf(&o.t, oi) - re / sq, 2) + powl(getf(&o.t, oi + 1) - im / sq, 2))));
+      if (kk < h) {
+        ref_dft_at(vr, n, kk, -1, &re, &im);
+        const int64_t hi = (b * h + kk) * 2;
+        e2 = fmax(e2, (double)(sqrtl(powl(getf(&oh.t, hi) - re, 2) + powl(getf(&oh.t, hi + 1) - im, 2)) / sq));
+      }
+      ref_dft_at(vh, n, kk, 1, &re, &im);
+      e3 = fmax(e3, (double)(fabsl(getf(&orr.t, b * n + kk) - re / n) * sq));
+    }
+  }
+  within(dt, e1, "four-step batched c2c");
+  within(dt, e2, "four-step batched r2c");
+  within(dt, e3, "four-step batched c2r");
+  free(v);
+  free(vr);
+  free(vh);
+  fr(&x);
+  fr(&o);
+  fr(&xr);
+  fr(&oh);
+  fr(&orr);
 }
 
 /* Multi-dim transforms, dims in any order, on strided and broadcast inputs. */
@@ -565,10 +643,12 @@ int main(void) {
   if (!tku_start(2)) return 1;
   RUN_TEST(test_lengths);
   RUN_TEST(test_long);
+  RUN_TEST(test_four_step_batched);
   RUN_TEST(test_multidim);
   RUN_TEST(test_threads);
   RUN_TEST(test_empty_and_copy);
   RUN_TEST(test_errors);
   printf("largest relative error: float32 %.3g, float64 %.3g\n", g_worst[0], g_worst[1]);
+  free(g_tab);
   return tku_finish();
 }
