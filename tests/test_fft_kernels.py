@@ -166,6 +166,28 @@ def test_long_lines(dtype):
     close(OPS.fft_c2r(tpu_view(h), [1], 2, 40000).cpu(), torch.fft.irfft(h, n=40000), dtype)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_rows_apart(dtype):
+    """Real transforms pair rows; a NaN row or a much larger row leaves its
+    neighbour as the CPU computes it."""
+    r = rrandn(6, 18, dtype=dtype)
+    r[0, 3] = float("nan")
+    r[3] *= 1e6
+    r[4] = 0
+    got = back(OPS.fft_r2c(r.to("tpu"), [1], 0, True))
+    want = torch.fft.rfft(r)
+    for i in (1, 2, 3, 4, 5):
+        close(got[i], want[i], dtype)
+    assert got[0].isnan().all() and (got[0, 0].imag == 0)  # bin 0 of real data is exactly real
+    h = torch.fft.rfft(r.nan_to_num())
+    h[1, 2] = complex(float("nan"), 0)
+    got = OPS.fft_c2r(tpu_view(h), [1], 2, 18).cpu()
+    want = torch.fft.irfft(h, n=18)
+    assert got[1].isnan().all()
+    for i in (0, 2, 3, 4, 5):
+        close(got[i], want[i], dtype)
+
+
 def test_empty():
     x = torch.zeros(0, 4, 2).to("tpu")
     assert OPS.fft_c2c(x, [1], 0, True).shape == (0, 4, 2)

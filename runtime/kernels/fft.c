@@ -32,14 +32,24 @@
  * for other primes up to FT_MAX_PRIME) computing in double, or, when n has a
  * larger prime factor, Bluestein's chirp-z algorithm over a power-of-two FFT.
  * Only the forward transform exists: the inverse is conj(DFT(conj(x))).
- * Real transforms take two lines at once as the real and imaginary parts of
- * one complex transform and separate them by symmetry.
+ * Lines of FT_FOUR_MIN entries and more (without a prime factor above
+ * FT_MAX_PRIME) go by four steps over an n1 x n2 split (see below), which
+ * also spreads one long line over the threads. Shorter real transforms take
+ * two lines at once as the real and imaginary parts of one complex transform
+ * and separate them by symmetry, when both lines are finite and their largest
+ * magnitudes are within a factor 1000 (a line's rounding errors follow the
+ * larger of the pair, and a NaN would reach the other line); otherwise one
+ * line at a time.
  *
  * Twiddle factors are computed per call in double from cos/sin of exact
  * rational angles (octant symmetry when 4 divides n) and kept, with the
  * per-line scratch, in malloc'd workspaces: the exception to "kernels
  * allocate nothing", as in factor.c; failure is OUT_OF_MEMORY naming the op
- * and the bytes. */
+ * and the bytes. Workspaces: plans of O(n) complex doubles per distinct
+ * length (~2 sqrt(n) for four-step lengths), 2 max(n, M) per task (M: the
+ * Bluestein length, < 4n), a double intermediate of at most 64 MiB for
+ * four-step passes, and for multi-dim c2r the half spectrum in the dtype. */
+#include <float.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -494,43 +504,85 @@ static void ft_c2c_lines(ft_pass_t* ps, int64_t begin, int64_t end, fc_t* x, fc_
   }
 }
 
-/* Lines 2i and 2i+1 as the real and imaginary parts of one transform. */
-static void ft_r2c_pairs(ft_pass_t* ps, int64_t begin, int64_t end, fc_t* x, fc_t* y) {
-  const int64_t n = ps->n, st = ps->src.st, dst_st = ps->dst.st, dim = ps->dst.im;
-  const int sdt = ps->src.dt, ddt = ps->dst.dt;
+/* Two lines share one transform when their largest magnitudes are finite and
+ * within a factor 1000 of each other (else the smaller's rounding errors
+ * would follow the larger, and a NaN or infinity would reach the other line). */
+static inline bool ft_pairable(double m0, double m1) {
+  if (!(m0 <= DBL_MAX && m1 <= DBL_MAX)) return false;
+  return m0 <= 1e3 * m1 && m1 <= 1e3 * m0;
+}
+
+static inline double ft_absmax(double m, double v) {
+  const double a = fabs(v);
+  return (a > m || a != a) ? (a != a ? INFINITY : a) : m;
+}
+
+/* The onesided/full spectra of x's real part into line q0 and of its
+ * imaginary part into line q1 (NULL: none), from Z = DFT(x). */
+static void ft_r2c_store(const ft_pass_t* ps, const fc_t* Z, char* q0, char* q1) {
+  const int64_t n = ps->n, dst_st = ps->dst.st, dim = ps->dst.im;
   const double h = 0.5 * ps->scale;
-  for (int64_t pi = begin; pi < end; ++pi) {
-    const int64_t l0 = 2 * pi;
-    const bool two = l0 + 1 < ps->lines;
-    const char* p0 = ft_line(&ps->src, l0);
-    const char* p1 = two ? ft_line(&ps->src, l0 + 1) : NULL;
-    for (int64_t t = 0; t < n; ++t) {
-      x[t].re = ft_ld(p0 + t * st, sdt);
-      x[t].im = two ? ft_ld(p1 + t * st, sdt) : 0.0;
-    }
-    const fc_t* Z = ft_exec(ps->plan, x, y);
-    char* q0 = ft_line(&ps->dst, l0);
-    char* q1 = two ? ft_line(&ps->dst, l0 + 1) : NULL;
-    for (int64_t k = 0; k < ps->nout; ++k) {
-      const fc_t z = Z[k], c = Z[k == 0 ? 0 : n - k]; /* X0 = (z + conj c)/2, X1 = (z - conj c)/(2i) */
-      const double a_re = h * (z.re + c.re), a_im = h * (z.im - c.im);
-      const double b_re = h * (z.im + c.im), b_im = -h * (z.re - c.re);
-      if (ddt == TPU_DTYPE_F32) {
-        *(float*)(q0 + k * dst_st) = (float)a_re;
-        *(float*)(q0 + k * dst_st + dim) = (float)a_im;
-        if (two) {
-          *(float*)(q1 + k * dst_st) = (float)b_re;
-          *(float*)(q1 + k * dst_st + dim) = (float)b_im;
-        }
-      } else {
-        *(double*)(q0 + k * dst_st) = a_re;
-        *(double*)(q0 + k * dst_st + dim) = a_im;
-        if (two) {
-          *(double*)(q1 + k * dst_st) = b_re;
-          *(double*)(q1 + k * dst_st + dim) = b_im;
-        }
+  const bool f32 = ps->dst.dt == TPU_DTYPE_F32;
+  for (int64_t k = 0; k < ps->nout; ++k) {
+    const fc_t z = Z[k], c = Z[k == 0 ? 0 : n - k]; /* X0 = (z + conj c)/2, X1 = (z - conj c)/(2i) */
+    const bool real = k == 0 || 2 * k == n;       /* exactly real, as on the CPU (also for NaN input) */
+    const double a_re = h * (z.re + c.re), a_im = real ? 0.0 : h * (z.im - c.im);
+    const double b_re = h * (z.im + c.im), b_im = real ? 0.0 : -h * (z.re - c.re);
+    if (f32) {
+      *(float*)(q0 + k * dst_st) = (float)a_re;
+      *(float*)(q0 + k * dst_st + dim) = (float)a_im;
+      if (q1) {
+        *(float*)(q1 + k * dst_st) = (float)b_re;
+        *(float*)(q1 + k * dst_st + dim) = (float)b_im;
+      }
+    } else {
+      *(double*)(q0 + k * dst_st) = a_re;
+      *(double*)(q0 + k * dst_st + dim) = a_im;
+      if (q1) {
+        *(double*)(q1 + k * dst_st) = b_re;
+        *(double*)(q1 + k * dst_st + dim) = b_im;
       }
     }
+  }
+}
+
+/* x[t] = (line[t], 0) */
+static void ft_load_real(const ft_pass_t* ps, int64_t li, fc_t* x) {
+  const char* p = ft_line(&ps->src, li);
+  for (int64_t t = 0; t < ps->n; ++t) {
+    x[t].re = ft_ld(p + t * ps->src.st, ps->src.dt);
+    x[t].im = 0.0;
+  }
+}
+
+/* Lines 2i and 2i+1 as the real and imaginary parts of one transform. */
+static void ft_r2c_pairs(ft_pass_t* ps, int64_t begin, int64_t end, fc_t* x, fc_t* y) {
+  const int64_t n = ps->n, st = ps->src.st;
+  const int sdt = ps->src.dt;
+  for (int64_t pi = begin; pi < end; ++pi) {
+    const int64_t l0 = 2 * pi;
+    if (l0 + 1 >= ps->lines) {
+      ft_load_real(ps, l0, x);
+      ft_r2c_store(ps, ft_exec(ps->plan, x, y), ft_line(&ps->dst, l0), NULL);
+      continue;
+    }
+    const char* p0 = ft_line(&ps->src, l0);
+    const char* p1 = ft_line(&ps->src, l0 + 1);
+    double m0 = 0.0, m1 = 0.0;
+    for (int64_t t = 0; t < n; ++t) {
+      x[t].re = ft_ld(p0 + t * st, sdt);
+      x[t].im = ft_ld(p1 + t * st, sdt);
+      m0 = ft_absmax(m0, x[t].re);
+      m1 = ft_absmax(m1, x[t].im);
+    }
+    if (ft_pairable(m0, m1)) {
+      ft_r2c_store(ps, ft_exec(ps->plan, x, y), ft_line(&ps->dst, l0), ft_line(&ps->dst, l0 + 1));
+      continue;
+    }
+    for (int64_t t = 0; t < n; ++t) x[t].im = 0.0;
+    ft_r2c_store(ps, ft_exec(ps->plan, x, y), ft_line(&ps->dst, l0), NULL);
+    ft_load_real(ps, l0 + 1, x);
+    ft_r2c_store(ps, ft_exec(ps->plan, x, y), ft_line(&ps->dst, l0 + 1), NULL);
   }
 }
 
@@ -546,38 +598,54 @@ static inline fc_t ft_herm(const fc_t* H, int64_t n, int64_t k) {
   return r;
 }
 
-static void ft_c2r_pairs(ft_pass_t* ps, int64_t begin, int64_t end, fc_t* x, fc_t* y) {
-  const int64_t n = ps->n, h = n / 2 + 1, st = ps->dst.st;
-  const int ddt = ps->dst.dt;
+/* The inverse transforms of the Hermitian signals H0 and H1 (NULL: none)
+ * into the real lines q0 and q1. Overwrites y (H0 and H1 may live there). */
+static void ft_c2r_one(const ft_pass_t* ps, const fc_t* H0, const fc_t* H1, char* q0, char* q1, fc_t* x, fc_t* y) {
+  const int64_t n = ps->n, st = ps->dst.st;
   const double sc = ps->scale;
-  fc_t* H0 = y;     /* the halves wait in the scratch (cap >= 2h) */
+  for (int64_t k = 0; k < n; ++k) { /* conj(Y0 + i Y1) */
+    const fc_t a = ft_herm(H0, n, k);
+    const fc_t b = H1 ? ft_herm(H1, n, k) : (fc_t){0.0, 0.0};
+    x[k].re = a.re - b.im;
+    x[k].im = -(a.im + b.re);
+  }
+  const fc_t* z = ft_exec(ps->plan, x, y); /* z = conj(y0 + i y1) */
+  if (ps->dst.dt == TPU_DTYPE_F32) {
+    for (int64_t t = 0; t < n; ++t) *(float*)(q0 + t * st) = (float)(z[t].re * sc);
+    if (q1)
+      for (int64_t t = 0; t < n; ++t) *(float*)(q1 + t * st) = (float)(-z[t].im * sc);
+  } else {
+    for (int64_t t = 0; t < n; ++t) *(double*)(q0 + t * st) = z[t].re * sc;
+    if (q1)
+      for (int64_t t = 0; t < n; ++t) *(double*)(q1 + t * st) = -z[t].im * sc;
+  }
+}
+
+static double ft_cmax(const fc_t* H, int64_t cnt) {
+  double m = 0.0;
+  for (int64_t k = 0; k < cnt; ++k) m = ft_absmax(ft_absmax(m, H[k].re), H[k].im);
+  return m;
+}
+
+static void ft_c2r_pairs(ft_pass_t* ps, int64_t begin, int64_t end, fc_t* x, fc_t* y) {
+  const int64_t n = ps->n, h = n / 2 + 1;
+  fc_t* H0 = y; /* the halves wait in the scratch (cap >= 2h) */
   fc_t* H1 = y + h;
   for (int64_t pi = begin; pi < end; ++pi) {
     const int64_t l0 = 2 * pi;
-    const bool two = l0 + 1 < ps->lines;
     ft_load_c(&ps->src, ft_line(&ps->src, l0), h, false, H0);
-    if (two) {
-      ft_load_c(&ps->src, ft_line(&ps->src, l0 + 1), h, false, H1);
-    } else {
-      for (int64_t k = 0; k < h; ++k) H1[k].re = H1[k].im = 0.0;
+    if (l0 + 1 >= ps->lines) {
+      ft_c2r_one(ps, H0, NULL, ft_line(&ps->dst, l0), NULL, x, y);
+      continue;
     }
-    for (int64_t k = 0; k < n; ++k) { /* conj(Y0 + i Y1) */
-      const fc_t a = ft_herm(H0, n, k), b = ft_herm(H1, n, k);
-      x[k].re = a.re - b.im;
-      x[k].im = -(a.im + b.re);
+    ft_load_c(&ps->src, ft_line(&ps->src, l0 + 1), h, false, H1);
+    if (ft_pairable(ft_cmax(H0, h), ft_cmax(H1, h))) {
+      ft_c2r_one(ps, H0, H1, ft_line(&ps->dst, l0), ft_line(&ps->dst, l0 + 1), x, y);
+      continue;
     }
-    const fc_t* z = ft_exec(ps->plan, x, y); /* z = conj(y0 + i y1) */
-    char* q0 = ft_line(&ps->dst, l0);
-    char* q1 = two ? ft_line(&ps->dst, l0 + 1) : NULL;
-    if (ddt == TPU_DTYPE_F32) {
-      for (int64_t t = 0; t < n; ++t) *(float*)(q0 + t * st) = (float)(z[t].re * sc);
-      if (two)
-        for (int64_t t = 0; t < n; ++t) *(float*)(q1 + t * st) = (float)(-z[t].im * sc);
-    } else {
-      for (int64_t t = 0; t < n; ++t) *(double*)(q0 + t * st) = z[t].re * sc;
-      if (two)
-        for (int64_t t = 0; t < n; ++t) *(double*)(q1 + t * st) = -z[t].im * sc;
-    }
+    ft_c2r_one(ps, H0, NULL, ft_line(&ps->dst, l0), NULL, x, y);
+    ft_load_c(&ps->src, ft_line(&ps->src, l0 + 1), h, false, H0);
+    ft_c2r_one(ps, H0, NULL, ft_line(&ps->dst, l0 + 1), NULL, x, y);
   }
 }
 
@@ -849,7 +917,7 @@ static void ft_four_b_rows(ft_four_t* f, int64_t b, int64_t c0, int nc, fc_t* xs
   const ft_view_t* v = f->dst;
   const int64_t n = f->n, n1 = f->n1, n2 = f->n2, st = v->st, im = v->im, cap = f->cap;
   const double sc = f->scale, si = f->conj_out ? -f->scale : f->scale;
-  const fc_t* r[FT_FOUR_COLS];
+  fc_t* r[FT_FOUR_COLS];
   for (int c = 0; c < nc; ++c) {
     fc_t* x = xs + c * cap;
     memcpy(x, f->T + b * n + (c0 + c) * n2, (size_t)n2 * sizeof(fc_t));
@@ -864,6 +932,9 @@ static void ft_four_b_rows(ft_four_t* f, int64_t b, int64_t c0, int nc, fc_t* xs
     if (K0 >= lim) break;
     const int cnt = lim - K0 < nc ? (int)(lim - K0) : nc;
     char* p = base + K0 * st;
+    if (f->in_mode == FT_IN_REAL) /* bins 0 and n/2 of real data are exactly real, as on the CPU */
+      for (int c = 0; c < cnt; ++c)
+        if (K0 + c == 0 || 2 * (K0 + c) == n) r[c][k2].im = 0.0;
     if (v->dt == TPU_DTYPE_F32) {
       for (int c = 0; c < cnt; ++c) {
         *(float*)(p + c * st) = (float)(r[c][k2].re * sc);

@@ -542,6 +542,84 @@ static void test_multidim(void) {
   }
 }
 
+/* Real transforms take lines in pairs: a NaN, an infinity, a zero line or a
+ * line 1e6 times larger than its neighbour must not spoil the other line. */
+static void test_pairs_apart(void) {
+  for (int di = 0; di < 2; ++di) {
+    const int dt = kDt[di];
+    const int64_t n = 24, h = n / 2 + 1;
+    int64_t rs[2] = {8, n}, cs[3] = {8, h, 2};
+    tt_t xr = make_input(dt, 2, rs, L_CONTIG, 0), xc = make_input(dt, 3, cs, L_CONTIG, 0);
+    setf(&xr.t, 0 * n + 5, NAN);
+    setf(&xr.t, 2 * n + 7, INFINITY);
+    setf(&xc.t, (1 * h + 3) * 2 + 1, NAN);
+    setf(&xc.t, (3 * h + 2) * 2, -INFINITY);
+    for (int64_t t = 0; t < n; ++t) {
+      setf(&xr.t, 4 * n + t, 0.0);
+      setf(&xr.t, 6 * n + t, 1e6 * getf(&xr.t, 6 * n + t));
+    }
+    for (int64_t k = 0; k < 2 * h; ++k) {
+      setf(&xc.t, 5 * 2 * h + k, 0.0);
+      setf(&xc.t, 6 * 2 * h + k, 1e6 * getf(&xc.t, 6 * 2 * h + k));
+    }
+    tt_t o = tku_alloc(dt, 3, cs, NULL, 1, 0), orr = tku_alloc(dt, 2, rs, NULL, 1, 0);
+    const int64_t d1[1] = {1};
+    CHECK_OK(run_r2c(&xr.t, d1, 1, 0, true, &o.t));
+    CHECK_OK(run_c2r(&xc.t, d1, 1, 0, n, &orr.t));
+    for (int64_t l = 0; l < 8; ++l) {
+      /* each line alone */
+      tpu_tensor_t lr = xr.t, lo = o.t, lc = xc.t, lro = orr.t;
+      lr.data = (char*)xr.t.data + l * n * tpu_dtype_size(dt);
+      lr.sizes[0] = 1;
+      lo.data = (char*)o.t.data + l * 2 * h * tpu_dtype_size(dt);
+      lo.sizes[0] = 1;
+      lc.data = (char*)xc.t.data + l * 2 * h * tpu_dtype_size(dt);
+      lc.sizes[0] = 1;
+      lro.data = (char*)orr.t.data + l * n * tpu_dtype_size(dt);
+      lro.sizes[0] = 1;
+      const bool bad_r = l == 0 || l == 2, bad_c = l == 1 || l == 3;
+      char what[64];
+      snprintf(what, sizeof what, "pairs apart, line %lld", (long long)l);
+      ref_t r = ref_from_real(&lr);
+      ref_dft_dim(&r, 1, -1);
+      ref_t rk = ref_new(2, (const int64_t[]){1, h});
+      for (int64_t k = 0; k < 2 * h; ++k) rk.v[k] = r.v[k];
+      if (bad_r) {
+        bool all_bad = getf(&lo, 1) == 0.0 && getf(&lo, 2 * h - 1) == 0.0; /* bins 0 and n/2 are real */
+        for (int64_t k = 0; k < h; ++k) all_bad = all_bad && !(isfinite(getf(&lo, 2 * k)) && isfinite(getf(&lo, 2 * k + 1)));
+        CHECKF(all_bad, "%s: r2c of a non-finite line", what);
+      } else {
+        within(dt, compare(&lo, &rk, true, 1.0L), what);
+      }
+      if (l == 4) {
+        bool zero = true;
+        for (int64_t k = 0; k < 2 * h; ++k) zero = zero && getf(&lo, k) == 0.0;
+        CHECKF(zero, "%s: r2c of zeros", what);
+      }
+      free(r.v);
+      free(rk.v);
+      if (!bad_c) {
+        tt_t one = tku_alloc(dt, 2, (const int64_t[]){1, n}, NULL, 1, 0);
+        CHECK_OK(run_c2r(&lc, d1, 1, 0, n, &one.t));
+        bool same = true;
+        for (int64_t t = 0; t < n; ++t) same = same && getf(&one.t, t) == getf(&lro, t);
+        CHECKF(same, "%s: c2r differs from the line alone", what);
+        check_c2r(&lc, d1, 1, 0, n, what);
+        fr(&one);
+        if (l == 5) {
+          bool zero = true;
+          for (int64_t t = 0; t < n; ++t) zero = zero && getf(&lro, t) == 0.0;
+          CHECKF(zero, "%s: c2r of zeros", what);
+        }
+      }
+    }
+    fr(&xr);
+    fr(&xc);
+    fr(&o);
+    fr(&orr);
+  }
+}
+
 /* The same call with the pool and without gives the same bits. */
 static void test_threads(void) {
   int64_t cs[3] = {37, 96, 2};
@@ -645,6 +723,7 @@ int main(void) {
   RUN_TEST(test_long);
   RUN_TEST(test_four_step_batched);
   RUN_TEST(test_multidim);
+  RUN_TEST(test_pairs_apart);
   RUN_TEST(test_threads);
   RUN_TEST(test_empty_and_copy);
   RUN_TEST(test_errors);
