@@ -164,6 +164,13 @@ def test_long_lines(dtype):
     close(back(OPS.fft_r2c(r.to("tpu"), [1], 0, True)), torch.fft.rfft(r), dtype)
     h = x[:, :20001]
     close(OPS.fft_c2r(tpu_view(h), [1], 2, 40000).cpu(), torch.fft.irfft(h, n=40000), dtype)
+    # a long dim among others: first pass (input -> output), later pass (in place), c2r's workspace
+    y = x.T[:40000].contiguous()  # (40000, 2)
+    for dims in ([0, 1], [1, 0]):
+        close(back(OPS.fft_c2c(tpu_view(y), dims, 0, True)), torch.fft.fftn(y, dim=dims), dtype)
+        close(back(OPS.fft_r2c(r.T.contiguous().to("tpu"), dims, 1, True)),
+              torch.fft.rfftn(r.T, dim=dims, norm="ortho"), dtype)
+    close(OPS.fft_c2r(tpu_view(y), [0, 1], 2, 3).cpu(), torch.fft.irfftn(y, s=(40000, 3), dim=(0, 1)), dtype)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
