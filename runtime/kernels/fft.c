@@ -512,9 +512,20 @@ static inline bool ft_pairable(double m0, double m1) {
   return m0 <= 1e3 * m1 && m1 <= 1e3 * m0;
 }
 
-static inline double ft_absmax(double m, double v) {
-  const double a = fabs(v);
-  return (a > m || a != a) ? (a != a ? INFINITY : a) : m;
+/* Largest |re| and |im| of x[0, n), as (re max, im max); infinity for a
+ * part holding a NaN or an infinity. */
+static fc_t ft_absmax(const fc_t* x, int64_t n) {
+  double mr = 0.0, mi = 0.0;
+  int fin_r = 1, fin_i = 1;
+  for (int64_t t = 0; t < n; ++t) {
+    const double ar = fabs(x[t].re), ai = fabs(x[t].im);
+    fin_r &= ar <= DBL_MAX; /* false for NaN and infinity */
+    fin_i &= ai <= DBL_MAX;
+    mr = ar > mr ? ar : mr;
+    mi = ai > mi ? ai : mi;
+  }
+  fc_t r = {fin_r ? mr : INFINITY, fin_i ? mi : INFINITY};
+  return r;
 }
 
 /* The onesided/full spectra of x's real part into line q0 and of its
@@ -568,14 +579,12 @@ static void ft_r2c_pairs(ft_pass_t* ps, int64_t begin, int64_t end, fc_t* x, fc_
     }
     const char* p0 = ft_line(&ps->src, l0);
     const char* p1 = ft_line(&ps->src, l0 + 1);
-    double m0 = 0.0, m1 = 0.0;
     for (int64_t t = 0; t < n; ++t) {
       x[t].re = ft_ld(p0 + t * st, sdt);
       x[t].im = ft_ld(p1 + t * st, sdt);
-      m0 = ft_absmax(m0, x[t].re);
-      m1 = ft_absmax(m1, x[t].im);
     }
-    if (ft_pairable(m0, m1)) {
+    const fc_t m = ft_absmax(x, n);
+    if (ft_pairable(m.re, m.im)) {
       ft_r2c_store(ps, ft_exec(ps->plan, x, y), ft_line(&ps->dst, l0), ft_line(&ps->dst, l0 + 1));
       continue;
     }
@@ -622,9 +631,8 @@ static void ft_c2r_one(const ft_pass_t* ps, const fc_t* H0, const fc_t* H1, char
 }
 
 static double ft_cmax(const fc_t* H, int64_t cnt) {
-  double m = 0.0;
-  for (int64_t k = 0; k < cnt; ++k) m = ft_absmax(ft_absmax(m, H[k].re), H[k].im);
-  return m;
+  const fc_t m = ft_absmax(H, cnt);
+  return m.re > m.im ? m.re : m.im;
 }
 
 static void ft_c2r_pairs(ft_pass_t* ps, int64_t begin, int64_t end, fc_t* x, fc_t* y) {
