@@ -137,3 +137,27 @@ def overhead(quick=False, log=print):
                  "cpu_us": t_cpu * 1e6, "ratio": t_sync / t_cpu, "fallbacks": {}})
     log(f"  add + synchronize each: tpu {t_sync * 1e6:.2f} us")
     return rows
+
+
+def fft(quick=False, log=print):
+    """The FFT kernels (runtime/kernels/fft.c) on the real views of complex tensors, through
+    torch.ops.tpu.fft_c2c / fft_r2c, against torch.fft on the CPU: milliseconds per call."""
+    ops = torch.ops.tpu
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(1 << 20, dtype=torch.complex64, generator=gen)
+    xt = torch.view_as_real(x).to("tpu")
+    r = torch.randn(4096, 4096, generator=gen)
+    rt = r.to("tpu")
+    cases = (
+        ("torch.fft.fft of 2^20 complex64", lambda: torch.fft.fft(x), lambda: ops.fft_c2c(xt, [0], 0, True)),
+        ("torch.fft.rfft of 4096x4096 float32 (last dim)", lambda: torch.fft.rfft(r),
+         lambda: ops.fft_r2c(rt, [1], 0, True)),
+    )
+    min_time = 0.2 if quick else 0.5
+    rows = []
+    for name, f_cpu, f_tpu in cases:
+        t_tpu = time_per_call(f_tpu, tpu_sync, min_time, repeats=3)
+        t_cpu = time_per_call(f_cpu, no_sync, min_time, repeats=3)
+        rows.append({"op": name, "tpu_ms": t_tpu * 1e3, "cpu_ms": t_cpu * 1e3, "ratio": t_cpu / t_tpu})
+        log(f"  {name}: tpu {t_tpu * 1e3:.2f} ms, cpu {t_cpu * 1e3:.2f} ms, tpu/cpu speed {t_cpu / t_tpu:.2f}")
+    return rows

@@ -53,6 +53,13 @@ def sections(res):
                     ["op", "tpu µs/op", "CPU µs/op", "tpu/CPU", "tpu fallbacks"],
                     [[r["op"], _f(r["tpu_us"], 2), _f(r["cpu_us"], 2), _f(r["ratio"], 2),
                       _fb(r["fallbacks"])] for r in o]))
+    ff = res.get("fft")
+    if ff:
+        out.append(("FFT", "milliseconds per call, lower is better; tpu: torch.ops.tpu.fft_c2c / fft_r2c on the real "
+                    "view (runtime/kernels/fft.c), torch.tpu.synchronize() at the end of each batch; CPU: torch.fft; "
+                    "tpu/CPU = CPU time / tpu time (> 1: tpu faster)",
+                    ["op", "tpu ms", "CPU ms", "tpu/CPU"],
+                    [[r["op"], _f(r["tpu_ms"], 2), _f(r["cpu_ms"], 2), _f(r["ratio"], 2)] for r in ff]))
     pj = res.get("pjrt")
     if pj:
         out.append(("pjrt driver vs host driver (for information)",

@@ -17,7 +17,7 @@ import sys
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SECTIONS = ("machine", "gemm", "overhead", "mainjob", "models", "compile", "pjrt", "dist")
+SECTIONS = ("machine", "gemm", "overhead", "fft", "mainjob", "models", "compile", "pjrt", "dist")
 MODELS = ("smollm2", "qwen3", "moe")
 
 
@@ -127,6 +127,12 @@ def main(argv=None):
 
         res["overhead"] = ops.overhead(quick=args.quick, log=log)
         done("overhead")
+    if "fft" not in skip:
+        log("[bench] FFT kernels (torch.ops.tpu.fft_*) vs torch.fft on the CPU")
+        from . import ops
+
+        res["fft"] = ops.fft(quick=args.quick, log=log)
+        done("fft")
     if "mainjob" not in skip:
         log("[bench] the main job (SmolLM2-135M Q4_1 GGUF, greedy) vs llama.cpp and torch CPU, one process each")
         from . import mainjob

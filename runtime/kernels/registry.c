@@ -28,6 +28,7 @@ TPU_K_FAMILY(quant)
 TPU_K_FAMILY(special)
 TPU_K_FAMILY(pool)
 TPU_K_FAMILY(factor)
+TPU_K_FAMILY(fft)
 #undef TPU_K_FAMILY
 
 typedef struct {
@@ -56,6 +57,7 @@ static const tpu_k_family_t kFamilies[] = {
     {tpu_k_special_entries, &tpu_k_special_count},
     {tpu_k_pool_entries, &tpu_k_pool_count},
     {tpu_k_factor_entries, &tpu_k_factor_count},
+    {tpu_k_fft_entries, &tpu_k_fft_count},
 };
 #define TPU_K_NUM_FAMILIES (sizeof(kFamilies) / sizeof(kFamilies[0]))
 
