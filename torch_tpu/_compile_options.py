@@ -20,6 +20,8 @@ _TABLE = {
                 "True: a missing compiler is an error, False: always the tile interpreter"),
     "gemm_epilogue": ("TORCH_TPU_GEMM_EPILOGUE", {"1": True, "0": False}, (True, False), True,
                       "mm/addmm may head fused groups with their pointwise consumers"),
+    "conv_epilogue": ("TORCH_TPU_CONV_EPILOGUE", {"1": True, "0": False}, (True, False), True,
+                      "convolutions and group norms may head fused groups with their pointwise consumers"),
     "profile": ("TORCH_TPU_GRAPH_PROFILE", {"1": True, "0": False}, (True, False), False,
                 "time every step on the device queue (torch.tpu.graph_profile())"),
     "fuse_rotary": (None, None, (True, False), True,
@@ -36,6 +38,7 @@ class CompileOptions:
     graph: str
     codegen: object  # "auto", True or False
     gemm_epilogue: bool
+    conv_epilogue: bool
     profile: bool
     fuse_rotary: bool
 

@@ -30,16 +30,19 @@ _MEMORY_FORMAT = {torch.contiguous_format: 0, torch.preserve_format: 1, torch.ch
 POINTWISE = 1
 REDUCTION = 2
 GEMM = 4  # may head a fused group whose pointwise epilogue runs on its tiles
+CHANNELS = 8  # a convolution or group norm that may head a fused group tiled by output channels
 # options["gemm_epilogue"] False (TORCH_TPU_GEMM_EPILOGUE=0) leaves them out of fused groups (comparisons)
 _GEMMS = ("aten::mm", "aten::addmm")
 
 _STATS = {"compiles": 0, "hits": 0, "compile_seconds": 0.0, "segments": 0, "c_nodes": 0,
-          "eager_nodes": 0, "fused_groups": 0, "fused_nodes": 0, "gemm_epilogues": 0, "gemv_batches": 0,
+          "eager_nodes": 0, "fused_groups": 0, "fused_nodes": 0, "gemm_epilogues": 0, "conv_epilogues": 0,
+          "norm_epilogues": 0, "gemv_batches": 0,
           "gemv_batched": 0, "arena_bytes": 0,
           "reinplaced": 0, "gqa_rewrites": 0, "codegen_groups": 0, "codegen_functions": 0, "codegen_cache_hits": 0,
           "codegen_compiles": 0, "codegen_compile_seconds": 0.0, "codegen_unavailable": 0, "driver_segments": 0}
 # per-segment figures summed into _STATS
 _SEGMENT_STATS = ("segments", "c_nodes", "eager_nodes", "fused_groups", "fused_nodes", "gemm_epilogues",
+                  "conv_epilogues", "norm_epilogues",
                   "gemv_batches", "gemv_batched",
                   "arena_bytes", "codegen_groups", "codegen_functions", "codegen_cache_hits", "codegen_compiles",
                   "codegen_compile_seconds", "codegen_unavailable", "driver_segments")
@@ -454,8 +457,90 @@ def _lower_sdpa_bwd(g, n, vid, vals, outs):
     return ids[:3] + [-1]
 
 
+def _native_here(n, op):
+    """Whether graphs on node n's device may contain kernel `op`."""
+    v = _val(n)
+    if isinstance(v, (list, tuple)):
+        v = next((t for t in v if isinstance(t, torch.Tensor)), None)
+    return isinstance(v, torch.Tensor) and op in _native_ops(v.device.index or 0)
+
+
+def _spatial(v, nd):
+    """A convolution's stride/padding/dilation list for nd spatial dims (ATen repeats a 1-list)."""
+    v = [int(x) for x in v]
+    return v * nd if len(v) == 1 else v
+
+
+def _conv_ok(n):
+    s, vals = _schema_args(n)
+    x, w = _val(vals[0]), _val(vals[1])
+    return (_native_here(n, "tpu::conv_fwd") and _fresh_ok(n) and x.dim() >= 3 and w.dim() == x.dim()
+            and all(isinstance(v, (list, tuple)) and all(type(i) is int for i in v) for v in vals[3:6] + [vals[7]])
+            and type(vals[8]) is int)
+
+
+def _lower_conv(g, n, vid, vals, outs, opts):
+    """aten::convolution -> tpu::conv_fwd (the kernel eager convolution_overrideable queues); a
+    convolution that is not transposed may head a fused group of its pointwise consumers (CHANNELS:
+    tiles of output rows)."""
+    x, w, b, stride, padding, dilation, transposed, output_padding, groups = vals[:9]
+    nd = _val(w).dim() - 2
+    flags = CHANNELS if opts.conv_epilogue and not transposed else 0
+    args = [(K_TENSOR, vid[x]), (K_TENSOR, vid[w]), (K_TENSOR, vid[b]) if b is not None else (K_NONE, 0),
+            (K_INTS, _spatial(stride, nd)), (K_INTS, _spatial(padding, nd)), (K_INTS, _spatial(dilation, nd)),
+            (K_BOOL, int(bool(transposed))), (K_INTS, _spatial(output_padding, nd)), (K_INT, groups)]
+    return g.node("tpu::conv_fwd", flags, args, [_meta(outs[0])], [-1])
+
+
+def _conv_bwd_ok(n):
+    s, vals = _schema_args(n)
+    outs = _val(n)
+    return (_native_here(n, "tpu::conv_bwd") and all(o is None or _is_tpu_tensor(o) for o in outs)
+            and all(isinstance(v, (list, tuple)) and all(type(i) is int for i in v) for v in vals[4:7] + [vals[8]])
+            and type(vals[9]) is int)
+
+
+def _lower_conv_bwd(g, n, vid, vals, outs, opts):
+    """aten::convolution_backward -> tpu::conv_bwd; outputs output_mask leaves out are not computed."""
+    go, x, w, _, stride, padding, dilation, transposed, output_padding, groups, mask = vals[:11]
+    nd = _val(w).dim() - 2
+    metas = [_meta(o) if m and o is not None else (0, [], []) for o, m in zip(outs, mask)]
+    args = [(K_TENSOR, vid[go]), (K_TENSOR, vid[x]), (K_TENSOR, vid[w]), (K_INTS, _spatial(stride, nd)),
+            (K_INTS, _spatial(padding, nd)), (K_INTS, _spatial(dilation, nd)), (K_BOOL, int(bool(transposed))),
+            (K_INTS, _spatial(output_padding, nd)), (K_INT, groups), (K_INTS, [int(bool(m)) for m in mask])]
+    return g.node("tpu::conv_bwd", 0, args, metas, [-1, -1, -1])
+
+
+_GN_DTYPES = (torch.float32, torch.bfloat16, torch.float16, torch.float64)
+
+
+def _group_norm_ok(n):
+    s, vals = _schema_args(n)
+    x = _val(vals[0])
+    outs = _val(n)
+    return (_native_here(n, "tpu::group_norm") and x.dtype in _GN_DTYPES and x.dim() >= 3
+            and all(_is_tpu_tensor(o) for o in outs) and type(vals[6]) is int and isinstance(vals[7], (int, float)))
+
+
+def _lower_group_norm(g, n, vid, vals, outs, opts):
+    """aten::native_group_norm -> tpu::group_norm; mean and rstd only where read (training); it may
+    head a fused group of its pointwise consumers (CHANNELS: SiLU)."""
+    x, w, b, _, _, _, group, eps = vals[:8]
+    used = {u.args[1] for u in n.users if u.target is operator.getitem}
+    metas = [_meta(outs[0])] + [_meta(outs[j]) if j in used else (0, [], []) for j in (1, 2)]
+    args = [(K_TENSOR, vid[x]), (K_TENSOR, vid[w]) if w is not None else (K_NONE, 0),
+            (K_TENSOR, vid[b]) if b is not None else (K_NONE, 0), (K_INT, group), (K_DOUBLE, float(eps))]
+    return g.node("tpu::group_norm", CHANNELS if opts.conv_epilogue else 0, args, metas, [-1, -1, -1])
+
+
+# lowerings that take the compile options as a sixth argument
+_WITH_OPTS = ("aten::convolution", "aten::convolution_backward", "aten::native_group_norm")
+
 # schema name -> (accepts(node), lower(graph, node, vid, args, fake outputs) -> value ids)
 _LOWERINGS = {
+    "aten::convolution": (_conv_ok, _lower_conv),
+    "aten::convolution_backward": (_conv_bwd_ok, _lower_conv_bwd),
+    "aten::native_group_norm": (_group_norm_ok, _lower_group_norm),
     "aten::empty.memory_format": (_fresh_ok, _lower_empty),
     "aten::empty_permuted": (_fresh_ok, _lower_empty),
     "aten::empty_strided": (_fresh_ok, _lower_empty),
@@ -688,7 +773,8 @@ def _build_node(g, n, vid, multi, opts, native):
         elif name in native:
             ids = g.node(name, flags, args, metas(), _out_alias(n.target))
         elif name in _LOWERINGS:
-            ids = _LOWERINGS[name][1](g, n, vid, vals, outs)
+            extra = (opts,) if name in _WITH_OPTS else ()
+            ids = _LOWERINGS[name][1](g, n, vid, vals, outs, *extra)
         else:  # functional op -> its out= variant writing fresh buffers
             ov = _out_variant(n.target, native)
             dsts = [g.empty(*m) for m in metas()]
@@ -892,6 +978,8 @@ def _lower_once(gm, nodes, native, forced_eager, opts):
                   "codegen_cache_hits", "codegen_compile_seconds", "codegen_unavailable"):
             stats[k] += st[k]
         stats["gemm_epilogues"] += st["gemm_groups"]
+        stats["conv_epilogues"] += st["conv_groups"]
+        stats["norm_epilogues"] += st["norm_groups"]
         # segments the device's driver runs whole, one compiled program per run (pjrt)
         stats["driver_segments"] += st["driver_graph"]
         # a segment with generated code either found it on disk or compiled it

@@ -32,6 +32,16 @@
 #define GEMM_MIN_ROWS 128
 #define GEMM_COL_ALIGN 32
 #define GEMM_MAX_COLS 1024
+/* Groups headed by a convolution or a group norm (its epilogue after it):
+ * a convolution's tiles are bands of output rows (its first spatial dim),
+ * all channels, reading the band of input rows they need; a group norm's
+ * are whole groups of channels. About two tiles per pool thread, of at most
+ * SLAB_TILE_ELEMS output elements (a tile's output stays in cache while the
+ * epilogue reads it). A head whose tiles would be fewer than the pool's
+ * threads runs on its own, unless one tile of at most SLAB_ONE_TILE_ELEMS
+ * holds all of it (its kernels then use the pool). */
+#define SLAB_TILE_ELEMS (4 * TILE_ELEMS)
+#define SLAB_ONE_TILE_ELEMS (32 * TILE_ELEMS)
 
 typedef struct buf_t {
   int32_t kind;  /* TPU_GRAPH_BUF_* */
@@ -53,7 +63,16 @@ typedef struct val_t {
   bool scratch;
 } val_t;
 
-enum { SLOT_WHOLE = 0, SLOT_SLICE = 1, SLOT_SCRATCH = 2 };
+/* GROUPS: sliced along slot_dim in units of the group's `unit` channels (a
+ * group norm's mean and rstd, one entry per group of channels) */
+/* WINDOW: a convolution's input, narrowed along slot_dim to the rows its
+ * output tile reads (and the padding argument adjusted to match) */
+enum { SLOT_WHOLE = 0, SLOT_SLICE = 1, SLOT_SCRATCH = 2, SLOT_GROUPS = 3, SLOT_WINDOW = 4 };
+
+/* What heads a fused group: nothing (pointwise/reduction chain), a 2-D mm /
+ * addmm (tiled along its columns), a convolution (tiled along output rows)
+ * or a group norm (tiled along channels, in whole groups). */
+enum { HEAD_NONE = 0, HEAD_GEMM = 1, HEAD_CONV = 2, HEAD_NORM = 3 };
 
 typedef struct node_t {
   const tpu_k_entry_t* entry;
@@ -94,9 +113,17 @@ typedef struct group_t {
   int32_t next; /* external operands: node and tensor slot holding the pointer */
   int32_t ext_node[TPU_CG_MAX_EXT];
   int32_t ext_slot[TPU_CG_MAX_EXT];
-  /* GEMM head (node `first`): the tiled dim of its [M, N] output (1:
-   * columns, -1 not a GEMM group). */
+  /* Head (node `first`, see HEAD_*): the tiled dim of its output (GEMM:
+   * 1, the columns of [M, N]; convolution: 2, the rows; group norm: 1, the
+   * channels), -1 for groups without a head. */
   int32_t gemm_dim;
+  int32_t head;
+  int64_t unit; /* conv / norm head: the tiled dim is cut in multiples of this (a group norm: C / group) */
+  /* conv / norm head with generated code: the epilogue (nodes after the
+   * head) is `fn` over the group's shape with the tiled dim outermost; a
+   * tile runs the head, then fn over its elements (`inner` per row) */
+  bool cg_epilogue;
+  int64_t inner_elems;
   bool float_only; /* every member has float results and float or bool operands */
 } group_t;
 
@@ -635,7 +662,7 @@ static bool gemm_slots(const tpu_graph_t* g, const node_t* n, int32_t* a, int32_
  * contiguous view of the same bytes with its rows split over leading dims. */
 static bool gemm_row_view(const tpu_graph_t* g, const group_t* gr, const val_t* v) {
   const val_t* pv = &g->vals[g->nodes[gr->first].out_vid[0]];
-  if (gr->gemm_dim < 0 || v->buf != pv->buf || v->off != pv->off || v->meta.ndim != gr->ndim) return false;
+  if (gr->head != HEAD_GEMM || v->buf != pv->buf || v->off != pv->off || v->meta.ndim != gr->ndim) return false;
   for (int32_t d = 0; d < gr->ndim; ++d) {
     if (v->meta.sizes[d] != gr->sizes[d]) return false;
   }
@@ -704,6 +731,97 @@ static bool gemm_joins(const tpu_graph_t* g, group_t* gr, const node_t* n) {
   return true;
 }
 
+/* ---- groups headed by a convolution or a group norm ------------------------- */
+
+/* What node `n` (flagged TPU_GRAPH_NODE_CHANNELS) can head: HEAD_CONV
+ * (tpu::conv_fwd, not transposed), HEAD_NORM (tpu::group_norm), or
+ * HEAD_NONE; `*out_unit`: the tiled dim is cut in multiples of it. Its
+ * output is contiguous, at least 3-D and not empty. */
+static int32_t slab_head(const tpu_graph_t* g, const node_t* n, int64_t* out_unit) {
+  if (!(n->flags & TPU_GRAPH_NODE_CHANNELS)) return HEAD_NONE;
+  int32_t kind = HEAD_NONE;
+  if (strcmp(n->entry->name, "tpu::conv_fwd") == 0 && n->nout == 1 && n->nargs == 9) {
+    /* stride, padding, dilation as lists; transposed (6) false */
+    bool lists = n->vals[3].kind == TPU_K_INTS && n->vals[4].kind == TPU_K_INTS && n->vals[5].kind == TPU_K_INTS &&
+                 n->vals[3].v.ints.len >= 1 && n->vals[4].v.ints.len >= 1 && n->vals[5].v.ints.len >= 1 &&
+                 n->vals[4].v.ints.len <= TPU_MAX_DIMS;
+    if (lists && n->vals[6].kind == TPU_K_BOOL && !n->vals[6].v.b && n->vals[0].kind == TPU_K_TENSOR &&
+        n->vals[1].kind == TPU_K_TENSOR) {
+      kind = HEAD_CONV;
+    }
+  } else if (strcmp(n->entry->name, "tpu::group_norm") == 0 && n->nout == 3 && n->nargs == 5 &&
+             n->vals[3].kind == TPU_K_INT && n->vals[3].v.i >= 1) {
+    kind = HEAD_NORM;
+  }
+  if (kind == HEAD_NONE || n->nargs > GROUP_MAX_ARGS || n->ntens > GROUP_MAX_TENSORS || n->out_vid[0] < 0) {
+    return HEAD_NONE;
+  }
+  for (int32_t j = 0; j < n->nout; ++j) {
+    if (n->out_alias[j] >= 0) return HEAD_NONE;
+  }
+  for (int32_t k = 0; k < n->nargtens; ++k) {
+    if (n->tens_vid[k] < 0) return HEAD_NONE;
+  }
+  const tpu_tensor_t* out = &g->vals[n->out_vid[0]].meta;
+  if (out->ndim < 3 || !tpu_tensor_is_contiguous(out) || tpu_tensor_numel(out) == 0) return HEAD_NONE;
+  if (kind == HEAD_CONV && n->vals[0].v.tensor->ndim != out->ndim) return HEAD_NONE;
+  if (kind == HEAD_NORM && out->sizes[1] % n->vals[3].v.i != 0) return HEAD_NONE;
+  *out_unit = kind == HEAD_NORM ? out->sizes[1] / n->vals[3].v.i : 1;
+  return kind;
+}
+
+/* Entries of the tiled dim per tile of conv/norm-headed group `gr` (see SLAB_*). */
+static int64_t slab_per_tile(const tpu_graph_t* g, const group_t* gr) {
+  const tpu_tensor_t* out = &g->vals[g->nodes[gr->first].out_vid[0]].meta;
+  int64_t D = out->sizes[gr->gemm_dim], slab = tpu_tensor_numel(out) / D, u = gr->unit;
+  int64_t threads = tpu_threadpool_size(tpu_runtime_threadpool());
+  int64_t per = (D + 2 * threads - 1) / (2 * threads);
+  per = (per + u - 1) / u * u;
+  while (per > u && per * slab > SLAB_TILE_ELEMS) per -= u;
+  return per < 1 ? 1 : per > D ? D : per;
+}
+
+/* Enough tiles for the pool, or one small tile (see SLAB_*). */
+static bool slab_tiles_ok(const tpu_graph_t* g, const group_t* gr) {
+  const tpu_tensor_t* out = &g->vals[g->nodes[gr->first].out_vid[0]].meta;
+  int64_t D = out->sizes[gr->gemm_dim], per = slab_per_tile(g, gr), tiles = (D + per - 1) / per;
+  if (tiles == 1) return tpu_tensor_numel(out) <= SLAB_ONE_TILE_ELEMS;
+  return tiles >= (int64_t)tpu_threadpool_size(tpu_runtime_threadpool());
+}
+
+/* Can fusable node `n` join the conv/norm-headed group `gr`? It reads the
+ * head's output itself (no view of it, none of a group norm's statistics),
+ * iterates within the output's shape and keeps the tiled dim whole. */
+static bool slab_joins(const tpu_graph_t* g, group_t* gr, const node_t* n) {
+  const node_t* h = &g->nodes[gr->first];
+  bool reads = false;
+  for (int32_t k = 0; k < n->nargtens; ++k) {
+    int32_t vid = n->tens_vid[k];
+    for (int32_t j = 0; j < h->nout; ++j) {
+      if (h->out_vid[j] < 0 || g->vals[vid].buf != g->vals[h->out_vid[j]].buf) continue;
+      if (j > 0 || vid != h->out_vid[0]) return false;
+      reads = true;
+    }
+  }
+  if (gr->count == 1 && (!reads || !slab_tiles_ok(g, gr))) return false;
+  const tpu_tensor_t* shapes[2] = {iter_shape(g, n), &g->vals[n->out_vid[0]].meta};
+  for (int32_t i = 0; i < 2; ++i) {
+    if (shapes[i]->ndim != gr->ndim || shapes[i]->sizes[gr->axis] != gr->sizes[gr->axis]) return false;
+    for (int32_t d = 0; d < gr->ndim; ++d) {
+      if (shapes[i]->sizes[d] > gr->sizes[d]) return false;
+    }
+  }
+  return joins(g, gr, n);
+}
+
+/* The argument whose tensor is slot `k` of `n`; -1 for an output slot. */
+static int32_t arg_of_slot(const node_t* n, int32_t k) {
+  for (int32_t i = 0; i < n->nargs; ++i) {
+    if (n->vals[i].kind == TPU_K_TENSOR && n->vals[i].v.tensor == n->tens + k) return i;
+  }
+  return -1;
+}
+
 static bool is_float_dtype(int32_t dt) { return dt == TPU_DTYPE_F32 || dt == TPU_DTYPE_BF16 || dt == TPU_DTYPE_F16; }
 
 /* Float results from float or bool operands: what generated code covers.
@@ -759,15 +877,23 @@ static tpu_status_t form_groups(tpu_graph_t* g) {
   group_t* open = NULL;
   for (int32_t i = 0; i < g->nnodes; ++i) {
     node_t* n = &g->nodes[i];
-    int32_t ga, gb, gc;
+    int32_t ga, gb, gc, slab;
+    int64_t unit = 1;
     if (gemm_slots(g, n, &ga, &gb, &gc)) { /* heads a group; its consumers may follow */
       open = open_group(g, i, &g->vals[n->out_vid[0]].meta);
       open->gemm_dim = 1;
+      open->head = HEAD_GEMM;
+    } else if ((slab = slab_head(g, n, &unit)) != HEAD_NONE) { /* likewise, by output rows / channels */
+      open = open_group(g, i, &g->vals[n->out_vid[0]].meta);
+      open->gemm_dim = open->axis = slab == HEAD_CONV ? 2 : 1;
+      open->head = slab;
+      open->unit = unit;
     } else if (fusable(g, n) && !(g->cg_mode != TPU_CG_OFF && column_reduction(g, n))) {
       if (open && open->first + open->count == i &&
-          (open->gemm_dim >= 0 ? gemm_joins(g, open, n)
-                               : (g->cg_mode == TPU_CG_OFF || open->float_only == float_only(g, n)) &&
-                                     joins(g, open, n))) {
+          (open->head == HEAD_GEMM   ? gemm_joins(g, open, n)
+           : open->head != HEAD_NONE ? slab_joins(g, open, n)
+                                     : (g->cg_mode == TPU_CG_OFF || open->float_only == float_only(g, n)) &&
+                                           joins(g, open, n))) {
         open->count++;
         widen(open, iter_shape(g, n));
         n->group = (int32_t)(open - g->groups);
@@ -885,7 +1011,7 @@ static void batch_gemvs(tpu_graph_t* g) {
 /* Every other value aliasing the product of GEMM node `n` (group `gr`) is
  * its row view in the group's shape, so it can live in tiles. */
 static bool gemm_views_in_tiles(const tpu_graph_t* g, const node_t* n, const val_t* pv) {
-  if (n->group < 0 || g->groups[n->group].gemm_dim < 0 || g->groups[n->group].first != (int32_t)(n - g->nodes)) {
+  if (n->group < 0 || g->groups[n->group].head != HEAD_GEMM || g->groups[n->group].first != (int32_t)(n - g->nodes)) {
     return false;
   }
   for (int32_t i = 0; i < g->nvals; ++i) {
@@ -910,14 +1036,27 @@ static int64_t gemm_rows_per_tile(const tpu_graph_t* g, const group_t* gr, int64
 
 /* Intermediates that only their group reads live in tile scratch. */
 static void plan_groups(tpu_graph_t* g) {
+  /* a conv/norm head whose epilogue is all float pointwise nodes: generated code may run the
+   * epilogue on each tile, reading the head's tile from memory (see generate) */
+  for (int32_t gi = 0; gi < g->ngroups; ++gi) {
+    group_t* gr = &g->groups[gi];
+    gr->cg_epilogue = (gr->head == HEAD_CONV || gr->head == HEAD_NORM) && gr->count >= 2 && g->cg_mode != TPU_CG_OFF;
+    for (int32_t m = gr->first + 1; m < gr->first + gr->count && gr->cg_epilogue; ++m) {
+      const node_t* n = &g->nodes[m];
+      gr->cg_epilogue = (n->flags & TPU_GRAPH_NODE_POINTWISE) && !(n->flags & TPU_GRAPH_NODE_REDUCTION) &&
+                        float_only(g, n);
+    }
+  }
   /* consumers outside the producing group */
   for (int32_t i = 0; i < g->nnodes; ++i) {
     const node_t* n = &g->nodes[i];
+    bool cg_head = n->group >= 0 && g->groups[n->group].cg_epilogue && g->groups[n->group].first == i;
     for (int32_t j = 0; j < n->nout; ++j) {
       if (n->out_vid[j] < 0) continue;
       val_t* v = &g->vals[n->out_vid[j]];
-      v->scratch = n->group >= 0 && n->out_alias[j] < 0 && (v->views == 0 || gemm_views_in_tiles(g, n, v)) &&
-                   g->bufs[v->buf].kind == TPU_GRAPH_BUF_INTERNAL;
+      /* a head's other outputs (a group norm's statistics) are written to memory */
+      v->scratch = n->group >= 0 && j == 0 && !cg_head && n->out_alias[j] < 0 &&
+                   (v->views == 0 || gemm_views_in_tiles(g, n, v)) && g->bufs[v->buf].kind == TPU_GRAPH_BUF_INTERNAL;
     }
   }
   for (int32_t i = 0; i < g->nnodes; ++i) {
@@ -955,7 +1094,8 @@ static void plan_groups(tpu_graph_t* g) {
     gr->rows_per_tile = TILE_ELEMS / gr->inner;
     if (gr->rows_per_tile < 1) gr->rows_per_tile = 1;
     if (gr->rows_per_tile > rows) gr->rows_per_tile = rows;
-    if (gr->gemm_dim >= 0) gr->rows_per_tile = gemm_rows_per_tile(g, gr, rows);
+    if (gr->head == HEAD_GEMM) gr->rows_per_tile = gemm_rows_per_tile(g, gr, rows);
+    if (gr->head == HEAD_CONV || gr->head == HEAD_NORM) gr->rows_per_tile = slab_per_tile(g, gr);
     gr->ntiles = (rows + gr->rows_per_tile - 1) / gr->rows_per_tile;
     int64_t scratch = 0;
     for (int32_t m = gr->first; m < gr->first + gr->count; ++m) {
@@ -975,8 +1115,9 @@ static void plan_groups(tpu_graph_t* g) {
       int32_t ga = -1, gb = -1, gc = -1;
       if (head) gemm_slots(g, n, &ga, &gb, &gc);
       for (int32_t k = 0; k < n->ntens; ++k) {
-        const val_t* v = &g->vals[n->tens_vid[k]];
         n->slot_mode[k] = SLOT_WHOLE;
+        if (n->tens_vid[k] < 0) continue; /* an output not wanted (a group norm's statistics) */
+        const val_t* v = &g->vals[n->tens_vid[k]];
         if (!v->scratch && v->producer < 0 && g->bufs[v->buf].scratch) {
           v = &g->vals[g->bufs[v->buf].prod_val]; /* a GEMM product seen through its row view */
         }
@@ -989,6 +1130,20 @@ static void plan_groups(tpu_graph_t* g) {
           continue;
         }
         if (gr->axis < 0) continue;
+        if (head && gr->head == HEAD_CONV) { /* output rows, the input rows they read, weight and bias whole */
+          int32_t arg = arg_of_slot(n, k);
+          if (k == n->nargtens || arg == 0) {
+            n->slot_mode[k] = arg == 0 ? SLOT_WINDOW : SLOT_SLICE;
+            n->slot_dim[k] = 2;
+          }
+          continue;
+        }
+        if (head && gr->head == HEAD_NORM) { /* channels of input, weight, bias, output; groups of the statistics */
+          int32_t arg = arg_of_slot(n, k);
+          n->slot_mode[k] = arg < 0 && k > n->nargtens ? SLOT_GROUPS : SLOT_SLICE;
+          n->slot_dim[k] = arg == 1 || arg == 2 ? 0 : 1;
+          continue;
+        }
         if (head) { /* A's rows or B's columns as the tile's; the added input and the output like pointwise */
           int32_t d = k == ga ? 0 : k == gb ? 1 : -1;
           if (d >= 0 || k == gc || k == n->nargtens) {
@@ -1012,7 +1167,9 @@ static void plan_groups(tpu_graph_t* g) {
     if (scratch > g->slot_bytes) g->slot_bytes = scratch;
     g->stats.fused_groups++;
     g->stats.fused_nodes += gr->count;
-    if (gr->gemm_dim >= 0) g->stats.gemm_groups++;
+    if (gr->head == HEAD_GEMM) g->stats.gemm_groups++;
+    if (gr->head == HEAD_CONV) g->stats.conv_groups++;
+    if (gr->head == HEAD_NORM) g->stats.norm_groups++;
   }
 }
 
@@ -1045,15 +1202,19 @@ static bool same_sizes(const tpu_tensor_t* t, int32_t ndim, const int64_t* sizes
 /* Describes group gi for codegen.c; false when it is not one loop over the
  * group's shape, or rows with reductions over its trailing dims. */
 static bool describe(tpu_graph_t* g, int32_t gi, tpu_cg_ext_t* ext, tpu_cg_node_t* cn, int32_t* refs,
-                     int32_t* reduce_from) {
+                     int32_t* reduce_from, int32_t* out_count, int64_t* sizes) {
   group_t* gr = &g->groups[gi];
   int32_t ext_vid[TPU_CG_MAX_EXT];
-  if (gr->gemm_dim >= 0) return false; /* a GEMM head: the tile interpreter */
+  if (gr->head == HEAD_GEMM) return false; /* a GEMM head: the tile interpreter */
+  if (gr->head != HEAD_NONE && !gr->cg_epilogue) return false;
+  /* a conv/norm head's epilogue: its nodes after the head, which is read from memory */
+  const int32_t first = gr->first + (gr->head != HEAD_NONE ? 1 : 0), count = gr->first + gr->count - first;
   /* the reduced dims: those a reduction's output has as 1; they must be the
    * same for every reduction and come after every kept dim */
   int64_t row[TPU_MAX_DIMS];
   *reduce_from = gr->ndim;
-  for (int32_t m = gr->first; m < gr->first + gr->count; ++m) {
+  *out_count = count;
+  for (int32_t m = first; m < first + count; ++m) {
     const node_t* n = &g->nodes[m];
     if (!(n->flags & TPU_GRAPH_NODE_REDUCTION)) continue;
     const tpu_tensor_t* o = &g->vals[n->out_vid[0]].meta;
@@ -1070,8 +1231,8 @@ static bool describe(tpu_graph_t* g, int32_t gi, tpu_cg_ext_t* ext, tpu_cg_node_
   }
   for (int32_t d = 0; d < gr->ndim; ++d) row[d] = d < *reduce_from ? gr->sizes[d] : 1;
   gr->next = 0;
-  for (int32_t i = 0; i < gr->count; ++i) {
-    int32_t m = gr->first + i;
+  for (int32_t i = 0; i < count; ++i) {
+    int32_t m = first + i;
     const node_t* n = &g->nodes[m];
     const val_t* ov = &g->vals[n->out_vid[0]];
     bool is_row = *reduce_from < gr->ndim && same_sizes(&ov->meta, gr->ndim, row);
@@ -1083,8 +1244,8 @@ static bool describe(tpu_graph_t* g, int32_t gi, tpu_cg_ext_t* ext, tpu_cg_node_
       int32_t slot = (int32_t)(n->vals[a].v.tensor - n->tens);
       int32_t vid = n->tens_vid[slot];
       int32_t p = g->vals[vid].producer;
-      if (p >= gr->first && p < m && g->nodes[p].out_vid[0] == vid) {
-        r[a] = -1 - (p - gr->first);
+      if (p >= first && p < m && g->nodes[p].out_vid[0] == vid) {
+        r[a] = -1 - (p - first);
       } else {
         r[a] = ext_of(g, gr, ext, ext_vid, vid, m, slot);
         if (r[a] < 0) return false;
@@ -1096,6 +1257,20 @@ static bool describe(tpu_graph_t* g, int32_t gi, tpu_cg_ext_t* ext, tpu_cg_node_
       if (store < 0) return false;
     }
     cn[i] = (tpu_cg_node_t){n->entry->name, n->nargs, n->vals, r, ov->meta.dtype, store, is_row};
+  }
+  memcpy(sizes, gr->sizes, sizeof(int64_t) * (size_t)gr->ndim);
+  if (gr->head != HEAD_NONE) {
+    /* the tiled dim outermost, so that a tile's elements are one range of the function's units */
+    int32_t ax = gr->axis;
+    for (int32_t d = ax; d > 0; --d) sizes[d] = sizes[d - 1];
+    sizes[0] = gr->sizes[ax];
+    for (int32_t e = 0; e < gr->next; ++e) {
+      int64_t sa = ext[e].strides[ax];
+      for (int32_t d = ax; d > 0; --d) ext[e].strides[d] = ext[e].strides[d - 1];
+      ext[e].strides[0] = sa;
+    }
+    gr->inner_elems = 1;
+    for (int32_t d = 1; d < gr->ndim; ++d) gr->inner_elems *= sizes[d];
   }
   return true;
 }
@@ -1124,9 +1299,10 @@ static tpu_status_t generate(tpu_graph_t* g) {
   tpu_cg_prelude(&src);
   for (int32_t gi = 0; gi < g->ngroups; ++gi) {
     group_t* gr = &g->groups[gi];
-    int32_t reduce_from = 0;
-    if (gr->count < 2 || !describe(g, gi, ext, cn, refs, &reduce_from)) continue;
-    tpu_cg_group_t desc = {gr->ndim, gr->sizes, reduce_from, gr->next, ext, gr->count, cn};
+    int32_t reduce_from = 0, count = 0;
+    int64_t sizes[TPU_MAX_DIMS];
+    if (gr->count < 2 || !describe(g, gi, ext, cn, refs, &reduce_from, &count, sizes)) continue;
+    tpu_cg_group_t desc = {gr->ndim, sizes, reduce_from, gr->next, ext, count, cn};
     /* Emitted straight into the unit under the next free id; identical
      * groups (every layer of a model) share one function, so a body equal
      * to an earlier one (past its name) is cut off again. */
@@ -1421,6 +1597,7 @@ typedef struct tile_ctx_t {
   const group_t* gr;
   tpu_status_t* first_error; /* guarded by atomics: first writer wins */
   tpu_threadpool_t* pool;    /* a group of one tile: its kernels use the pool */
+  char* const* ptrs;         /* a head's generated epilogue: its operands */
 } tile_ctx_t;
 
 static int32_t acquire_slot(tpu_graph_t* g) {
@@ -1449,6 +1626,27 @@ static void narrow(tpu_tensor_t* t, int32_t d, int64_t start, int64_t len) {
   t->sizes[d] = len;
 }
 
+/* The input rows output rows [r0, r0 + nr) of convolution node `n` read:
+ * its input (slot k of the tile's copy) narrowed to them along dim 2, and
+ * the padding argument (copied into `pad`) made the rows' own. Rows past
+ * either end of the input stay out of the view, where the kernel's bounds
+ * checks read them as the zero padding they are. */
+static void conv_window(const node_t* n, tpu_k_value_t* vals, tpu_tensor_t* t, int64_t r0, int64_t nr, int64_t* pad) {
+  const tpu_tensor_t* w = vals[1].v.tensor;
+  int32_t nd = w->ndim - 2;
+  const tpu_k_value_t* st = &n->vals[3];
+  const tpu_k_value_t* pd = &n->vals[4];
+  const tpu_k_value_t* dl = &n->vals[5];
+  for (int32_t j = 0; j < nd; ++j) pad[j] = pd->v.ints.data[pd->v.ints.len == 1 ? 0 : j];
+  int64_t s = st->v.ints.data[0], d = dl->v.ints.data[0], K = w->sizes[2], H = t->sizes[2];
+  int64_t lo = r0 * s - pad[0], hi = (r0 + nr - 1) * s - pad[0] + (K - 1) * d + 1;
+  int64_t start = lo < 0 ? 0 : lo > H ? H : lo, end = hi > H ? H : hi < start ? start : hi;
+  narrow(t, 2, start, end - start);
+  pad[0] = start - lo;
+  vals[4].v.ints.data = pad;
+  vals[4].v.ints.len = nd;
+}
+
 /* Keeps the first error of a parallel loop (first writer wins). */
 static void keep_first_error(tpu_status_t* first_error, tpu_status_t st) {
   tpu_status_t none = TPU_OK;
@@ -1466,6 +1664,7 @@ static void run_tiles(void* ctx, int64_t begin, int64_t end) {
   int64_t rows = gr->axis >= 0 ? gr->sizes[gr->axis] : 1;
   tpu_k_value_t vals[GROUP_MAX_ARGS];
   tpu_tensor_t tens[GROUP_MAX_TENSORS];
+  int64_t pad[TPU_MAX_DIMS];
   for (int64_t tile = begin; tile < end; ++tile) {
     int64_t r0 = tile * gr->rows_per_tile;
     int64_t nr = rows - r0 < gr->rows_per_tile ? rows - r0 : gr->rows_per_tile;
@@ -1476,6 +1675,10 @@ static void run_tiles(void* ctx, int64_t begin, int64_t end) {
         tpu_tensor_t* t = &tens[k];
         if (n->slot_mode[k] == SLOT_SLICE) {
           narrow(t, n->slot_dim[k], r0, nr);
+        } else if (n->slot_mode[k] == SLOT_GROUPS) {
+          if (n->tens_vid[k] >= 0) narrow(t, n->slot_dim[k], r0 / gr->unit, nr / gr->unit);
+        } else if (n->slot_mode[k] == SLOT_WINDOW) {
+          conv_window(n, vals, t, r0, nr, pad);
         } else if (n->slot_mode[k] == SLOT_SCRATCH) {
           t->data = scratch + n->slot_scratch[k];
           if (gr->axis >= 0) t->sizes[n->slot_dim[k]] = nr;
@@ -1486,10 +1689,15 @@ static void run_tiles(void* ctx, int64_t begin, int64_t end) {
           }
         }
       }
+      if (m == gr->first && gr->head == HEAD_NORM) vals[3].v.i = nr / gr->unit; /* the tile's groups */
       tpu_status_t st = run_node(g, n, c->pool, vals, tens);
       if (st != TPU_OK) {
         keep_first_error(c->first_error, st);
         goto done;
+      }
+      if (gr->fn) { /* the epilogue's generated code over the tile (tiled dim outermost) */
+        gr->fn(c->ptrs, r0 * gr->inner_elems, (r0 + nr) * gr->inner_elems);
+        break;
       }
     }
   }
@@ -1549,15 +1757,17 @@ static tpu_status_t run_step(tpu_graph_t* g, const step_t* st, tpu_threadpool_t*
     return run_node(g, n, pool, n->vals, n->tens);
   }
   const group_t* gr = &g->groups[st->group];
+  char* ptrs[TPU_CG_MAX_EXT];
   if (gr->fn) {
-    char* ptrs[TPU_CG_MAX_EXT];
     for (int32_t e = 0; e < gr->next; ++e) ptrs[e] = g->nodes[gr->ext_node[e]].tens[gr->ext_slot[e]].data;
+  }
+  if (gr->fn && gr->head == HEAD_NONE) {
     cg_ctx_t c = {gr->fn, ptrs};
     tpu_parallel_for(pool, gr->cg_units, gr->cg_grain, cg_range, &c);
     return TPU_OK;
   }
   tpu_status_t first_error = TPU_OK;
-  tile_ctx_t c = {g, gr, &first_error};
+  tile_ctx_t c = {g, gr, &first_error, NULL, ptrs};
   if (gr->ntiles > 1) {
     tpu_parallel_for(pool, gr->ntiles, 1, run_tiles, &c);
   } else {

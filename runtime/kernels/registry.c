@@ -29,6 +29,7 @@ TPU_K_FAMILY(special)
 TPU_K_FAMILY(pool)
 TPU_K_FAMILY(factor)
 TPU_K_FAMILY(fft)
+TPU_K_FAMILY(norm)
 #undef TPU_K_FAMILY
 
 typedef struct {
@@ -58,6 +59,7 @@ static const tpu_k_family_t kFamilies[] = {
     {tpu_k_pool_entries, &tpu_k_pool_count},
     {tpu_k_factor_entries, &tpu_k_factor_count},
     {tpu_k_fft_entries, &tpu_k_fft_count},
+    {tpu_k_norm_entries, &tpu_k_norm_count},
 };
 #define TPU_K_NUM_FAMILIES (sizeof(kFamilies) / sizeof(kFamilies[0]))
 

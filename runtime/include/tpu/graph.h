@@ -28,7 +28,16 @@
  * product's columns (A whole) and runs the epilogue on it while it is in
  * cache; the raw product lives in tile scratch when only the group reads it.
  * A product with more rows is computed whole (tiling its rows would pack B
- * again per tile) and its consumers form their own group. With generated
+ * again per tile) and its consumers form their own group. A convolution
+ * (tpu::conv_fwd, groups 1, not transposed) or a group norm
+ * (tpu::group_norm) flagged TPU_GRAPH_NODE_CHANNELS may head a group the
+ * same way when its consumers read its contiguous output in its own shape:
+ * each tile computes a block of output channels (a convolution: those rows
+ * of the weight and bias, the input whole; a group norm: whole groups of
+ * channels, their statistics, with `group` set to their count) and runs the
+ * epilogue (bias or time-embedding adds, SiLU, residual adds) on it while it
+ * is in cache. It heads a group only when the channel blocks give a tile per
+ * pool thread, or one tile small enough to stay in cache. With generated
  * code on, a reduction over a leading dim runs as a plain node. Consecutive
  * standalone mm nodes of one row by different B that read the same row
  * (q, k and v while decoding) run as one step: one parallel loop over
@@ -87,6 +96,9 @@ enum {
                                          fusable when the tiled dim is not reduced */
   TPU_GRAPH_NODE_GEMM = 1u << 2,      /* aten::mm / aten::addmm (2-D): may head a fused group
                                          whose pointwise epilogue consumes its output */
+  TPU_GRAPH_NODE_CHANNELS = 1u << 3,  /* tpu::conv_fwd (groups 1, not transposed) /
+                                         tpu::group_norm: may head a fused group tiled along
+                                         its output's channels (dim 1) */
 };
 
 /* Buffer kinds reported for outputs. */
@@ -106,6 +118,8 @@ typedef struct tpu_graph_stats_t {
   int64_t codegen_compile_ns;/* time spent in the C compiler (0 on a cache hit) */
   int64_t codegen_unavailable;/* 1 when code generation was wanted but no compiler worked */
   int64_t gemm_groups;    /* fused groups headed by a GEMM (its epilogue runs on its tiles) */
+  int64_t conv_groups;    /* fused groups headed by a convolution (epilogue on its channel tiles) */
+  int64_t norm_groups;    /* fused groups headed by a group norm (epilogue on its channel tiles) */
   int64_t gemv_batches;   /* steps running >= 2 one-row products of the same row as one parallel loop */
   int64_t gemv_batched;   /* products inside those steps */
   int64_t driver_graph;   /* 1: the device's driver runs the whole graph as one program per run */

@@ -239,6 +239,8 @@ class Graph {
     d["fused_groups"] = s.fused_groups;
     d["fused_nodes"] = s.fused_nodes;
     d["gemm_groups"] = s.gemm_groups;
+    d["conv_groups"] = s.conv_groups;
+    d["norm_groups"] = s.norm_groups;
     d["gemv_batches"] = s.gemv_batches;
     d["gemv_batched"] = s.gemv_batched;
     d["scratch_values"] = s.scratch_values;
