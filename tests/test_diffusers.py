@@ -143,6 +143,87 @@ def test_ddpm_unet_pipeline_matches_cpu():
     torch.testing.assert_close(got, ref)
 
 
+# UNet2DConditionModel close to Diffusers' own tests' tiny config (2 resolutions, cross-attention
+# down and up blocks, a mid block), with 8/16 channels in 4 groups
+UNET_COND = dict(block_out_channels=(8, 16), layers_per_block=1, sample_size=16, in_channels=4, out_channels=4,
+                 down_block_types=("CrossAttnDownBlock2D", "DownBlock2D"),
+                 up_block_types=("UpBlock2D", "CrossAttnUpBlock2D"), cross_attention_dim=8, attention_head_dim=2,
+                 norm_num_groups=4)
+
+
+def _unet_cond_inputs():
+    g = torch.Generator().manual_seed(0)
+    return dict(sample=torch.randn(2, 4, 16, 16, generator=g), timestep=torch.tensor([10.0, 10.0]),
+                encoder_hidden_states=torch.randn(2, 5, 8, generator=g))
+
+
+def _compiled_stats(run):
+    from torch_tpu._dynamo_backend import compile_stats
+
+    torch._dynamo.reset()
+    s0 = compile_stats()
+    out, fallback = _fallback_ops(run)
+    s1 = compile_stats()
+    return out, fallback, {k: s1[k] - s0[k] for k in ("segments", "eager_nodes", "conv_epilogues", "norm_epilogues")}
+
+
+@pytest.mark.parametrize("kind", ["condition", "ddpm"])
+def test_compiled_unet_forward_matches_eager_and_cpu(kind):
+    """torch.compile(backend="tpu") of a tiny UNet2DConditionModel and of the DDPM test's UNet2DModel:
+    one C segment, nothing eager (convolutions are tpu::conv_fwd nodes, group norms tpu::group_norm
+    nodes), convolutions and group norms heading fused groups with their epilogues (time-embedding
+    and residual adds, SiLU); the output equals eager tpu and the CPU (rtol 1e-4, atol 1e-5)."""
+    torch.manual_seed(0)
+    if kind == "condition":
+        model, inputs = diffusers.UNet2DConditionModel(**UNET_COND).eval(), _unet_cond_inputs()
+    else:
+        model = diffusers.UNet2DModel(block_out_channels=(4, 8), layers_per_block=1, norm_num_groups=4, sample_size=8,
+                                      in_channels=3, out_channels=3, down_block_types=("DownBlock2D", "AttnDownBlock2D"),
+                                      up_block_types=("AttnUpBlock2D", "UpBlock2D")).eval()
+        inputs = dict(sample=torch.randn(2, 3, 8, 8, generator=torch.Generator().manual_seed(0)),
+                      timestep=torch.tensor([3.0, 3.0]))
+    with torch.no_grad():
+        ref = model(**inputs, return_dict=False)[0]
+        model.to("tpu")
+        tin = {k: v.to("tpu") for k, v in inputs.items()}
+        eager = model(**tin, return_dict=False)[0].cpu()
+        cmodel = torch.compile(model, backend="tpu", fullgraph=True, dynamic=False)
+        got, fallback, st = _compiled_stats(lambda: cmodel(**tin, return_dict=False)[0].cpu())
+    assert fallback == set()
+    assert st["segments"] == 1 and st["eager_nodes"] == 0, st
+    assert st["conv_epilogues"] > 0 and st["norm_epilogues"] > 0, st
+    torch.testing.assert_close(got, eager, rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(got, ref, rtol=1e-4, atol=1e-5)
+
+
+def test_compiled_unet_training_step_matches_cpu():
+    """Forward and backward of the tiny UNet2DConditionModel compiled: a forward and a backward C
+    segment, nothing eager (convolution_backward is tpu::conv_bwd); the output and every parameter's
+    gradient (loss = mean of the squared output) equal the CPU's (rtol 1e-4, atol 1e-5)."""
+    inputs = _unet_cond_inputs()
+    torch.manual_seed(0)
+    ref_model = diffusers.UNet2DConditionModel(**UNET_COND)
+    ref = ref_model(**inputs, return_dict=False)[0]
+    ref.square().mean().backward()
+    torch.manual_seed(0)
+    model = diffusers.UNet2DConditionModel(**UNET_COND).to("tpu")
+    cmodel = torch.compile(model, backend="tpu", fullgraph=True, dynamic=False)
+
+    def run():
+        out = cmodel(**{k: v.to("tpu") for k, v in inputs.items()}, return_dict=False)[0]
+        out.square().mean().backward()
+        return out.detach().cpu()
+
+    got, fallback, st = _compiled_stats(run)
+    assert fallback == set()
+    assert st["segments"] == 2 and st["eager_nodes"] == 0, st
+    torch.testing.assert_close(got, ref.detach(), rtol=1e-4, atol=1e-5)
+    ref_grads = dict(ref_model.named_parameters())
+    for name, p in model.named_parameters():
+        torch.testing.assert_close(p.grad.cpu(), ref_grads[name].grad, rtol=1e-4, atol=1e-5,
+                                   msg=lambda m, name=name: f"gradient of {name}: {m}")
+
+
 @pytest.mark.parametrize("backend", ["_native_flash", "_native_cudnn"])
 def test_flash_and_cudnn_backends_one_chip(backend):
     """Diffusers' flash and cuDNN backends wrap F.scaled_dot_product_attention in

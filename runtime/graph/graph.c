@@ -37,9 +37,9 @@
  * all channels, reading the band of input rows they need; a group norm's
  * are whole groups of channels. About two tiles per pool thread, of at most
  * SLAB_TILE_ELEMS output elements (a tile's output stays in cache while the
- * epilogue reads it). A head whose tiles would be fewer than the pool's
- * threads runs on its own, unless one tile of at most SLAB_ONE_TILE_ELEMS
- * holds all of it (its kernels then use the pool). */
+ * epilogue reads it). Where that gives fewer tiles than the pool has
+ * threads, an output of at most SLAB_ONE_TILE_ELEMS is one tile (its kernel
+ * and epilogue each use the pool), a larger one heads no group. */
 #define SLAB_TILE_ELEMS (4 * TILE_ELEMS)
 #define SLAB_ONE_TILE_ELEMS (32 * TILE_ELEMS)
 
@@ -778,7 +778,9 @@ static int64_t slab_per_tile(const tpu_graph_t* g, const group_t* gr) {
   int64_t per = (D + 2 * threads - 1) / (2 * threads);
   per = (per + u - 1) / u * u;
   while (per > u && per * slab > SLAB_TILE_ELEMS) per -= u;
-  return per < 1 ? 1 : per > D ? D : per;
+  per = per < 1 ? 1 : per > D ? D : per;
+  if ((D + per - 1) / per < threads && tpu_tensor_numel(out) <= SLAB_ONE_TILE_ELEMS) per = D;
+  return per;
 }
 
 /* Enough tiles for the pool, or one small tile (see SLAB_*). */
@@ -1655,6 +1657,16 @@ static void keep_first_error(tpu_status_t* first_error, tpu_status_t st) {
   }
 }
 
+typedef struct cg_ctx_t {
+  tpu_cg_fn_t fn;
+  char* const* ptrs;
+} cg_ctx_t;
+
+static void cg_range(void* ctx, int64_t begin, int64_t end) {
+  const cg_ctx_t* c = ctx;
+  c->fn(c->ptrs, begin, end);
+}
+
 static void run_tiles(void* ctx, int64_t begin, int64_t end) {
   tile_ctx_t* c = ctx;
   tpu_graph_t* g = c->g;
@@ -1696,7 +1708,12 @@ static void run_tiles(void* ctx, int64_t begin, int64_t end) {
         goto done;
       }
       if (gr->fn) { /* the epilogue's generated code over the tile (tiled dim outermost) */
-        gr->fn(c->ptrs, r0 * gr->inner_elems, (r0 + nr) * gr->inner_elems);
+        if (c->pool) { /* one tile: the whole epilogue, over the pool */
+          cg_ctx_t cc = {gr->fn, c->ptrs};
+          tpu_parallel_for(c->pool, nr * gr->inner_elems, gr->cg_grain, cg_range, &cc);
+        } else {
+          gr->fn(c->ptrs, r0 * gr->inner_elems, (r0 + nr) * gr->inner_elems);
+        }
         break;
       }
     }
@@ -1733,16 +1750,6 @@ static void run_gemv_blocks(void* ctx, int64_t begin, int64_t end) {
       return;
     }
   }
-}
-
-typedef struct cg_ctx_t {
-  tpu_cg_fn_t fn;
-  char* const* ptrs;
-} cg_ctx_t;
-
-static void cg_range(void* ctx, int64_t begin, int64_t end) {
-  const cg_ctx_t* c = ctx;
-  c->fn(c->ptrs, begin, end);
 }
 
 static tpu_status_t run_step(tpu_graph_t* g, const step_t* st, tpu_threadpool_t* pool) {

@@ -502,6 +502,240 @@ static void test_gemv_batch(int64_t K, const int64_t* Ns, int n) {
   dfree(x2);
 }
 
+/* ---- convolution and group norm heads ------------------------------------------ */
+
+static tpu_graph_arg_t A_INT(int64_t v) { return (tpu_graph_arg_t){.kind = TPU_K_INT, .i = v}; }
+
+/* A convolution problem: x [N, Cin, sp...] * w [Cout, Cin/G, k...] (+ b) with
+ * the same stride, padding and dilation in every spatial dim. */
+typedef struct {
+  int nd;
+  int64_t N, Cin, Cout, G, sp[3], k, s, p, d;
+  bool bias;
+} conv_case_t;
+
+static int64_t conv_out(const conv_case_t* c, int j) { return (c->sp[j] + 2 * c->p - c->d * (c->k - 1) - 1) / c->s + 1; }
+
+/* double-precision reference of y = conv(x, w) + b, y contiguous */
+static void conv_ref(const conv_case_t* c, const float* x, const float* w, const float* b, double* y) {
+  int64_t os[3] = {1, 1, 1}, is[3] = {1, 1, 1}, ks[3] = {1, 1, 1};
+  for (int j = 0; j < c->nd; ++j) os[j] = conv_out(c, j), is[j] = c->sp[j], ks[j] = c->k;
+  int64_t cg = c->Cin / c->G, mg = c->Cout / c->G, P = os[0] * os[1] * os[2], I = is[0] * is[1] * is[2];
+  int64_t KK = ks[0] * ks[1] * ks[2];
+  for (int64_t n = 0; n < c->N; ++n)
+    for (int64_t o = 0; o < c->Cout; ++o)
+      for (int64_t q = 0; q < P; ++q) {
+        int64_t oi[3] = {q / (os[1] * os[2]), q / os[2] % os[1], q % os[2]};
+        double acc = c->bias ? b[o] : 0.0;
+        for (int64_t ci = 0; ci < cg; ++ci)
+          for (int64_t kk = 0; kk < KK; ++kk) {
+            int64_t ki[3] = {kk / (ks[1] * ks[2]), kk / ks[2] % ks[1], kk % ks[2]}, off = 0;
+            bool in = true;
+            for (int j = 0; j < 3; ++j) {
+              int64_t pos = j < c->nd ? oi[j] * c->s - c->p + ki[j] * c->d : 0;
+              in = in && pos >= 0 && pos < is[j];
+              off = off * is[j] + pos;
+            }
+            if (!in) continue;
+            int64_t cin = (o / mg) * cg + ci;
+            acc += (double)x[(n * c->Cin + cin) * I + off] * w[(o * cg + ci) * KK + kk];
+          }
+        y[(n * c->Cout + o) * P + q] = acc;
+      }
+}
+
+/* z = sigmoid(y + t) * (y + t) + r with y = conv(x, w, b), t [N, Cout, 1...]
+ * a per-channel add (a time embedding), r a residual: fused (the conv heads
+ * a group of 4, tiled by output rows) and not, the interpreter and generated
+ * code; `keep_y`: y is an output too (then it cannot live in tile scratch).
+ * Every result equals the double reference. */
+static void test_conv_epilogue(conv_case_t c, bool keep_y) {
+  int nd = c.nd, ndim = nd + 2;
+  int64_t xs[5] = {c.N, c.Cin}, ws[5] = {c.Cout, c.Cin / c.G}, ys[5] = {c.N, c.Cout}, ts[5] = {c.N, c.Cout};
+  int64_t nx = c.N * c.Cin, nw = c.Cout * (c.Cin / c.G), ny = c.N * c.Cout;
+  for (int j = 0; j < nd; ++j) {
+    xs[2 + j] = c.sp[j], ws[2 + j] = c.k, ys[2 + j] = conv_out(&c, j), ts[2 + j] = 1;
+    nx *= c.sp[j], nw *= c.k, ny *= ys[2 + j];
+  }
+  float* x = dalloc((size_t)nx);
+  float* w = dalloc((size_t)nw);
+  float* b = dalloc((size_t)c.Cout);
+  float* t = dalloc((size_t)(c.N * c.Cout));
+  float* r = dalloc((size_t)ny);
+  uint64_t seed = 17;
+  for (int64_t i = 0; i < nx; ++i) x[i] = (float)tku_urand(&seed);
+  for (int64_t i = 0; i < nw; ++i) w[i] = (float)tku_urand(&seed) * 0.3f;
+  for (int64_t i = 0; i < c.Cout; ++i) b[i] = (float)tku_urand(&seed);
+  for (int64_t i = 0; i < c.N * c.Cout; ++i) t[i] = (float)tku_urand(&seed);
+  for (int64_t i = 0; i < ny; ++i) r[i] = (float)tku_urand(&seed);
+  double* yref = malloc(sizeof(double) * (size_t)ny);
+  CHECK(yref != NULL);
+  conv_ref(&c, x, w, b, yref);
+  int64_t P = ny / (c.N * c.Cout);
+  int64_t st[3] = {c.s, c.s, c.s}, pd[3] = {c.p, c.p, c.p}, dl[3] = {c.d, c.d, c.d}, op[3] = {0, 0, 0};
+  for (int mode = 0; mode < 3; ++mode) { /* unfused; fused on the interpreter; fused, generated */
+    tpu_graph_t* g = NULL;
+    CHECK_OK(tpu_graph_create(0, &g));
+    tpu_graph_set_codegen(g, mode == 2 ? 2 : 0);
+    tpu_tensor_t m_x = T_(NULL, TPU_DTYPE_F32, ndim, xs, NULL), m_w = T_(NULL, TPU_DTYPE_F32, ndim, ws, NULL);
+    tpu_tensor_t m_b = T1(NULL, TPU_DTYPE_F32, c.Cout), m_t = T_(NULL, TPU_DTYPE_F32, ndim, ts, NULL);
+    tpu_tensor_t m_y = T_(NULL, TPU_DTYPE_F32, ndim, ys, NULL);
+    int32_t vx, vw, vb, vt, vr;
+    CHECK_OK(tpu_graph_input(g, &m_x, &vx));
+    CHECK_OK(tpu_graph_input(g, &m_w, &vw));
+    CHECK_OK(tpu_graph_input(g, &m_b, &vb));
+    CHECK_OK(tpu_graph_input(g, &m_t, &vt));
+    CHECK_OK(tpu_graph_input(g, &m_y, &vr));
+    const uint32_t PW = mode ? TPU_GRAPH_NODE_POINTWISE : 0, CH = mode ? TPU_GRAPH_NODE_CHANNELS : 0;
+    tpu_graph_arg_t cargs[9] = {A_T(vx), A_T(vw), c.bias ? A_T(vb) : A_N(), A_I(st, nd), A_I(pd, nd),
+                                A_I(dl, nd), A_B(false), A_I(op, nd), A_INT(c.G)};
+    int32_t y = node1(g, "tpu::conv_fwd", CH, 9, cargs, m_y);
+    tpu_graph_arg_t a1[3] = {A_T(y), A_T(vt), A_D(1.0)};
+    int32_t u = node1(g, "aten::add.Tensor", PW, 3, a1, m_y);
+    tpu_graph_arg_t a2[1] = {A_T(u)};
+    int32_t sg = node1(g, "aten::sigmoid", PW, 1, a2, m_y);
+    tpu_graph_arg_t a3[2] = {A_T(sg), A_T(u)};
+    int32_t si = node1(g, "aten::mul.Tensor", PW, 2, a3, m_y);
+    tpu_graph_arg_t a4[3] = {A_T(si), A_T(vr), A_D(1.0)};
+    int32_t z = node1(g, "aten::add.Tensor", PW, 3, a4, m_y);
+    CHECK_OK(tpu_graph_mark_output(g, z));
+    if (keep_y) CHECK_OK(tpu_graph_mark_output(g, y));
+    CHECK_OK(tpu_graph_compile(g));
+    tpu_graph_stats_t gs;
+    tpu_graph_get_stats(g, &gs);
+    CHECKF(gs.conv_groups == (mode ? 1 : 0) && gs.fused_nodes == (mode ? 5 : 0) && gs.steps == (mode ? 1 : 5) &&
+               gs.codegen_groups == (mode == 2 ? 1 : 0),
+           "conv nd=%d mode %d: conv groups %lld nodes %lld steps %lld generated %lld", nd, mode,
+           (long long)gs.conv_groups, (long long)gs.fused_nodes, (long long)gs.steps, (long long)gs.codegen_groups);
+    float* outz = dalloc((size_t)ny);
+    float* outy = dalloc((size_t)ny);
+    void* outs[2];
+    int32_t kind, idx;
+    int64_t off;
+    CHECK_OK(tpu_graph_locate(g, z, &kind, &idx, &off));
+    outs[idx] = outz;
+    if (keep_y) {
+      CHECK_OK(tpu_graph_locate(g, y, &kind, &idx, &off));
+      outs[idx] = outy;
+    }
+    void* ins[5] = {x, w, b, t, r};
+    CHECK_OK(tpu_graph_run(g, ins, outs, 0));
+    sync0();
+    double ey = 0, ez = 0;
+    for (int64_t i = 0; i < ny; ++i) {
+      double yv = yref[i], uv = yv + t[i / P], zv = uv / (1 + exp(-uv)) + r[i];
+      ez = fmax(ez, fabs(zv - outz[i]) / (1 + fabs(zv)));
+      if (keep_y) ey = fmax(ey, fabs(yv - outy[i]) / (1 + fabs(yv)));
+    }
+    CHECKF(ez < 1e-5 && ey < 1e-5, "conv nd=%d k=%lld s=%lld p=%lld d=%lld G=%lld mode %d: max rel err %g (y %g)", nd,
+           (long long)c.k, (long long)c.s, (long long)c.p, (long long)c.d, (long long)c.G, mode, ez, ey);
+    dfree(outz);
+    dfree(outy);
+    tpu_graph_release(g);
+  }
+  free(yref);
+  dfree(x);
+  dfree(w);
+  dfree(b);
+  dfree(t);
+  dfree(r);
+}
+
+/* y = silu(group_norm(x, w, b)) * 2 (silu as x * sigmoid(x)), with the
+ * statistics wanted (outputs) or not: fused (the norm heads the group, tiled
+ * by whole groups of channels) and not, interpreter and generated code;
+ * results and statistics equal a double reference. */
+static void test_group_norm(int64_t N, int64_t C, int64_t H, int64_t W, int64_t G, bool stats) {
+  int64_t xs[4] = {N, C, H, W}, ns[2] = {N, G}, HW = H * W, n = N * C * HW;
+  float* x = dalloc((size_t)n);
+  float* w = dalloc((size_t)C);
+  float* b = dalloc((size_t)C);
+  uint64_t seed = 23;
+  for (int64_t i = 0; i < n; ++i) x[i] = (float)tku_urand(&seed) * 3.0f + 0.5f;
+  for (int64_t i = 0; i < C; ++i) w[i] = (float)tku_urand(&seed), b[i] = (float)tku_urand(&seed);
+  double* ref = malloc(sizeof(double) * (size_t)n);
+  double* rmean = malloc(sizeof(double) * (size_t)(N * G));
+  double* rrstd = malloc(sizeof(double) * (size_t)(N * G));
+  CHECK(ref && rmean && rrstd);
+  int64_t cg = C / G;
+  for (int64_t i = 0; i < N * G; ++i) {
+    const float* xg = x + i * cg * HW;
+    double s = 0, v = 0;
+    for (int64_t j = 0; j < cg * HW; ++j) s += xg[j];
+    double m = s / (double)(cg * HW);
+    for (int64_t j = 0; j < cg * HW; ++j) v += (xg[j] - m) * (xg[j] - m);
+    double rs = 1.0 / sqrt(v / (double)(cg * HW) + 1e-5);
+    rmean[i] = m, rrstd[i] = rs;
+    for (int64_t j = 0; j < cg * HW; ++j) {
+      int64_t ch = (i % G) * cg + j / HW;
+      double yv = (xg[j] - m) * rs * w[ch] + b[ch];
+      ref[i * cg * HW + j] = 2.0 * yv / (1 + exp(-yv));
+    }
+  }
+  for (int mode = 0; mode < 3; ++mode) {
+    tpu_graph_t* g = NULL;
+    CHECK_OK(tpu_graph_create(0, &g));
+    tpu_graph_set_codegen(g, mode == 2 ? 2 : 0);
+    tpu_tensor_t m_x = T_(NULL, TPU_DTYPE_F32, 4, xs, NULL), m_c = T1(NULL, TPU_DTYPE_F32, C);
+    tpu_tensor_t m_s = T_(NULL, TPU_DTYPE_F32, 2, ns, NULL), none = {0};
+    int32_t vx, vw, vb;
+    CHECK_OK(tpu_graph_input(g, &m_x, &vx));
+    CHECK_OK(tpu_graph_input(g, &m_c, &vw));
+    CHECK_OK(tpu_graph_input(g, &m_c, &vb));
+    const uint32_t PW = mode ? TPU_GRAPH_NODE_POINTWISE : 0, CH = mode ? TPU_GRAPH_NODE_CHANNELS : 0;
+    tpu_graph_arg_t gargs[5] = {A_T(vx), A_T(vw), A_T(vb), A_INT(G), A_D(1e-5)};
+    tpu_tensor_t metas[3] = {m_x, stats ? m_s : none, stats ? m_s : none};
+    int32_t gv[3];
+    CHECK_OK(tpu_graph_node(g, "tpu::group_norm", CH, 5, gargs, 3, metas, NULL, gv));
+    tpu_graph_arg_t a1[1] = {A_T(gv[0])};
+    int32_t sg = node1(g, "aten::sigmoid", PW, 1, a1, m_x);
+    tpu_graph_arg_t a2[2] = {A_T(gv[0]), A_T(sg)};
+    int32_t si = node1(g, "aten::mul.Tensor", PW, 2, a2, m_x);
+    tpu_graph_arg_t a3[2] = {A_T(si), A_D(2.0)};
+    int32_t z = node1(g, "aten::mul.Scalar", PW, 2, a3, m_x);
+    CHECK_OK(tpu_graph_mark_output(g, z));
+    if (stats) {
+      CHECK_OK(tpu_graph_mark_output(g, gv[1]));
+      CHECK_OK(tpu_graph_mark_output(g, gv[2]));
+    }
+    CHECK_OK(tpu_graph_compile(g));
+    tpu_graph_stats_t gs;
+    tpu_graph_get_stats(g, &gs);
+    CHECKF(gs.norm_groups == (mode ? 1 : 0) && gs.steps == (mode ? 1 : 4) && gs.codegen_groups == (mode == 2 ? 1 : 0),
+           "group norm mode %d: norm groups %lld steps %lld generated %lld", mode, (long long)gs.norm_groups,
+           (long long)gs.steps, (long long)gs.codegen_groups);
+    float* outs_[3] = {dalloc((size_t)n), dalloc((size_t)(N * G)), dalloc((size_t)(N * G))};
+    int32_t want[3] = {z, stats ? gv[1] : -1, stats ? gv[2] : -1};
+    void* outs[3];
+    for (int j = 0; j < 3; ++j) {
+      if (want[j] < 0) continue;
+      int32_t kind, idx;
+      int64_t off;
+      CHECK_OK(tpu_graph_locate(g, want[j], &kind, &idx, &off));
+      outs[idx] = outs_[j];
+    }
+    void* ins[3] = {x, w, b};
+    CHECK_OK(tpu_graph_run(g, ins, outs, 0));
+    sync0();
+    double e = 0, es = 0;
+    for (int64_t i = 0; i < n; ++i) e = fmax(e, fabs(ref[i] - outs_[0][i]) / (1 + fabs(ref[i])));
+    for (int64_t i = 0; stats && i < N * G; ++i) {
+      es = fmax(es, fabs(rmean[i] - outs_[1][i]) / (1 + fabs(rmean[i])));
+      es = fmax(es, fabs(rrstd[i] - outs_[2][i]) / (1 + fabs(rrstd[i])));
+    }
+    CHECKF(e < 1e-5 && es < 1e-6, "group norm [%lld, %lld, %lld, %lld] G=%lld mode %d: max rel err %g (stats %g)",
+           (long long)N, (long long)C, (long long)H, (long long)W, (long long)G, mode, e, es);
+    for (int j = 0; j < 3; ++j) dfree(outs_[j]);
+    tpu_graph_release(g);
+  }
+  free(ref);
+  free(rmean);
+  free(rrstd);
+  dfree(x);
+  dfree(w);
+  dfree(b);
+}
+
 int main(void) {
   CHECK_OK(tpu_runtime_initialize());
   /* generated code goes to a fresh cache directory */
@@ -525,6 +759,20 @@ int main(void) {
   const int64_t qkv[4] = {576, 192, 192, 64}, odd[5] = {200, 72, 13, 9, 33};
   test_gemv_batch(576, qkv, 3); /* SmolLM2's q, k, v */
   test_gemv_batch(70, odd, 4);  /* column counts that are no multiple of the blocks */
+  /* convolutions: 2-D with padding, stride 2, dilation, 1x1, depthwise, no bias; 1-D; 3-D */
+  test_conv_epilogue((conv_case_t){2, 2, 8, 16, 1, {12, 10}, 3, 1, 1, 1, true}, false);
+  test_conv_epilogue((conv_case_t){2, 2, 8, 16, 1, {13, 9}, 3, 2, 1, 1, true}, true);
+  test_conv_epilogue((conv_case_t){2, 1, 8, 16, 1, {12, 10}, 3, 1, 2, 2, false}, false);
+  test_conv_epilogue((conv_case_t){2, 2, 8, 16, 1, {12, 10}, 1, 1, 0, 1, true}, false);
+  test_conv_epilogue((conv_case_t){2, 2, 8, 8, 8, {12, 10}, 3, 1, 1, 1, true}, true);
+  test_conv_epilogue((conv_case_t){2, 1, 16, 24, 1, {64, 48}, 3, 1, 1, 1, true}, false); /* many bands */
+  test_conv_epilogue((conv_case_t){1, 2, 4, 8, 1, {20}, 5, 2, 2, 1, true}, false);
+  test_conv_epilogue((conv_case_t){3, 2, 4, 8, 1, {6, 5, 4}, 3, 1, 1, 1, true}, false);
+  test_conv_epilogue((conv_case_t){2, 1, 4, 8, 1, {1, 7}, 3, 1, 1, 1, true}, false); /* one output row */
+  test_group_norm(2, 32, 8, 8, 8, true);
+  test_group_norm(2, 32, 8, 8, 32, false);
+  test_group_norm(3, 12, 5, 7, 3, true);
+  test_group_norm(2, 64, 32, 32, 16, false); /* several tiles of whole groups */
   test_planning();
   test_errors();
   tpu_runtime_shutdown();

@@ -29,15 +29,16 @@
  * cache; the raw product lives in tile scratch when only the group reads it.
  * A product with more rows is computed whole (tiling its rows would pack B
  * again per tile) and its consumers form their own group. A convolution
- * (tpu::conv_fwd, groups 1, not transposed) or a group norm
- * (tpu::group_norm) flagged TPU_GRAPH_NODE_CHANNELS may head a group the
- * same way when its consumers read its contiguous output in its own shape:
- * each tile computes a block of output channels (a convolution: those rows
- * of the weight and bias, the input whole; a group norm: whole groups of
- * channels, their statistics, with `group` set to their count) and runs the
- * epilogue (bias or time-embedding adds, SiLU, residual adds) on it while it
- * is in cache. It heads a group only when the channel blocks give a tile per
- * pool thread, or one tile small enough to stay in cache. With generated
+ * (tpu::conv_fwd, not transposed) or a group norm (tpu::group_norm) flagged
+ * TPU_GRAPH_NODE_CHANNELS may head a group the same way when its consumers
+ * read its contiguous output in its own shape: each tile computes a band of
+ * the convolution's output rows (first spatial dim; all channels, from the
+ * band of input rows it reads, the padding adjusted per band) or whole
+ * groups of the group norm's channels (with their statistics, `group` set to
+ * their count), then runs the epilogue (bias or time-embedding adds, SiLU,
+ * residual adds) on it while it is in cache. It heads a group only when its
+ * tiles are at least one per pool thread, or one tile small enough to stay
+ * in cache. With generated
  * code on, a reduction over a leading dim runs as a plain node. Consecutive
  * standalone mm nodes of one row by different B that read the same row
  * (q, k and v while decoding) run as one step: one parallel loop over
@@ -46,8 +47,11 @@
  * Code generation: a fused group of pointwise nodes that all iterate the
  * group's shape, over float32/bfloat16/float16 values, becomes one generated
  * C loop (runtime/graph/codegen.c), compiled by the system C compiler and
- * cached on disk (TORCH_TPU_CACHE_DIR); other groups, and every group when
- * TORCH_TPU_CODEGEN=0 or no compiler works, run on the tile interpreter.
+ * cached on disk (TORCH_TPU_CACHE_DIR); so does the float pointwise epilogue
+ * of a convolution or group norm head (the head writes its tile to memory,
+ * the loop runs over the tile's elements); other groups, and every group
+ * when TORCH_TPU_CODEGEN=0 or no compiler works, run on the tile
+ * interpreter.
  *
  * Drivers that run graphs themselves (the HAL's run_graph: PJRT, whose
  * memory the host cannot address) get the graph as built instead: no
@@ -96,9 +100,9 @@ enum {
                                          fusable when the tiled dim is not reduced */
   TPU_GRAPH_NODE_GEMM = 1u << 2,      /* aten::mm / aten::addmm (2-D): may head a fused group
                                          whose pointwise epilogue consumes its output */
-  TPU_GRAPH_NODE_CHANNELS = 1u << 3,  /* tpu::conv_fwd (groups 1, not transposed) /
-                                         tpu::group_norm: may head a fused group tiled along
-                                         its output's channels (dim 1) */
+  TPU_GRAPH_NODE_CHANNELS = 1u << 3,  /* tpu::conv_fwd (not transposed) / tpu::group_norm:
+                                         may head a fused group tiled along output rows /
+                                         whole groups of channels */
 };
 
 /* Buffer kinds reported for outputs. */
