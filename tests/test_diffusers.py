@@ -157,14 +157,30 @@ def _unet_cond_inputs():
                 encoder_hidden_states=torch.randn(2, 5, 8, generator=g))
 
 
+DRIVER = torch_tpu._C.selected_driver()  # "host", or "pjrt" (TORCH_TPU_DRIVER=pjrt)
+
+
 def _compiled_stats(run):
+    """(run(), its CPU fallback ops, compile_stats deltas, eager ops of the graphs it compiled)."""
     from torch_tpu._dynamo_backend import compile_stats
 
     torch._dynamo.reset()
     s0 = compile_stats()
     out, fallback = _fallback_ops(run)
     s1 = compile_stats()
-    return out, fallback, {k: s1[k] - s0[k] for k in ("segments", "eager_nodes", "conv_epilogues", "norm_epilogues")}
+    eager = {k: v - s0["eager_ops"].get(k, 0) for k, v in s1["eager_ops"].items() if v > s0["eager_ops"].get(k, 0)}
+    return out, fallback, {k: s1[k] - s0[k] for k in ("segments", "eager_nodes", "conv_epilogues", "norm_epilogues")}, eager
+
+
+def _check_compiled_unet(st, eager, segments):
+    """On the host driver: `segments` C segments, nothing eager, convolutions and group norms
+    heading fused groups. On pjrt (graphs lowered to StableHLO, no fusion here): the convolutions
+    are in its programs, group norm (no StableHLO lowering) runs eagerly between them."""
+    if DRIVER == "host":
+        assert st["segments"] == segments and st["eager_nodes"] == 0, (st, eager)
+        assert st["conv_epilogues"] > 0 and st["norm_epilogues"] > 0, st
+    else:
+        assert set(eager) <= {"aten::native_group_norm"}, eager
 
 
 @pytest.mark.parametrize("kind", ["condition", "ddpm"])
@@ -172,7 +188,8 @@ def test_compiled_unet_forward_matches_eager_and_cpu(kind):
     """torch.compile(backend="tpu") of a tiny UNet2DConditionModel and of the DDPM test's UNet2DModel:
     one C segment, nothing eager (convolutions are tpu::conv_fwd nodes, group norms tpu::group_norm
     nodes), convolutions and group norms heading fused groups with their epilogues (time-embedding
-    and residual adds, SiLU); the output equals eager tpu and the CPU (rtol 1e-4, atol 1e-5)."""
+    and residual adds, SiLU); on pjrt see _check_compiled_unet. The output equals eager tpu and the
+    CPU (rtol 1e-4, atol 1e-5: differences seen are ~1e-6, from summation orders)."""
     torch.manual_seed(0)
     if kind == "condition":
         model, inputs = diffusers.UNet2DConditionModel(**UNET_COND).eval(), _unet_cond_inputs()
@@ -188,10 +205,9 @@ def test_compiled_unet_forward_matches_eager_and_cpu(kind):
         tin = {k: v.to("tpu") for k, v in inputs.items()}
         eager = model(**tin, return_dict=False)[0].cpu()
         cmodel = torch.compile(model, backend="tpu", fullgraph=True, dynamic=False)
-        got, fallback, st = _compiled_stats(lambda: cmodel(**tin, return_dict=False)[0].cpu())
+        got, fallback, st, eager_ops = _compiled_stats(lambda: cmodel(**tin, return_dict=False)[0].cpu())
     assert fallback == set()
-    assert st["segments"] == 1 and st["eager_nodes"] == 0, st
-    assert st["conv_epilogues"] > 0 and st["norm_epilogues"] > 0, st
+    _check_compiled_unet(st, eager_ops, 1)
     torch.testing.assert_close(got, eager, rtol=1e-4, atol=1e-5)
     torch.testing.assert_close(got, ref, rtol=1e-4, atol=1e-5)
 
@@ -214,9 +230,9 @@ def test_compiled_unet_training_step_matches_cpu():
         out.square().mean().backward()
         return out.detach().cpu()
 
-    got, fallback, st = _compiled_stats(run)
+    got, fallback, st, eager_ops = _compiled_stats(run)
     assert fallback == set()
-    assert st["segments"] == 2 and st["eager_nodes"] == 0, st
+    _check_compiled_unet(st, eager_ops, 2)
     torch.testing.assert_close(got, ref.detach(), rtol=1e-4, atol=1e-5)
     ref_grads = dict(ref_model.named_parameters())
     for name, p in model.named_parameters():

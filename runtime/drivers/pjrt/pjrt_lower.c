@@ -2370,7 +2370,9 @@ static val_t conv_grad_weight(sb_t* b, val_t x, val_t dy, const conv_geom_t* c, 
  * transposed, output_padding, groups), in float32 for half types (the host
  * kernels accumulate in float32 and round once). */
 static tpu_status_t lower_conv(sb_t* b, const tpu_k_call_t* call, const lspec_t* spec, const targs_t* ta) {
+  /* conv_bwd: the first wanted gradient (grad_input is not wanted for a first layer's input) */
   const tpu_tensor_t* o = &call->outputs[0];
+  for (int32_t j = 1; j < call->num_outputs && o->dtype == TPU_DTYPE_INVALID; ++j) o = &call->outputs[j];
   ltype_t ot;
   if (!type_of(o->dtype, &ot) || !is_fty(ot.ty) || ta->n < 2)
     return TPU_ERROR(TPU_STATUS_UNIMPLEMENTED, "%s: only floating convolutions are lowered", call->op);
