@@ -491,6 +491,9 @@ def _groups_more():
          lambda: [_t((1, 4, 5, 6), "float32"), _t((4, 3, 3, 3), "float32", seed=1), _t((6,), "float32", seed=2)]),
         ("conv1d grads", lambda x, w: _conv_grads(lambda x, w: F_.conv1d(x, w, None, 2, 1), x, w),
          lambda: [_t((2, 4, 20), "float32"), _t((5, 4, 3), "float32", seed=1)]),
+        # the input needs no gradient (a first layer): convolution_backward without grad_input
+        ("conv2d weight and bias grads only", lambda x, w, b: _conv_grads(lambda w, b: F_.conv2d(x, w, b, 1, 1), w, b),
+         lambda: [_t((2, 3, 7, 6), "float32"), _t((4, 3, 3, 3), "float32", seed=1), _t((4,), "float32", seed=2)]),
     ]
     G["layer_norm"] = []
     LN = torch.nn.functional.layer_norm
