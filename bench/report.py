@@ -150,6 +150,18 @@ def sections(res):
                         [[name, _f(p["first_calls_s"]), _f(p["lowering_s"], 2), _f(p["cc_s"], 2),
                           str(p["functions"]), str(p["cache_hits"])]
                          for name, p in zip(("first (cold cache)", "second (warm cache)"), c["cache"])]))
+    d = res.get("diffusion")
+    if d:
+        out.append(("torch.compile: one denoiser step (Diffusers)",
+                    "steps/s, higher is better; tiny-but-not-trivial models built from configs (random weights), "
+                    "see bench/diffusion.py; tpu compiled = torch.compile(backend='tpu', dynamic=False), CPU "
+                    "inductor = torch.compile(backend='inductor') on the CPU; best of the chunks, the variants' "
+                    "chunks taking turns; first call = seconds of the first compiled call (tracing + compiling)",
+                    ["workload", "tpu eager", "tpu compiled", "CPU eager", "CPU inductor", "compiled/tpu eager",
+                     "compiled/CPU eager", "compiled/inductor", "first call s"],
+                    [[r["workload"], _f(r["tpu_eager"]), _f(r["tpu_compiled"]), _f(r["cpu_eager"]),
+                      _f(r["cpu_inductor"]), _f(r["compiled_vs_eager"], 2), _f(r["compiled_vs_cpu_eager"], 2),
+                      _f(r["compiled_vs_inductor"], 2), r["first_call_s"]] for r in d["rows"]]))
     return out
 
 

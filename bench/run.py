@@ -17,7 +17,7 @@ import sys
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SECTIONS = ("machine", "gemm", "overhead", "fft", "mainjob", "models", "compile", "pjrt", "dist")
+SECTIONS = ("machine", "gemm", "overhead", "fft", "mainjob", "models", "compile", "diffusion", "pjrt", "dist")
 MODELS = ("smollm2", "qwen3", "moe")
 
 
@@ -147,6 +147,12 @@ def main(argv=None):
 
         res["compile"] = C.measure(args.quick, bw_all, log=log)
         done("compile")
+    if "diffusion" not in skip:
+        log("[bench] one denoiser step (Diffusers UNet, Flux): tpu eager and compiled vs CPU eager and inductor")
+        from . import diffusion
+
+        res["diffusion"] = diffusion.measure(args.quick, log=log)
+        done("diffusion")
 
     if "pjrt" not in skip:
         log("[bench] pjrt driver (XLA's CPU plugin) vs host driver, per op, for information")

@@ -5,8 +5,8 @@ torch.compile(backend="tpu") compiles inside the block.
         y = compiled(x)            # compiled (first call) with graph="eager"
 
 Keys are this backend's torch.compile options (torch_tpu/_compile_options.py:
-graph, codegen, gemm_epilogue, profile, fuse_rotary), with their typed values
-or their environment-variable texts ("0"/"1", "c"/"eager", "auto"); unknown
+graph, codegen, gemm_epilogue, conv_epilogue, profile, fuse_rotary), with
+their typed values or their environment-variable texts ("0"/"1", "c"/"eager", "auto"); unknown
 keys raise ValueError. Keys starting with "xla_" are XLA compiler flags, which
 no driver here passes to a compiler: they are accepted and ignored, with one
 warning. Nested blocks merge, the inner one winning; options given to
