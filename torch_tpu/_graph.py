@@ -518,7 +518,7 @@ def _group_norm_ok(n):
     s, vals = _schema_args(n)
     x = _val(vals[0])
     outs = _val(n)
-    return (_native_here(n, "tpu::group_norm") and x.dtype in _GN_DTYPES and x.dim() >= 3
+    return (_native_here(n, "tpu::group_norm") and x.dtype in _GN_DTYPES and x.dim() >= 2
             and all(_is_tpu_tensor(o) for o in outs) and type(vals[6]) is int and isinstance(vals[7], (int, float)))
 
 

@@ -148,14 +148,25 @@ static double gn_pass_f32(const gn_ctx_t* x, int64_t n, int64_t g, int pass, flo
       gn_row_offsets(x, r, &xo, &yo);
       for (int64_t i0 = 0; i0 < x->len; i0 += GN_CHUNK) {
         int64_t k = x->len - i0 < GN_CHUNK ? x->len - i0 : GN_CHUNK;
-        gn_load(xc + (xo + i0 * x->xst[L]) * x->xes, x->xdt, x->xst[L], k, buf);
-        if (pass == 0) {
-          acc += gn_sum(buf, k);
-        } else if (pass == 1) {
-          acc += gn_sqdev(buf, k, m);
+        const char* src = xc + (xo + i0 * x->xst[L]) * x->xes;
+        char* dst = yc + (yo + i0 * x->yst[L]) * x->yes;
+        /* float32 rows with unit stride are read (and written) in place */
+        const float* v = buf;
+        if (x->xdt == TPU_DTYPE_F32 && x->xst[L] == 1) {
+          v = (const float*)src;
         } else {
-          for (int64_t i = 0; i < k; ++i) buf[i] = buf[i] * scale + shift;
-          gn_store(yc + (yo + i0 * x->yst[L]) * x->yes, x->ydt, x->yst[L], k, buf);
+          gn_load(src, x->xdt, x->xst[L], k, buf);
+        }
+        if (pass == 0) {
+          acc += gn_sum(v, k);
+        } else if (pass == 1) {
+          acc += gn_sqdev(v, k, m);
+        } else if (x->ydt == TPU_DTYPE_F32 && x->yst[L] == 1) {
+          float* y = (float*)dst;
+          for (int64_t i = 0; i < k; ++i) y[i] = v[i] * scale + shift;
+        } else {
+          for (int64_t i = 0; i < k; ++i) buf[i] = v[i] * scale + shift;
+          gn_store(dst, x->ydt, x->yst[L], k, buf);
         }
       }
     }
