@@ -83,7 +83,12 @@ class rotary_pos_emb(nn.Module):  # noqa: N801  (Transformers' layer name)
         # full rotary only: where Llama's and Phi3's formulas agree
         if _style("rope", type(self)) is not None and _opt._rope_fusable(q, k, cos, sin, unsqueeze_dim, False):
             return _opt._rope_op(q, k, cos, sin)
-        return type(self).forward(self, q, k, cos, sin, unsqueeze_dim)
+        # a function layer: the function behind it, not type(self).forward (under torch.compile
+        # kernels' function layer calls this forward again from its own)
+        fn = _opt._plain(type(self))
+        if fn is type(self):
+            return type(self).forward(self, q, k, cos, sin, unsqueeze_dim)
+        return fn(q, k, cos, sin, unsqueeze_dim)
 
 
 class SwiGLUMLP(nn.Module):
