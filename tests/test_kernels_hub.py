@@ -120,7 +120,16 @@ def test_backends_tpu_detected_by_kernels():
     assert bt.is_built() and bt.is_available() == torch.tpu.is_available()
     from kernels.backends import _backend
 
+    assert torch.accelerator.current_accelerator().type == "tpu"  # what kernels 0.18 asks
     assert _backend().name == "tpu"  # not "cuda": the tpu build variant is selected
+    # the variant's metadata records its files' digest (kernels warns on every load without one)
+    from kernels._rust import Metadata
+    from kernels.digest import DigestVerificationResult, verify_digest
+
+    variant = hk.REPO_PATH / "build" / "torch-tpu"
+    res = verify_digest(variant, metadata=Metadata.read_from_file(variant / "metadata.json"), location=None,
+                        cache=False)
+    assert isinstance(res, DigestVerificationResult.Success), str(res)
     mod = kernels.get_local_kernel(hk.REPO_PATH)
     assert mod.layers is layers
     for name in hk.LAYERS:
