@@ -9,10 +9,11 @@ bash scripts/setup.sh
 # it on this machine, which has no TPU, is a clear "no TPU found" error.
 "$PY" -m pip install -q --disable-pip-version-check --no-deps libtpu==0.0.51
 # The Hugging Face `kernels` library: tests/test_kernels_hub.py kernelizes models with this
-# project's local kernel repository (torch_tpu/hub_kernels), offline. --no-deps: huggingface_hub,
-# packaging and pyyaml come with transformers; sigstore and tomlkit are imported only by its
-# hub-signature check and command line, which the tests do not use.
-"$PY" -m pip install -q --disable-pip-version-check --no-deps kernels==0.17.2
+# project's local kernel repository (torch_tpu/hub_kernels), offline, also through Transformers'
+# own use_kernels=True (Transformers 5.23 accepts kernels >= 0.18.2, < 0.19). --no-deps: its
+# requirements huggingface_hub >= 1.32, packaging and pyyaml come with transformers; tomlkit is
+# listed but no module of kernels 0.18.3 imports it; sigstore is an optional extra.
+"$PY" -m pip install -q --disable-pip-version-check --no-deps kernels==0.18.3
 # Diffusers: tests/test_diffusers.py runs tiny pipelines built from configs and
 # enable_parallelism on two processes, offline. With its dependencies (Pillow,
 # importlib_metadata, regex, requests, safetensors, filelock; huggingface_hub and

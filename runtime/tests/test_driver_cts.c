@@ -42,6 +42,28 @@ static void test_properties(void) {
   }
 }
 
+/* memory_blocks: the requested bytes of the allocated block at `p` (0: none),
+ * checking the listing is in address order and the count is the same with or
+ * without room for the blocks. */
+static uint64_t allocated_block_size(tpu_hal_device_t* d, void* p) {
+  CHECK(DVT(d)->memory_blocks != NULL);
+  if (!DVT(d)->memory_blocks) return 0;
+  size_t n = DVT(d)->memory_blocks(d, NULL, 0);
+  tpu_hal_memory_block_t* blk = calloc(n + 4, sizeof(*blk));
+  CHECK(blk != NULL);
+  if (!blk) return 0;
+  size_t m = DVT(d)->memory_blocks(d, blk, n + 4);
+  CHECK(m == n);
+  uint64_t found = 0;
+  for (size_t i = 0; i < m && i < n + 4; i++) {
+    if (i > 0) CHECK(blk[i - 1].address < blk[i].address);
+    CHECK(blk[i].size >= blk[i].requested);
+    if (blk[i].address == (uint64_t)(uintptr_t)p && blk[i].allocated) found = blk[i].requested;
+  }
+  free(blk);
+  return found;
+}
+
 static void test_alloc(void) {
   tpu_hal_device_t* d = device(0);
   void* z = (void*)1;
@@ -57,10 +79,12 @@ static void test_alloc(void) {
   DVT(d)->memory_stats(d, &after);
   CHECK(after.allocated_bytes >= before.allocated_bytes + 1000);
   CHECK(after.num_allocs == before.num_allocs + 1);
+  CHECK(allocated_block_size(d, p) == 1000); /* listed while live */
   DVT(d)->deallocate(d, p);
   DVT(d)->deallocate(d, NULL);
   DVT(d)->memory_stats(d, &after);
   CHECK(after.allocated_bytes == before.allocated_bytes);
+  CHECK(allocated_block_size(d, p) == 0); /* gone, or cached (host) */
 }
 
 static void test_oom(void) {

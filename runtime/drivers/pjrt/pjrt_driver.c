@@ -790,6 +790,22 @@ static void device_memory_info(tpu_hal_device_t* device, uint64_t* out_free, uin
   pthread_mutex_unlock(&d->mu);
 }
 
+/* The live allocations in address order: the driver caches nothing, so every
+ * block is allocated, one per allocation, its size the bytes asked (what
+ * memory_stats counts; the reserved address range is a page multiple). */
+static size_t device_memory_blocks(tpu_hal_device_t* device, tpu_hal_memory_block_t* out, size_t cap) {
+  tpu_pjrt_device_t* d = dev(device);
+  pthread_mutex_lock(&d->mu);
+  size_t n = d->num_allocs;
+  for (size_t i = 0; i < n && i < cap && out; i++) {
+    const tpu_pjrt_alloc_t* a = &d->allocs[i];
+    out[i] = (tpu_hal_memory_block_t){.address = (uint64_t)a->base, .size = a->size, .requested = a->size,
+                                      .allocated = true};
+  }
+  pthread_mutex_unlock(&d->mu);
+  return n;
+}
+
 static bool device_owns_pointer(tpu_hal_device_t* device, const void* ptr) {
   tpu_pjrt_device_t* d = dev(device);
   pthread_mutex_lock(&d->mu);
@@ -1421,6 +1437,7 @@ static const tpu_hal_device_vtable_t tpu_pjrt_device_vtable = {
     .reset_peak_stats = device_reset_peak,
     .reset_accumulated_stats = device_reset_accumulated,
     .memory_info = device_memory_info,
+    .memory_blocks = device_memory_blocks,
     .owns_pointer = device_owns_pointer,
     .submit = device_submit,
     .synchronize = device_synchronize,
