@@ -1481,9 +1481,11 @@ void tpu_boxed_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack)
       foreign = e.kind;
     }
   }
-  // Complex calls decompose into ops on real views (torch_tpu/_complex.py);
-  // other dtypes without kernels go straight to the CPU fallback.
-  if (foreign != Foreign::kOther && run_decomposition(op, stack)) return;
+  // Calls with complex data decompose into ops on real views
+  // (torch_tpu/_complex.py); for other dtypes without kernels (uint64:
+  // hash_tensor's result) a decomposition's smaller ops reach the CPU
+  // fallback themselves if they must.
+  if (run_decomposition(op, stack)) return;
   if (plan.staged_plan && foreign == Foreign::kNone) {
     try {
       run_native(op, *plan.staged_plan, stack);
