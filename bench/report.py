@@ -69,6 +69,16 @@ def sections(res):
                     "child processes taking turns",
                     ["op", "host µs/op", "pjrt µs/op", "pjrt/host"],
                     [[r["op"], _f(r["host_us"], 1), _f(r["pjrt_us"], 1), _f(r["ratio"], 1)] for r in pj]))
+    pf = res.get("profiler")
+    if pf:
+        out.append(("Device profiler cost (for information)",
+                    "microseconds per eager op or compiled call, ops queued and one torch.tpu.synchronize() per "
+                    "timing; 'CPU' = inside torch.profiler.profile(activities=[CPU]) (Kineto's own cost), "
+                    "'CPU + tpu' = with ProfilerActivity.PrivateUse1 too (the device-queue trace); trace µs = "
+                    "the difference; pjrt runs on XLA's CPU PJRT plugin; best of the chunks, modes taking turns",
+                    ["driver", "op", "off µs", "CPU µs", "CPU + tpu µs", "trace µs"],
+                    [[r["driver"], r["op"], _f(r["off_us"], 1), _f(r["cpu_us"], 1), _f(r["cpu+tpu_us"], 1),
+                      _f(r["trace_us"], 1)] for r in pf]))
     ds = res.get("dist")
     if ds:
         out.append(("all_reduce between 2 processes on this host",

@@ -17,7 +17,7 @@ import sys
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SECTIONS = ("machine", "gemm", "overhead", "fft", "mainjob", "models", "compile", "pjrt", "dist")
+SECTIONS = ("machine", "gemm", "overhead", "fft", "mainjob", "models", "compile", "pjrt", "profiler", "dist")
 MODELS = ("smollm2", "qwen3", "moe")
 
 
@@ -154,6 +154,13 @@ def main(argv=None):
 
         res["pjrt"] = pjrt.measure(args.quick, log=log)
         done("pjrt")
+
+    if "profiler" not in skip:
+        log("[bench] device profiler cost: no profiler vs profile(CPU) vs profile(CPU, PrivateUse1), both drivers")
+        from . import profiler
+
+        res["profiler"] = profiler.measure(args.quick, log=log)
+        done("profiler")
 
     if "dist" not in skip:
         log("[bench] all_reduce between 2 processes: tpu_dist (shared memory, Gloo) vs gloo on CPU")

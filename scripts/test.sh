@@ -40,12 +40,12 @@ echo "== Python tests on the pjrt driver (XLA's CPU plugin): device, OpInfo, tin
 # test_arch: forward, backward and greedy tokens of tiny models equal to the CPU (eager). The
 # compile-mode sweep asserts the host graph compiler's share of C nodes: not run on pjrt.
 # Also fused Adam(W) (a decomposition there), attention, the fused kernels (rms_norm, rope,
-# swiglu; optimize() on tiny models), complex tensors, Diffusers pipelines on one chip, and tpu_dist across
+# swiglu; optimize() on tiny models), complex tensors, the device profiler, Diffusers pipelines on one chip, and tpu_dist across
 # processes (collectives on both transports, DTensor, DDP/FSDP2 steps, errors, a 2x2 mesh,
 # torchrun on one and two nodes, Transformers' tp_plan, Diffusers' enable_parallelism).
 TORCH_TPU_DRIVER=pjrt "$PY" -m pytest -q tests/test_device.py tests/test_opinfo.py \
   "tests/test_arch_sweep.py::test_arch" tests/test_optim_fused.py tests/test_attention.py \
-  tests/test_fused.py tests/test_complex.py tests/test_diffusers.py -k "not parallel"
+  tests/test_fused.py tests/test_complex.py tests/test_device_profiler.py tests/test_diffusers.py -k "not parallel"
 TORCH_TPU_DRIVER=pjrt "$PY" -m pytest -q tests/test_dist.py tests/test_diffusers.py \
   -k "collectives or mesh or torchrun or tp_plan or google_ops or parallel"
 

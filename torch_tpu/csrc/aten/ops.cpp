@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <memory>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <list>
@@ -1289,8 +1290,23 @@ void run_staged(const c10::OperatorHandle& op, const OpPlan& plan, torch::jit::S
     tpu_status_t cst = w->entry->check(&w->call);
     if (cst != TPU_OK) throw_for_op(cst, plan.name.c_str());
   }
+  // For the device-queue trace: the kernel runs here, on the host, between
+  // the reads of its inputs and the writes of its outputs (both traced copies).
+  const bool traced = tpu_trace_enabled();
+  const int64_t t0 = traced ? static_cast<int64_t>(tpu_now_ns()) : 0;
   tpu_status_t st = w->entry->run(&w->call);
   if (st != TPU_OK) throw_for_op(st, plan.name.c_str());
+  if (traced) {
+    tpu_trace_event_t e{};
+    snprintf(e.name, sizeof(e.name), "%s (host)", plan.name.c_str());
+    e.kind = TPU_TRACE_WORK;
+    e.device = index;
+    e.cpu_tid = tpu_trace_thread_id();
+    e.queued_ns = e.start_ns = t0;
+    e.end_ns = static_cast<int64_t>(tpu_now_ns());
+    e.bytes = tpu_k_call_bytes(&w->call);
+    tpu_trace_record(&e);
+  }
   tpu_stats_record_native();
   std::vector<at::Tensor> outputs;
   for (size_t i = 0; i < host.size(); ++i) {
