@@ -508,6 +508,7 @@ struct OpPlan {
   bool expand_masks = false;            // advanced indexing: bool masks -> indices
   bool list_return = false;             // a list op returning Tensor[] (one per element)
   bool staged = false;                  // data-dependent sizes on a driver without host kernels
+  int lazy_gather = 0;                  // 1: aten::index.Tensor, 2: aten::bmm (see gather.cpp)
   // A driver without host kernels and without a lowering of a kernel-table
   // op: the plan that stages it through the host, taken when PyTorch's
   // decomposition table has no entry for it either (tpu_boxed_fallback).
@@ -629,6 +630,10 @@ const OpPlan& plan_for(const c10::OperatorHandle& op) {
     if (stage_unless_decomposed && schema.returns().empty() && plan.entry->check != nullptr) {
       plan.checked = plan.entry;
     }
+  }
+  if (plan.entry != nullptr && host_kernels()) {
+    if (plan.name == "aten::index.Tensor") plan.lazy_gather = 1;
+    if (plan.name == "aten::bmm") plan.lazy_gather = 2;
   }
   plan.expand_masks = schema.name() == "aten::index" || schema.name() == "aten::index_put" ||
                       schema.name() == "aten::index_put_" || schema.name() == "aten::_index_put_impl_";
@@ -1486,6 +1491,9 @@ void tpu_boxed_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack)
   if (foreign == Foreign::kNone) {
     try {
       if (plan.entry != nullptr) {
+        if (plan.lazy_gather != 0 && (plan.lazy_gather == 1 ? lazy_gather_index(stack) : lazy_gather_bmm(stack))) {
+          return;
+        }
         run_native(op, plan, stack);
         return;
       }
@@ -1568,8 +1576,9 @@ void submit_kernel(const char* name, c10::ArrayRef<c10::IValue> args, const std:
 void resize_storage_bytes(const c10::Storage& storage, size_t newsize) {
   c10::DeviceIndex index = storage.device().type() == kTpu ? storage.device().index() : current_device();
   c10::DeviceGuard guard(c10::Device(kTpu, index));
-  c10::DataPtr fresh = allocator()->allocate(newsize);
   size_t keep = std::min(newsize, storage.nbytes());
+  if (keep > 0) storage.mutable_data();  // a lazy gather materialises (gather.cpp), a source flushes its gathers
+  c10::DataPtr fresh = allocator()->allocate(newsize);
   if (keep > 0 && storage.data() != nullptr) {
     tpu_hal_device_t* d = device(index);
     check(tpu_hal_device_vt(d)->copy_d2d(d, fresh.get(), storage.data(), keep));
