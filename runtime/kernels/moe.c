@@ -46,6 +46,15 @@ void tpu_k_avx2_to_f32(int64_t n, const void* src, int dt, float* dst);
 #define MO_X86 0
 #endif
 
+#if MO_X86 && defined(TPU_HAVE_AVX512BF16)
+#define MO_BF16DP 1
+/* arch/x86_64/gemm_avx512bf16.c */
+void tpu_k_avx512bf16_dot_nk(int64_t nn, int64_t kc, const uint16_t* b, int64_t ldb, int ms,
+                             const uint16_t* x, int64_t ldx, float* acc, int64_t ldacc);
+#else
+#define MO_BF16DP 0
+#endif
+
 enum {
   MO_MB = 64,     /* rows per row block (and per piece of a big group) */
   MO_SMALL = 8,   /* pieces up to this many rows stream the weight */
@@ -522,7 +531,36 @@ typedef struct {
   const int64_t* pm;
   int64_t npieces, nb, ntiles;
   bool avx2;
+  bool bf16dp; /* x and W bfloat16, W unit stride along K: vdpbf16ps on the bf16 pairs */
 } gb_prob_t;
+
+#if MO_BF16DP
+/* gb_task's bf16 x bf16 path: x rows gathered as bf16 (exact), the products
+ * summed in f32 by vdpbf16ps, W streamed once for up to 4 x rows and read
+ * again from cache for the next 4. */
+static void gb_task_bf16(const gb_prob_t* p, int64_t e, int64_t m, int64_t n0, int64_t n, const char* const* xrow,
+                         char* const* yrow) {
+  _Alignas(64) float acc[MO_SMALL * MO_NB_MAX];
+  _Alignas(64) uint16_t xb[MO_SMALL * MO_KC];
+  for (int64_t i = 0; i < m * n; ++i) acc[i] = 0.0f;
+  const char* w0 = p->w + (e * p->wbs + n0 * p->wps) * (int64_t)p->wes;
+  for (int64_t kc0 = 0; kc0 < p->K; kc0 += MO_KC) {
+    int64_t kc = mo_min(MO_KC, p->K - kc0);
+    for (int64_t i = 0; i < m; ++i) {
+      const uint16_t* xr = (const uint16_t*)xrow[i] + kc0 * p->xks;
+      if (p->xks == 1) {
+        memcpy(xb + i * MO_KC, xr, (size_t)kc * sizeof(uint16_t));
+      } else {
+        for (int64_t k = 0; k < kc; ++k) xb[i * MO_KC + k] = xr[k * p->xks];
+      }
+    }
+    const uint16_t* wk = (const uint16_t*)w0 + kc0;
+    for (int64_t i0 = 0; i0 < m; i0 += 4)
+      tpu_k_avx512bf16_dot_nk(n, kc, wk, p->wps, (int)mo_min(4, m - i0), xb + i0 * MO_KC, MO_KC, acc + i0 * n, n);
+  }
+  for (int64_t i = 0; i < m; ++i) mo_store_row(yrow[i], p->ydt, p->yes, p->yps, acc + i * n, n);
+}
+#endif
 
 static void gb_task(const gb_prob_t* p, int64_t t) {
   int64_t pi = t / p->ntiles, nt = t % p->ntiles;
@@ -537,6 +575,12 @@ static void gb_task(const gb_prob_t* p, int64_t t) {
     xrow[i] = p->x + (s * p->xbs + q * p->xqs) * (int64_t)p->xes;
     yrow[i] = p->y + (s * p->ybs + q * p->yqs + n0 * p->yps) * (int64_t)p->yes;
   }
+#if MO_BF16DP
+  if (p->bf16dp) {
+    gb_task_bf16(p, e, m, n0, n, xrow, yrow);
+    return;
+  }
+#endif
   for (int64_t i = 0; i < m * n; ++i) acc[i] = 0.0f;
   const char* w0 = p->w + (e * p->wbs + n0 * p->wps) * (int64_t)p->wes;
   for (int64_t kc0 = 0; kc0 < p->K; kc0 += MO_KC) {
@@ -687,6 +731,7 @@ static tpu_status_t gb_run(const tpu_k_call_t* call) {
   p.nb = nb < 16 ? 16 : nb > MO_NB_MAX ? MO_NB_MAX : nb;
   p.ntiles = mo_cdiv(p.P, p.nb);
   p.avx2 = tpu_k_gemm_use_avx2();
+  p.bf16dp = MO_BF16DP && p.wdt == TPU_DTYPE_BF16 && p.xdt == TPU_DTYPE_BF16 && p.wks == 1 && tpu_ku_use_avx512bf16();
   tpu_parallel_for(call->pool, n * p.ntiles, 1, gb_par, &p);
   free(scratch);
   return TPU_OK;
