@@ -256,8 +256,22 @@ def generate_decode(cpu_m, tpu_m, batch, steps, vocab, chunks=CHUNKS):
             "step1_logits_max_diff": step1, "step1_rows": int(agree.sum())}
 
 
-def run_generate(name, build, dtypes, batch, steps, log=print):
-    """Rows "generate() decode bN": generate_decode on a CPU model and its tpu copy."""
+def weight_bytes_per_step(model, batch):
+    """Bytes of weights a decode step of `batch` sequences reads, each once: as
+    weight_bytes_per_token, but the experts' weights count with the expected share of
+    experts that at least one of the batch's tokens picks, 1 - (1 - top_k/E)^batch
+    (uniform routing: 98% of them for top-8 of 128 at batch 64)."""
+    cfg = model.config
+    per_token = weight_bytes_per_token(model)
+    experts = sum(p.numel() * p.element_size() for n, p in model.named_parameters() if ".experts." in n)
+    k, e = cfg.num_experts_per_tok, cfg.num_experts
+    return per_token - experts * k / e + experts * (1 - (1 - k / e) ** batch)
+
+
+def run_generate(name, build, dtypes, batch, steps, log=print, bw_all=None):
+    """Rows "generate() decode bN": generate_decode on a CPU model and its tpu copy.
+    Their weight_bytes is per token (a step's weight bytes / batch), so that the
+    roofline column is batch x bandwidth / bytes per step."""
     rows = []
     for dtype in dtypes:
         dname = str(dtype).replace("torch.", "")
@@ -269,6 +283,13 @@ def run_generate(name, build, dtypes, batch, steps, log=print):
         fb = torch_tpu.fallback_report()
         row = _row(name, dname, f"generate() decode b{batch}", g["tpu_best"], g["cpu_best"], fb,
                    sum(p.numel() for p in cpu_m.parameters()))
+        wstep = weight_bytes_per_step(cpu_m, batch)
+        row["weight_bytes"] = wstep / batch
+        if bw_all:  # provisional; run.derive() recomputes with the final bandwidth
+            roof = bw_all * 1e9 / row["weight_bytes"]
+            row.update(roofline_tok_s=roof, tpu_pct_roofline=100 * row["tpu_tok_s"] / roof,
+                       cpu_pct_roofline=100 * row["cpu_tok_s"] / roof)
+        log(f"  {name} {dname}: {wstep / 1e9:.2f} GB of weights read per decode step at batch {batch}")
         row.update(tpu_tok_s_mean=g["tpu_mean"], cpu_tok_s_mean=g["cpu_mean"], steps=steps, chunks=CHUNKS,
                    tpu_peak_above_model_bytes=g["tpu_peak_bytes"], batch=batch, same_token_rows=g["same_rows"],
                    prefill_logits_max_diff=g["prefill_logits_max_diff"],

@@ -121,7 +121,9 @@ def sections(res):
         out.append(("Models: eager tokens/s",
                     "higher is better; decode bN = N sequences, one new token each per step (KV "
                     "cache), fastest of 3 timed chunks of steps; prefill 512 = one 512-token prompt; roofline (batch-1 decode) = all-core "
-                    "read bandwidth / weight bytes per token; fallbacks = ops run on the CPU during "
+                    "read bandwidth / weight bytes per token; generate() decode b64 = model.generate() itself, "
+                    "rate of its decode steps (see bench/README.md), roofline = 64 x bandwidth / weight bytes "
+                    "per step (the experts' weights times the share of experts the batch hits); fallbacks = ops run on the CPU during "
                     "the whole tpu run (prefill + warm-up + timed steps)",
                     ["model", "dtype", "run", "tpu tok/s", "CPU tok/s", "tpu/CPU", "roofline tok/s",
                      "tpu % roofline", "CPU % roofline", "tpu fallbacks (calls)"],

@@ -321,7 +321,7 @@ def run_models(models, quick, bw_all, notes, log, done, optimize=False):
         log("[bench] MoE through generate(): Transformers' decode path (batched_mm experts on tpu), "
             f"Qwen3-30B-A3B geometry, {M.moe_layers()} layer(s)")
         g_rows = M.run_generate(f"Qwen3-MoE-{M.moe_layers()}L", lambda d: M.qwen3_moe(d, "grouped_mm"),
-                                (f32,) if quick else (f32, bf16), 64, 4 if quick else 6, log)
+                                (f32,) if quick else (f32, bf16), 64, 4 if quick else 6, log, bw_all)
         rows += g_rows
         done("Qwen3-MoE generate()")
         for r in g_rows:
