@@ -451,9 +451,12 @@ def test_lazy_gather_can_be_turned_off(monkeypatch):
         wt[idt]
 
 
-def test_batched_mm_pattern_backward_matches_cpu():
+@pytest.mark.parametrize("mode", ["eager", "compiled"])
+def test_batched_mm_pattern_backward_matches_cpu(mode):
     """Training through the batched_mm pattern: bmm's backward reads the lazy
-    gather transposed (tpu::gather_bmm again), index's backward scatters."""
+    gather transposed (tpu::gather_bmm again), index's backward scatters;
+    compiled, the forward's bmm becomes tpu::gather_bmm and the gather is kept
+    for the backward."""
     w, ids, x = _moe_weights(S=7)
     gy = torch.randn(7, 40)
 
@@ -463,7 +466,7 @@ def test_batched_mm_pattern_backward_matches_cpu():
     wr, xr = w.clone().requires_grad_(), x.clone().requires_grad_()
     f(wr, xr, ids, gy).backward()
     wt, xt = w.to("tpu").requires_grad_(), x.to("tpu").requires_grad_()
-    f(wt, xt, ids.to("tpu"), gy.to("tpu")).backward()
+    (f if mode == "eager" else torch.compile(f, backend="tpu"))(wt, xt, ids.to("tpu"), gy.to("tpu")).backward()
     torch.testing.assert_close(xt.grad.cpu(), xr.grad, **TOL[torch.float32])
     torch.testing.assert_close(wt.grad.cpu(), wr.grad, **TOL[torch.float32])
 
@@ -546,3 +549,50 @@ def test_generate_qwen3_30b_a3b_layer_shapes_batch_64_fits_the_test_budget():
     assert torch.equal(out.cpu(), ref)
     assert names.count("tpu::gather_bmm") == 2 * 2  # 2 decode steps x (up, down)
     assert torch.tpu.max_memory_allocated() - base < 256 * 2**20
+
+
+@pytest.mark.host_driver
+@pytest.mark.parametrize("variant", ["weight-first", "weight-second", "transposed"])
+def test_compiled_gather_then_bmm_reads_weights_in_place(variant):
+    """torch.compile(backend="tpu"): bmm of index(w, [ids]) becomes tpu::gather_bmm in
+    the graph, so the planned arena holds no gathered copy."""
+    from torch_tpu._dynamo_backend import compile_stats
+
+    fns = {"weight-first": lambda w, ids, x, z: torch.bmm(w[ids], x),
+           "weight-second": lambda w, ids, x, z: torch.bmm(z, w[ids]),
+           "transposed": lambda w, ids, x, z: torch.bmm(x.transpose(1, 2), w[ids].transpose(1, 2))}
+    fn = fns[variant]
+    gen = torch.Generator().manual_seed(11)
+    w, ids = torch.randn(16, 64, 48, generator=gen), torch.randint(0, 16, (40,), generator=gen)
+    x, z = torch.randn(40, 48, 1, generator=gen), torch.randn(40, 2, 64, generator=gen)
+    args = _dev(w, ids, x, z)
+    before = compile_stats()["gather_bmm_rewrites"]
+    torch.tpu.synchronize()
+    base = torch.tpu.memory_allocated()
+    torch.tpu.reset_peak_memory_stats()
+    got = torch.compile(fn, backend="tpu", fullgraph=True, dynamic=False)(*args)
+    torch.tpu.synchronize()
+    assert compile_stats()["gather_bmm_rewrites"] == before + 1
+    assert torch.tpu.max_memory_allocated() - base < 40 * 64 * 48 * 4  # less than the gathered copy
+    torch.testing.assert_close(got.cpu(), fn(w, ids, x, z), **TOL[torch.float32])
+
+
+@pytest.mark.slow
+def test_generate_static_cache_compiled_batched_mm_matches_cpu():
+    """generate() with a static cache compiles the decode step (backend "tpu"): its
+    batched_mm experts become tpu::gather_bmm in the graph; tokens equal the CPU's."""
+    from torch_tpu._dynamo_backend import compile_stats
+
+    torch.manual_seed(0)
+    cpu = _moe_models()["qwen3_moe"]().eval()
+    dev = copy.deepcopy(cpu).to("tpu")
+    ids = torch.randint(3, 128, (4, 7), generator=torch.Generator().manual_seed(2))
+    kw = dict(max_new_tokens=5, min_new_tokens=5, do_sample=False, eos_token_id=None, pad_token_id=0,
+              cache_implementation="static")
+    before = compile_stats()["gather_bmm_rewrites"]
+    with torch.no_grad():
+        ref = cpu.generate(input_ids=ids, **kw)
+        out = dev.generate(input_ids=ids.to("tpu"), **kw)
+    assert torch.equal(out.cpu(), ref)
+    if torch_tpu._C.selected_driver() == "host":
+        assert compile_stats()["gather_bmm_rewrites"] - before == 2 * 2  # 2 layers x (up, down)
