@@ -194,6 +194,125 @@ def prefill(model, device, length, vocab, runs=1):
     return length / best
 
 
+class _StepClock:
+    """A logits processor that notes the time of each generation step (after
+    waiting for the device), so that generate()'s decode steps can be timed from
+    outside without changing what generate() does."""
+
+    def __init__(self, device):
+        self.device, self.times = device, []
+
+    def __call__(self, input_ids, scores):
+        _sync(self.device)
+        self.times.append(time.perf_counter())
+        return scores
+
+
+@torch.no_grad()
+def generate_decode(cpu_m, tpu_m, batch, steps, vocab, chunks=CHUNKS):
+    """Decode through Transformers' own generate() (greedy, `steps` new tokens per call
+    after a PROMPT-token prompt), CPU and tpu calls alternating, `chunks` calls each.
+    A call's rate = batch * (steps - 1) / time from its first to its last step (the
+    prefill and the first token are left out). On tpu generate() switches the experts
+    to batched_mm for the decode steps (it does so on every device but the cpu); the
+    CPU keeps grouped_mm. Returns a dict: best and mean tok/s per device, the tpu's
+    peak device memory above the model during a call, whether the greedy tokens were
+    equal, and the largest difference of the first decode step's logits."""
+    from transformers import LogitsProcessorList
+
+    gen = torch.Generator().manual_seed(1)
+    ids = torch.randint(3, vocab, (batch, PROMPT), generator=gen)
+    kw = dict(max_new_tokens=steps, min_new_tokens=steps, do_sample=False, eos_token_id=None, pad_token_id=0,
+              return_dict_in_generate=True, output_logits=True)
+    rates = {"cpu": [], "tpu": []}
+    seqs, logits, peak = {}, {}, 0
+    for device, m in (("cpu", cpu_m), ("tpu", tpu_m)):  # warm-up (tpu: per-shape metadata)
+        x = ids.to(device)
+        m.generate(input_ids=x, attention_mask=torch.ones_like(x), **dict(kw, max_new_tokens=2, min_new_tokens=2))
+    for _ in range(chunks):
+        for device, m in (("cpu", cpu_m), ("tpu", tpu_m)):
+            x = ids.to(device)
+            clock = _StepClock(device)
+            if device == "tpu":
+                _sync(device)
+                torch.tpu.reset_peak_memory_stats()
+                base = torch.tpu.memory_allocated()
+            out = m.generate(input_ids=x, attention_mask=torch.ones_like(x),
+                             logits_processor=LogitsProcessorList([clock]), **kw)
+            if device == "tpu":
+                _sync(device)
+                peak = max(peak, torch.tpu.max_memory_allocated() - base)
+            rates[device].append(batch * (len(clock.times) - 1) / (clock.times[-1] - clock.times[0]))
+            seqs[device] = out.sequences.cpu()
+            logits[device] = [lg.float().cpu() for lg in out.logits[:2]]
+    r = rates
+    # the first decode step's logits, on the rows whose first new token (from the prefill) agreed
+    agree = (seqs["cpu"][:, PROMPT] == seqs["tpu"][:, PROMPT])
+    step1 = (logits["cpu"][1][agree] - logits["tpu"][1][agree]).abs().max().item() if agree.any() else None
+    return {"tpu_best": max(r["tpu"]), "cpu_best": max(r["cpu"]),
+            "tpu_mean": sum(r["tpu"]) / len(r["tpu"]), "cpu_mean": sum(r["cpu"]) / len(r["cpu"]),
+            "tpu_peak_bytes": peak, "same_rows": int((seqs["cpu"] == seqs["tpu"]).all(1).sum()),
+            "prefill_logits_max_diff": (logits["cpu"][0] - logits["tpu"][0]).abs().max().item(),
+            "step1_logits_max_diff": step1, "step1_rows": int(agree.sum())}
+
+
+def weight_bytes_per_step(model, batch):
+    """Bytes of weights a decode step of `batch` sequences reads, each once: as
+    weight_bytes_per_token, but the experts' weights count with the expected share of
+    experts that at least one of the batch's tokens picks, 1 - (1 - top_k/E)^batch
+    (uniform routing: 98% of them for top-8 of 128 at batch 64)."""
+    cfg = model.config
+    per_token = weight_bytes_per_token(model)
+    experts = sum(p.numel() * p.element_size() for n, p in model.named_parameters() if ".experts." in n)
+    k, e = cfg.num_experts_per_tok, cfg.num_experts
+    return per_token - experts * k / e + experts * (1 - (1 - k / e) ** batch)
+
+
+def run_generate(name, build, dtypes, batch, steps, log=print, bw_all=None):
+    """Rows "generate() decode bN": generate_decode on a CPU model and its tpu copy.
+    Their weight_bytes is per token (a step's weight bytes / batch), so that the
+    roofline column is batch x bandwidth / bytes per step."""
+    rows = []
+    for dtype in dtypes:
+        dname = str(dtype).replace("torch.", "")
+        cpu_m = build(dtype)
+        tpu_m = copy.deepcopy(cpu_m).to("tpu")
+        gc.collect()
+        torch_tpu.reset_fallback_report()
+        g = generate_decode(cpu_m, tpu_m, batch, steps, cpu_m.config.vocab_size)
+        fb = torch_tpu.fallback_report()
+        row = _row(name, dname, f"generate() decode b{batch}", g["tpu_best"], g["cpu_best"], fb,
+                   sum(p.numel() for p in cpu_m.parameters()))
+        wstep = weight_bytes_per_step(cpu_m, batch)
+        row["weight_bytes"] = wstep / batch
+        if bw_all:  # provisional; run.derive() recomputes with the final bandwidth
+            roof = bw_all * 1e9 / row["weight_bytes"]
+            row.update(roofline_tok_s=roof, tpu_pct_roofline=100 * row["tpu_tok_s"] / roof,
+                       cpu_pct_roofline=100 * row["cpu_tok_s"] / roof)
+        log(f"  {name} {dname}: {wstep / 1e9:.2f} GB of weights read per decode step at batch {batch}")
+        row.update(tpu_tok_s_mean=g["tpu_mean"], cpu_tok_s_mean=g["cpu_mean"], steps=steps, chunks=CHUNKS,
+                   tpu_peak_above_model_bytes=g["tpu_peak_bytes"], batch=batch, same_token_rows=g["same_rows"],
+                   prefill_logits_max_diff=g["prefill_logits_max_diff"],
+                   step1_logits_max_diff=g["step1_logits_max_diff"], step1_rows=g["step1_rows"])
+        rows.append(row)
+        _log_row(log, row)
+        log(f"    {generate_summary(row)}")
+        del tpu_m, cpu_m
+        gc.collect()
+        torch.tpu.empty_cache()
+    return rows
+
+
+def generate_summary(r):
+    """One line on a generate() row's memory and agreement with the CPU."""
+    d = r["step1_logits_max_diff"]
+    return (f"tpu peak device memory above the model during a call: {r['tpu_peak_above_model_bytes'] / 2**20:.0f} "
+            f"MiB; rows whose greedy tokens all equal the CPU's: {r['same_token_rows']}/{r['batch']}; logits max "
+            f"|diff| {r['prefill_logits_max_diff']:.3g} after the prefill, "
+            + (f"{d:.3g} at the first decode step (the {r['step1_rows']} rows whose first token agreed)"
+               if d is not None else "no row's first token agreed"))
+
+
 def _pair(fn_cpu, fn_tpu):
     torch_tpu.reset_fallback_report()
     c = fn_cpu()

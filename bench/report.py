@@ -69,6 +69,16 @@ def sections(res):
                     "child processes taking turns",
                     ["op", "host µs/op", "pjrt µs/op", "pjrt/host"],
                     [[r["op"], _f(r["host_us"], 1), _f(r["pjrt_us"], 1), _f(r["ratio"], 1)] for r in pj]))
+    pf = res.get("profiler")
+    if pf:
+        out.append(("Device profiler cost (for information)",
+                    "microseconds per eager op or compiled call, ops queued and one torch.tpu.synchronize() per "
+                    "timing; 'CPU' = inside torch.profiler.profile(activities=[CPU]) (Kineto's own cost), "
+                    "'CPU + tpu' = with ProfilerActivity.PrivateUse1 too (the device-queue trace); trace µs = "
+                    "the difference; pjrt runs on XLA's CPU PJRT plugin; best of the chunks, modes taking turns",
+                    ["driver", "op", "off µs", "CPU µs", "CPU + tpu µs", "trace µs"],
+                    [[r["driver"], r["op"], _f(r["off_us"], 1), _f(r["cpu_us"], 1), _f(r["cpu+tpu_us"], 1),
+                      _f(r["trace_us"], 1)] for r in pf]))
     ds = res.get("dist")
     if ds:
         out.append(("all_reduce between 2 processes on this host",
@@ -111,7 +121,9 @@ def sections(res):
         out.append(("Models: eager tokens/s",
                     "higher is better; decode bN = N sequences, one new token each per step (KV "
                     "cache), fastest of 3 timed chunks of steps; prefill 512 = one 512-token prompt; roofline (batch-1 decode) = all-core "
-                    "read bandwidth / weight bytes per token; fallbacks = ops run on the CPU during "
+                    "read bandwidth / weight bytes per token; generate() decode b64 = model.generate() itself, "
+                    "rate of its decode steps (see bench/README.md), roofline = 64 x bandwidth / weight bytes "
+                    "per step (the experts' weights times the share of experts the batch hits); fallbacks = ops run on the CPU during "
                     "the whole tpu run (prefill + warm-up + timed steps)",
                     ["model", "dtype", "run", "tpu tok/s", "CPU tok/s", "tpu/CPU", "roofline tok/s",
                      "tpu % roofline", "CPU % roofline", "tpu fallbacks (calls)"],

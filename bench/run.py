@@ -17,8 +17,9 @@ import sys
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SECTIONS = ("machine", "gemm", "overhead", "fft", "mainjob", "models", "compile", "diffusion", "pjrt", "dist")
-MODELS = ("smollm2", "qwen3", "moe")
+SECTIONS = ("machine", "gemm", "overhead", "fft", "mainjob", "models", "compile", "diffusion", "pjrt", "profiler",
+            "dist")
+MODELS = ("smollm2", "qwen3", "moe", "moe-generate")
 
 
 def setup_env():
@@ -160,6 +161,13 @@ def main(argv=None):
 
         res["pjrt"] = pjrt.measure(args.quick, log=log)
         done("pjrt")
+
+    if "profiler" not in skip:
+        log("[bench] device profiler cost: no profiler vs profile(CPU) vs profile(CPU, PrivateUse1), both drivers")
+        from . import profiler
+
+        res["profiler"] = profiler.measure(args.quick, log=log)
+        done("profiler")
 
     if "dist" not in skip:
         log("[bench] all_reduce between 2 processes: tpu_dist (shared memory, Gloo) vs gloo on CPU")
@@ -316,6 +324,20 @@ def run_models(models, quick, bw_all, notes, log, done, optimize=False):
                             (f32,) if quick else (f32, bf16), plans["moe"], bw_all, log, skip=skip,
                             optimize=optimize)
         done("Qwen3-MoE")
+    if "moe-generate" in models:
+        log("[bench] MoE through generate(): Transformers' decode path (batched_mm experts on tpu), "
+            f"Qwen3-30B-A3B geometry, {M.moe_layers()} layer(s)")
+        g_rows = M.run_generate(f"Qwen3-MoE-{M.moe_layers()}L", lambda d: M.qwen3_moe(d, "grouped_mm"),
+                                (f32,) if quick else (f32, bf16), 64, 4 if quick else 6, log, bw_all)
+        rows += g_rows
+        done("Qwen3-MoE generate()")
+        for r in g_rows:
+            notes.append(f"Qwen3-MoE generate() decode b64, {r['dtype']}: model.generate() unchanged (greedy, "
+                         f"{r['steps']} new tokens per call, CPU and tpu calls alternating, rate of the decode "
+                         "steps of the fastest call); Transformers decodes with experts_implementation="
+                         "'batched_mm' on tpu (weight[expert_ids] then bmm: a lazy gather and tpu::gather_bmm "
+                         "here, see README) and 'grouped_mm' on the CPU. " + M.generate_summary(r) + ".")
+    if "moe" in models or "moe-generate" in models:
         notes.append(f"Qwen3-MoE-{M.moe_layers()}L: hidden 2048, 128 experts, top-8, expert width 768, "
                      f"32/4 heads of 128, {M.moe_layers()} decoder layer(s), vocab 16384 (tied) — "
                      "Qwen3-30B-A3B's layer geometry, not its depth; random weights.")

@@ -9,10 +9,11 @@ bash scripts/setup.sh
 # it on this machine, which has no TPU, is a clear "no TPU found" error.
 "$PY" -m pip install -q --disable-pip-version-check --no-deps libtpu==0.0.51
 # The Hugging Face `kernels` library: tests/test_kernels_hub.py kernelizes models with this
-# project's local kernel repository (torch_tpu/hub_kernels), offline. --no-deps: huggingface_hub,
-# packaging and pyyaml come with transformers; sigstore and tomlkit are imported only by its
-# hub-signature check and command line, which the tests do not use.
-"$PY" -m pip install -q --disable-pip-version-check --no-deps kernels==0.17.2
+# project's local kernel repository (torch_tpu/hub_kernels), offline, also through Transformers'
+# own use_kernels=True (Transformers 5.23 accepts kernels >= 0.18.2, < 0.19). --no-deps: its
+# requirements huggingface_hub >= 1.32, packaging and pyyaml come with transformers; tomlkit is
+# listed but no module of kernels 0.18.3 imports it; sigstore is an optional extra.
+"$PY" -m pip install -q --disable-pip-version-check --no-deps kernels==0.18.3
 # Diffusers: tests/test_diffusers.py runs tiny pipelines built from configs and
 # enable_parallelism on two processes, offline. With its dependencies (Pillow,
 # importlib_metadata, regex, requests, safetensors, filelock; huggingface_hub and
@@ -39,12 +40,12 @@ echo "== Python tests on the pjrt driver (XLA's CPU plugin): device, OpInfo, tin
 # test_arch: forward, backward and greedy tokens of tiny models equal to the CPU (eager). The
 # compile-mode sweep asserts the host graph compiler's share of C nodes: not run on pjrt.
 # Also fused Adam(W) (a decomposition there), attention, the fused kernels (rms_norm, rope,
-# swiglu; optimize() on tiny models), complex tensors, Diffusers pipelines on one chip, and tpu_dist across
+# swiglu; optimize() on tiny models), complex tensors, the device profiler, Diffusers pipelines on one chip, and tpu_dist across
 # processes (collectives on both transports, DTensor, DDP/FSDP2 steps, errors, a 2x2 mesh,
 # torchrun on one and two nodes, Transformers' tp_plan, Diffusers' enable_parallelism).
 TORCH_TPU_DRIVER=pjrt "$PY" -m pytest -q tests/test_device.py tests/test_opinfo.py \
   "tests/test_arch_sweep.py::test_arch" tests/test_optim_fused.py tests/test_attention.py \
-  tests/test_fused.py tests/test_complex.py tests/test_diffusers.py -k "not parallel"
+  tests/test_fused.py tests/test_complex.py tests/test_device_profiler.py tests/test_diffusers.py -k "not parallel"
 TORCH_TPU_DRIVER=pjrt "$PY" -m pytest -q tests/test_dist.py tests/test_diffusers.py \
   -k "collectives or mesh or torchrun or tp_plan or google_ops or parallel"
 

@@ -247,3 +247,37 @@ print("ok")
 """
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=dict(os.environ))
     assert r.returncode == 0 and "ok" in r.stdout, (r.returncode, r.stdout[-2000:], r.stderr[-2000:])
+
+
+FFTS = [
+    ("fft", lambda x: torch.fft.fft(x)), ("ifft_ortho", lambda x: torch.fft.ifft(x, norm="ortho")),
+    ("fft2", lambda x: torch.fft.fft2(x)), ("fftn_dims", lambda x: torch.fft.fftn(x, dim=(0, 2))),
+    ("rfft", lambda x: torch.fft.rfft(x.real)), ("irfft", lambda x: torch.fft.irfft(x, n=13)),
+    ("rfftn", lambda x: torch.fft.rfftn(x.real)), ("irfftn", lambda x: torch.fft.irfftn(x, dim=(1, 2))),
+    ("hfft", lambda x: torch.fft.hfft(x)), ("ihfft", lambda x: torch.fft.ihfft(x.real)),
+    ("fft_n", lambda x: torch.fft.fft(x, n=29, dim=1)), ("fftshift", lambda x: torch.fft.fftshift(x)),
+    ("stft", lambda x: torch.stft(x.real.flatten(), 16, return_complex=True,
+                                  window=torch.hann_window(16, device=x.device))),
+    ("istft", lambda x: torch.istft(torch.stft(x.real.flatten(), 16, return_complex=True,
+                                               window=torch.hann_window(16, device=x.device)),
+                                    16, window=torch.hann_window(16, device=x.device))),
+]
+
+
+@pytest.mark.parametrize("name,fn", FFTS, ids=[n for n, _ in FFTS])
+def test_fft_on_the_device(no_fallback, name, fn):
+    x = rand(4, 6, 10, seed=9)
+    tol = dict(rtol=1e-5, atol=1e-4)  # the fft OpInfos' float32 tolerances
+    torch.testing.assert_close(fn(x.to(DEV)).cpu(), fn(x), **tol)
+
+
+def test_fft_gradients(no_fallback):
+    x = torch.randn(3, 16, requires_grad=True)
+
+    def loss(x):
+        return torch.fft.rfft(x).abs().sum() + torch.fft.irfft(torch.fft.fft(x)[:, :9]).pow(2).sum()
+
+    loss(x).backward()
+    xt = x.detach().to(DEV).requires_grad_()
+    loss(xt).backward()
+    torch.testing.assert_close(xt.grad.cpu(), x.grad, rtol=1e-5, atol=1e-4)

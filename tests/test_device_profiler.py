@@ -1,5 +1,12 @@
 """torch.profiler with ProfilerActivity.PrivateUse1 on tpu (device-queue events
-in the exported Chrome trace) and torch.tpu.memory._snapshot()."""
+in the exported Chrome trace) and torch.tpu.memory._snapshot().
+
+Runs on both drivers (scripts/test.sh runs it again with TORCH_TPU_DRIVER=pjrt):
+the host driver's queue records each work on its worker; the pjrt driver
+records each PJRT execution or transfer (a lowered op, a graph segment, a
+copy), ops staged through the host, and host works. Tests marked host_driver
+check what only the host driver has (graph steps, list-op grouping, the
+caching allocator)."""
 import json
 import pickle
 
@@ -7,10 +14,12 @@ import pytest
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-import torch_tpu  # noqa: F401
+import torch_tpu
 from torch_tpu._device_trace import DEVICE_PID_BASE
 
 ACTS = [ProfilerActivity.CPU, ProfilerActivity.PrivateUse1]
+DRIVER = torch_tpu._C.selected_driver()
+pjrt_only = pytest.mark.skipif(DRIVER != "pjrt", reason="what the pjrt driver records (host: see the other tests)")
 
 
 def _export(p, tmp_path, name="trace.json"):
@@ -81,6 +90,27 @@ def test_device_times_come_from_the_queue(tmp_path):
     assert last["ts"] + last["dur"] > owner["ts"] + owner["dur"]  # ran after its CPU op returned
 
 
+def _cpu_ops(trace):
+    """External id -> CPU op event."""
+    return {e["args"]["External id"]: e for e in trace["traceEvents"] if e.get("cat") == "cpu_op"
+            and "External id" in e.get("args", {})}
+
+
+def _check_joined(trace, work):
+    """`work` is joined to the CPU op that queued it (External id, correlation and a
+    flow arrow), and was queued inside that op's span. Returns the op."""
+    owner = _cpu_ops(trace)[work["args"]["External id"]]
+    corr = work["args"]["correlation"]
+    assert owner["name"] == work["args"]["cpu_op"] and corr in owner["args"]["tpu_correlations"]
+    flows = {(e["ph"], e["id"]): e for e in trace["traceEvents"] if e.get("cat") == "ac2g"}
+    assert (flows[("s", corr)]["pid"], flows[("s", corr)]["tid"]) == (owner["pid"], owner["tid"])
+    assert flows[("f", corr)]["pid"] == work["pid"] and flows[("f", corr)]["ts"] == work["ts"]
+    assert owner["ts"] - 1 <= work["args"]["queued_us"] <= owner["ts"] + owner["dur"] + 1
+    assert work["ts"] >= work["args"]["queued_us"] - 1 and work["dur"] >= 0
+    return owner
+
+
+@pytest.mark.host_driver  # list works, and their grouping, are the host queue's (pjrt: test_pjrt_list_ops)
 def test_list_ops(tmp_path):
     """torch._foreach_* ops (which the queue may run piece-major as a group) are works too."""
     ts = [torch.randn(1000, device="tpu") for _ in range(3)]
@@ -95,6 +125,7 @@ def test_list_ops(tmp_path):
         assert works[name]["args"]["cpu_op"].startswith("aten::_foreach_")
 
 
+@pytest.mark.host_driver  # graph steps: the host graph executor's (pjrt: test_compiled_graph_runs)
 def test_compiled_graph_steps_and_compile_counters(tmp_path):
     torch._dynamo.reset()
 
@@ -119,6 +150,106 @@ def test_compiled_graph_steps_and_compile_counters(tmp_path):
     end = max(cache, key=lambda e: e["ts"])["args"]
     assert end["misses"] >= 1 and end["hits"] >= 1
     assert trace["tpu"]["compile"]["misses"] >= 1
+
+
+def test_compiled_graph_runs(tmp_path):
+    """Each run of a torch.compile graph is one tpu::graph work (on pjrt: one PJRT
+    execution of its StableHLO program), joined to the compiled region that ran it."""
+    torch._dynamo.reset()
+
+    def f(a, b):
+        return (torch.sigmoid(a * 2 + 1) * b - 0.5).abs() @ b
+
+    g = torch.compile(f, backend="tpu")
+    a, b = torch.randn(64, 64, device="tpu"), torch.randn(64, 64, device="tpu")
+    g(a, b)  # compiled outside the profile
+    torch.tpu.synchronize()
+    with profile(activities=ACTS) as p:
+        g(a, b)
+        out = g(a, b).cpu()
+    torch.testing.assert_close(out, f(a.cpu(), b.cpu()))
+    trace = _export(p, tmp_path)
+    runs = [e for e in _device_works(trace) if e["name"] == "tpu::graph"]
+    assert len(runs) == 2, [e["name"] for e in _device_works(trace)]
+    for r in runs:
+        _check_joined(trace, r)
+    assert runs[1]["ts"] >= runs[0]["ts"] + runs[0]["dur"] - 1.0
+    d2h = [e for e in _device_works(trace) if e["name"] == "copy_d2h"]
+    assert d2h and d2h[-1]["ts"] >= runs[1]["ts"] + runs[1]["dur"] - 1.0  # read after the run
+    if DRIVER == "pjrt":  # one program: no steps; bytes of its inputs and output
+        assert not [e for e in trace["traceEvents"] if e.get("cat") == "tpu_graph_step"]
+        assert all(r["args"]["bytes"] >= 3 * 64 * 64 * 4 for r in runs), runs
+
+
+def test_copies(tmp_path):
+    """Copies to, between and from chips are works of the chip that runs them."""
+    if torch.tpu.device_count() < 2:
+        pytest.skip("needs two chips")
+    c = torch.arange(1000.0)
+    with profile(activities=ACTS) as p:
+        x = c.to("tpu")
+        y = x.to("tpu:1")
+        back = y.cpu()
+    assert torch.equal(back, c)
+    trace = _export(p, tmp_path)
+    h2d = [e for e in _device_works(trace, 0) if e["name"] == "copy_h2d"]
+    d2d = [e for e in _device_works(trace, 1) if e["name"] == "copy_d2d"]
+    d2h = [e for e in _device_works(trace, 1) if e["name"] == "copy_d2h"]
+    assert h2d and d2d and d2h, [(e["name"], e["args"]["device"]) for e in trace["traceEvents"]
+                                 if e.get("cat") == "tpu_queue"]
+    assert h2d[0]["args"]["bytes"] == d2d[-1]["args"]["bytes"] == d2h[-1]["args"]["bytes"] == 4000
+    copy_ops = {"aten::_copy_from", "aten::copy_", "aten::_to_copy", "aten::to"}
+    for w in (h2d[0], d2d[-1], d2h[-1]):
+        assert _check_joined(trace, w)["name"] in copy_ops
+    assert d2h[-1]["ts"] >= d2d[-1]["ts"] + d2d[-1]["dur"] - 1.0
+
+
+@pjrt_only
+def test_pjrt_list_ops(tmp_path):
+    """On pjrt a torch._foreach_* op decomposes into one op per tensor: one program
+    each, joined to the per-tensor op inside the list op."""
+    ts = [torch.randn(1000, device="tpu") for _ in range(3)]
+    torch.tpu.synchronize()
+    with profile(activities=ACTS) as p:
+        torch._foreach_mul_(ts, 2.0)
+        torch.tpu.synchronize()
+    trace = _export(p, tmp_path)
+    works = [e for e in _device_works(trace) if e["name"].startswith("aten::mul_")]
+    assert len(works) == 3, [e["name"] for e in _device_works(trace)]
+    for w in works:
+        assert w["args"]["bytes"] >= 2 * 1000 * 4
+        assert _check_joined(trace, w)["name"] == "aten::mul_"
+
+
+@pjrt_only
+def test_pjrt_host_staged_op(tmp_path):
+    """An op whose output size depends on the data (nonzero) is staged through the
+    host on pjrt: its inputs read back, the C kernel run on the host, its output
+    written to the chip; the three are works of the chip, in that order."""
+    x = torch.tensor([0.0, 1.0, 0.0, 2.0, 3.0], device="tpu")
+    torch.tpu.synchronize()
+    with profile(activities=ACTS) as p:
+        nz = torch.nonzero(x)
+        torch.tpu.synchronize()
+    assert torch.equal(nz.cpu(), torch.tensor([[1], [3], [4]]))
+    trace = _export(p, tmp_path)
+    works = sorted(_device_works(trace), key=lambda e: e["args"]["seq"])
+    names = [e["name"] for e in works]
+    assert "aten::nonzero (host)" in names, names
+    i = names.index("aten::nonzero (host)")
+    staged = works[i]
+    assert _check_joined(trace, staged)["name"] == "aten::nonzero"
+    assert staged["args"]["bytes"] > 0
+    assert "copy_d2h" in names[:i] and "copy_h2d" in names[i + 1:], names
+    read = works[max(j for j in range(i) if names[j] == "copy_d2h")]
+    write = works[min(j for j in range(i + 1, len(works)) if names[j] == "copy_h2d")]
+    assert read["ts"] + read["dur"] <= staged["ts"] + 1.0 and write["ts"] >= staged["ts"] + staged["dur"] - 1.0
+    # the copies are queued by ops nested inside nonzero
+    cpu = _cpu_ops(trace)
+    owner = cpu[staged["args"]["External id"]]
+    for w in (read, write):
+        op = _check_joined(trace, w)
+        assert owner["ts"] <= op["ts"] and op["ts"] + op["dur"] <= owner["ts"] + owner["dur"], (op, owner)
 
 
 def test_fallback_counter(tmp_path):
@@ -147,6 +278,7 @@ def test_one_device_profile_at_a_time():
                 pass
 
 
+@pytest.mark.host_driver  # the caching allocator (pjrt: tests/test_pjrt.py::test_memory_snapshot)
 def test_memory_snapshot():
     torch.tpu.synchronize()
     torch.tpu.empty_cache()

@@ -138,6 +138,40 @@ def test_peer_copy_and_memory_stats():
     """)
 
 
+def test_memory_snapshot():
+    """torch.tpu.memory._snapshot() on pjrt: one active block per live allocation (the driver
+    caches nothing), sizes adding up to memory_allocated/memory_reserved on each chip, a freed
+    allocation gone at once; PyTorch's CUDA snapshot tool reads it."""
+    check_ok("""
+        import torch, torch_tpu
+        from torch.cuda import _memory_viz
+        x = torch.empty(1000, device="tpu")
+        big = torch.empty(3 << 20, dtype=torch.uint8, device="tpu")
+        y = torch.ones(10, device="tpu:1")
+        snap = torch.tpu.memory._snapshot()
+        assert snap["allocator_settings"]["driver"] == "pjrt"
+        segs = {(s["device"], s["address"]): s for s in snap["segments"]}
+        for t, kind in ((x, "small"), (big, "large"), (y, "small")):
+            seg = segs[(t.device.index, t.data_ptr())]
+            (blk,) = seg["blocks"]
+            assert blk["state"] == "active_allocated" and blk["requested_size"] == blk["size"] == t.nbytes, seg
+            assert seg["segment_type"] == kind and seg["allocated_size"] == t.nbytes, seg
+        assert all(s["blocks"][0]["state"] == "active_allocated" for s in snap["segments"])
+        for d in (0, 1):
+            on = [s for s in snap["segments"] if s["device"] == d]
+            assert [s["address"] for s in on] == sorted(s["address"] for s in on)
+            assert sum(s["allocated_size"] for s in on) == torch.tpu.memory_allocated(d)
+            assert sum(s["total_size"] for s in on) == torch.tpu.memory_reserved(d)
+        assert [s["device"] for s in torch.tpu.memory._snapshot("tpu:1")["segments"]] == \
+            [s["device"] for s in snap["segments"] if s["device"] == 1]
+        addr = big.data_ptr()
+        del big
+        torch.tpu.synchronize()
+        assert addr not in {s["address"] for s in torch.tpu.memory._snapshot(0)["segments"]}
+        assert f"segments: {len(snap['segments'])}" in _memory_viz.segsum(snap)
+    """)
+
+
 def test_out_of_memory_is_recoverable():
     check_ok("""
         import torch, torch_tpu

@@ -1,8 +1,9 @@
 """``torch.backends.tpu``: the backend module, like torch.backends.cuda/mps.
 
 Libraries detect TorchTPU by its presence: the Hugging Face ``kernels``
-library selects its "tpu" kernel builds when ``hasattr(torch.backends,
-"tpu")`` (else it falls back to the CUDA or CPU builds of the torch build).
+library 0.17 selected its "tpu" kernel builds when ``hasattr(torch.backends,
+"tpu")``; 0.18 asks ``torch.accelerator.current_accelerator()`` (also "tpu"
+here) instead.
 """
 import sys
 import types

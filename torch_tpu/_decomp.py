@@ -7,7 +7,8 @@ table torch.compile's graphs are decomposed with) has an entry for the op, it
 runs on the tpu tensors, so each op it is made of reaches the driver: its
 lowering, a further decomposition, or the CPU fallback for that smaller op.
 On the host driver only ops outside its kernel table come here (torch.equal,
-whose Python bool no kernel returns, for one).
+whose Python bool no kernel returns, for one), and calls with complex data on
+every driver: those take the rules of torch_tpu/_complex.py first.
 
 `decomposition_report()` counts the decomposed calls per op.
 """

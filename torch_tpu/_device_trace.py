@@ -6,11 +6,14 @@ backend ships a Kineto plugin; this one feeds the trace from the runtime's
 own recorder (runtime/include/tpu/trace.h) instead:
 
 * ``profile.start_trace`` (with PrivateUse1 among the activities) starts the
-  device-queue recorder. From then on each work the host driver's queue
-  runs (an eager op, a copy, a torch.compile graph run) is recorded with its
-  name, the bytes of its tensors, when and on which OS thread it was queued,
-  and its start and end read on the device's worker thread; each step of a
-  compiled graph (a kernel or a fused group) is recorded inside its run.
+  device-queue recorder. From then on each work a chip runs (an eager op, a
+  copy, a torch.compile graph run) is recorded with its name, the bytes of
+  its tensors, when and on which OS thread it was queued, and its start and
+  end. The host driver reads them on the device's worker thread and also
+  records each step of a compiled graph (a kernel or a fused group) inside
+  its run; the pjrt driver records one event per PJRT execution or transfer,
+  its end when the plugin signalled completion and its start the later of
+  the submit and the previous work's end (no steps: a graph is one program).
 * ``profile.stop_trace`` waits for the queues to drain, stops the recorder
   and keeps the events.
 * ``profile.export_chrome_trace(path)`` writes Kineto's trace, then adds one
@@ -25,7 +28,7 @@ queuing thread whose span contains the moment of queueing; times are
 converted from the runtime's CLOCK_MONOTONIC to the trace's clock with an
 offset measured at start (error: a few microseconds). ``key_averages()`` and
 the profiler's table know nothing of device events: only the exported trace
-has them. The pjrt driver runs ops inside its plugin and records nothing.
+has them.
 """
 import gzip
 import json
@@ -124,7 +127,10 @@ _SLACK_US = 5.0
 
 def _innermost_ops(cpu_ops, queries):
     """For each (tid, ts) query, the innermost CPU op event on thread tid whose
-    [ts, ts + dur + _SLACK_US] contains ts (None if none). Ops of a thread nest."""
+    [ts, ts + dur] contains ts; failing that, the innermost whose
+    [ts, ts + dur + _SLACK_US] does (None if none). Ops of a thread nest: a
+    work queued just after a nested op returned (an output's allocation, a
+    view) belongs to the op around it, not to the one that just ended."""
     by_tid = {}
     for e in cpu_ops:
         by_tid.setdefault(e["tid"], []).append(e)
@@ -145,7 +151,8 @@ def _innermost_ops(cpu_ops, queries):
                 j += 1
             while stack and stack[-1]["ts"] + stack[-1].get("dur", 0) + _SLACK_US < ts:
                 stack.pop()
-            answers[i] = stack[-1] if stack else None
+            containing = [op for op in stack if op["ts"] + op.get("dur", 0) >= ts]
+            answers[i] = containing[-1] if containing else (stack[-1] if stack else None)
     return answers
 
 

@@ -87,7 +87,8 @@ def compile_stats():
     groups, 'gemm_epilogues': fused groups headed by a matrix multiply,
     'gemv_batches'/'gemv_batched': steps running several one-row products of
     the same row as one parallel loop and the products in them,
-    'rope_fusions': q/k rotary embeddings made one tpu.rope call, arena
+    'rope_fusions': q/k rotary embeddings made one tpu.rope call,
+    'gather_bmm_rewrites': bmm of a gathered weight made tpu.gather_bmm, arena
     bytes, 'eager_graphs': graphs run op by op (TORCH_TPU_GRAPH=eager),
     'driver_segments': C segments the device's driver runs whole as one
     compiled program per run (pjrt: one StableHLO module; nodes it cannot

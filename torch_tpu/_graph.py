@@ -38,7 +38,8 @@ _STATS = {"compiles": 0, "hits": 0, "compile_seconds": 0.0, "segments": 0, "c_no
           "eager_nodes": 0, "fused_groups": 0, "fused_nodes": 0, "gemm_epilogues": 0, "conv_epilogues": 0,
           "norm_epilogues": 0, "gemv_batches": 0,
           "gemv_batched": 0, "arena_bytes": 0,
-          "reinplaced": 0, "gqa_rewrites": 0, "codegen_groups": 0, "codegen_functions": 0, "codegen_cache_hits": 0,
+          "reinplaced": 0, "gqa_rewrites": 0, "gather_bmm_rewrites": 0, "codegen_groups": 0, "codegen_functions": 0,
+          "codegen_cache_hits": 0,
           "codegen_compiles": 0, "codegen_compile_seconds": 0.0, "codegen_unavailable": 0, "driver_segments": 0}
 # per-segment figures summed into _STATS
 _SEGMENT_STATS = ("segments", "c_nodes", "eager_nodes", "fused_groups", "fused_nodes", "gemm_epilogues",
@@ -876,6 +877,73 @@ def use_gqa_in_attention(gm):
     return done
 
 
+def _gathered_operand(n):
+    """(w, ids, transposed) when n is index(w, [ids]) of a 3-D floating tpu
+    tensor by one 1-D integer index, or that seen transposed in its last two
+    dims (permute [0, 2, 1] / transpose(1, 2) as core ATen writes it)."""
+    aten = torch.ops.aten
+    if not isinstance(n, torch.fx.Node):
+        return None
+    transposed = False
+    if n.target is aten.permute.default and list(n.args[1]) == [0, 2, 1]:
+        n, transposed = n.args[0], True
+    elif n.target is aten.transpose.int and sorted(d % 3 for d in n.args[1:3]) == [1, 2]:
+        n, transposed = n.args[0], True
+    if not (isinstance(n, torch.fx.Node) and n.target is aten.index.Tensor):
+        return None
+    w, idx = n.args[0], n.args[1]
+    if len(idx) != 1 or not isinstance(idx[0], torch.fx.Node):
+        return None
+    wv, iv = _val(w), _val(idx[0])
+    if not (_is_tpu_tensor(wv) and _is_tpu_tensor(iv) and wv.dim() == 3 and iv.dim() == 1
+            and wv.dtype in (torch.float32, torch.bfloat16, torch.float16) and iv.dtype in (torch.int64, torch.int32)):
+        return None
+    return w, idx[0], transposed
+
+
+def gather_into_bmm(gm, native):
+    """bmm(index(w, [ids]), x), bmm(x, index(w, [ids])) and the same with the
+    gathered operand transposed become tpu.gather_bmm, which reads w in place:
+    the arena holds no [len(ids), ...] copy of the gathered weights
+    (Transformers' batched_mm experts; eager gets the same from lazy gathers,
+    csrc/aten/gather.cpp). The index node goes when nothing else reads it.
+    Returns the number of rewrites."""
+    if "tpu::gather_bmm" not in native:
+        return 0
+    aten = torch.ops.aten
+    done = 0
+    for n in list(gm.graph.nodes):
+        if n.op != "call_function" or n.target is not aten.bmm.default:
+            continue
+        a, b = n.args[0], n.args[1]
+        for pos in (0, 1):
+            g = _gathered_operand(n.args[pos])
+            if g is None:
+                continue
+            w, ids, transposed = g
+            other = b if pos == 0 else a
+            ov, outv = _val(other), _val(n)
+            if not (_is_tpu_tensor(ov) and ov.dtype == _val(w).dtype and _is_tpu_tensor(outv)):
+                break
+            with gm.graph.inserting_before(n):
+                wt = w
+                if transposed:
+                    wt = gm.graph.call_function(aten.permute.default, (w, [0, 2, 1]))
+                    with _val(w).fake_mode:
+                        wt.meta["val"] = _val(w).permute(0, 2, 1)
+                args = (wt, other, ids, 0) if pos == 0 else (other, wt, ids, 1)
+                new = gm.graph.call_function(torch.ops.tpu.gather_bmm.default, args)
+            new.meta["val"] = outv
+            n.replace_all_uses_with(new)
+            gm.graph.erase_node(n)
+            done += 1
+            break
+    if done:
+        gm.graph.eliminate_dead_code()
+        gm.recompile()
+    return done
+
+
 def lower(gm: torch.fx.GraphModule, example_inputs, opts):
     """Returns a boxed callable running `gm` through the C graph compiler
     (`opts`: a torch_tpu._compile_options.CompileOptions)."""
@@ -883,8 +951,9 @@ def lower(gm: torch.fx.GraphModule, example_inputs, opts):
     _STATS["reinplaced"] += reinplace_input_updates(gm)
     _STATS["gqa_rewrites"] += use_gqa_in_attention(gm)
     reinplace_fill_scatter(gm)
+    native = _native_ops(_device_of(list(gm.graph.nodes)))
+    _STATS["gather_bmm_rewrites"] += gather_into_bmm(gm, native)
     nodes = list(gm.graph.nodes)
-    native = _native_ops(_device_of(nodes))
     forced_eager = set()
     while True:
         try:

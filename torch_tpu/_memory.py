@@ -5,11 +5,13 @@ snapshots (``torch.cuda._memory_viz``, https://pytorch.org/memory_viz after
 
 The host driver's allocator reserves one block per segment (no splitting):
 each segment holds exactly one block, "active_allocated" while a tensor
-owns it, "inactive" while it waits in the cache. Segments are "small" up to
+owns it, "inactive" while it waits in the cache. The pjrt driver caches
+nothing: one "active_allocated" block per live allocation, its size the
+bytes asked (what memory_allocated() counts). Segments are "small" up to
 1 MiB (the host driver's small-block class, also CUDA's). There is no
 allocation history: ``device_traces`` are empty lists and ``frames`` empty
-(CUDA fills them only after ``_record_memory_history``). The pjrt driver
-cannot list its memory: NotImplementedError.
+(CUDA fills them only after ``_record_memory_history``). A driver that
+cannot list its memory raises NotImplementedError.
 """
 import pickle
 

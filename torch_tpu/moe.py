@@ -11,6 +11,12 @@ Transformers' MoE layers need no hook: its default experts implementation,
 routes tpu there for every dtype), i.e. ``aten::_grouped_mm``, which has a
 native tpu kernel built on the same C core (no Python loop over experts, no
 host synchronisation on the offsets).
+
+``generate()`` decodes with ``"batched_mm"`` instead on every device but the
+cpu: ``gate_up_proj[expert_ids]`` then ``torch.bmm``. On tpu that gather is
+lazy (torch_tpu/csrc/aten/gather.cpp): it takes no memory, and the bmm runs
+``torch.ops.tpu.gather_bmm(a, b, ids, gathered)``, which reads each expert's
+weights in place; any other use of the gathered tensor materialises it.
 """
 import torch
 

@@ -20,7 +20,10 @@ for one custom op each (runtime/kernels/fused.c):
   rotary) or Phi3's (partial rotary). The module gets its own copy of its
   class's forward whose globals are a snapshot of the modeling module's
   globals with that one name replaced (names rebound in the modeling module
-  after optimize() are not seen by optimised modules).
+  after optimize() are not seen by optimised modules). With the ``kernels``
+  package (>= 0.18.2) installed, Transformers makes apply_rotary_pos_emb a
+  `kernels` function layer and gives each attention module a private copy of
+  it (``use_kernelized_func``); then that copy's forward is swapped instead.
 
 Each swapped forward runs the fused op only for tpu tensors of float32,
 bfloat16 or float16 and shapes the op supports, and otherwise calls the
@@ -74,8 +77,10 @@ def _plain(fn):
     if isinstance(fn, torch.nn.Module) or (isinstance(fn, type) and issubclass(fn, torch.nn.Module)):
         fwd = getattr(cls, "forward", None)
         code = getattr(fwd, "__code__", None)
-        if hasattr(cls, "kernel_layer_name") and code is not None and code.co_freevars == ("func",):
-            return fwd.__closure__[0].cell_contents
+        if hasattr(cls, "kernel_layer_name") and code is not None and "func" in code.co_freevars:
+            inner = fwd.__closure__[code.co_freevars.index("func")].cell_contents
+            if isinstance(inner, types.FunctionType):
+                return inner
     return fn
 
 
@@ -109,9 +114,16 @@ def _refs():
     }
 
 
+def _own_forward(m):
+    """True if `m` runs its class's forward: none set on the instance, or the class's own
+    forward bound to it (what kernels.kernelize leaves on a layer it has no kernel for)."""
+    f = vars(m).get("forward")
+    return f is None or (getattr(f, "__func__", None) is type(m).forward and getattr(f, "__self__", None) is m)
+
+
 def _glu_act(act):
     """'silu' / 'gelu_tanh' if `act` is one of those activations, else None."""
-    if "forward" in vars(act):  # replaced on the instance: unknown behaviour
+    if not _own_forward(act):  # replaced on the instance: unknown behaviour
         return None
     if type(act) is torch.nn.SiLU:
         return "silu"
@@ -217,6 +229,33 @@ def _make_rope(orig, partial):
     return apply_rotary_pos_emb
 
 
+def _rope_layer(module, refs):
+    """(layer, forward) for the `kernels` function layer of apply_rotary_pos_emb that
+    Transformers attaches to `module` (``use_kernelized_func``, with the ``kernels`` package
+    installed: the module's forward then routes the modeling module's apply_rotary_pos_emb
+    calls to its own private layer): a forward for that layer with the fused op, or None."""
+    funcs = vars(module).get("_kernel_funcs")
+    if not isinstance(funcs, dict):
+        return None
+    for layer in funcs.values():
+        if not isinstance(layer, torch.nn.Module) or not _own_forward(layer):
+            continue
+        orig = _plain(type(layer))
+        if orig is type(layer):
+            continue
+        style = _rope_style(orig, refs)
+        if style is None:
+            continue
+        fused = _make_rope(orig, style == "partial")
+
+        def forward(self, q, k, cos, sin, unsqueeze_dim=1):
+            return fused(q, k, cos, sin, unsqueeze_dim)
+
+        forward._tpu_fused = True
+        return layer, forward
+    return None
+
+
 def _rope_forward(module, refs):
     """A copy of the module's forward whose apply_rotary_pos_emb is fused, or None."""
     fwd = type(module).forward
@@ -256,7 +295,7 @@ def optimize(model: torch.nn.Module, *, rms_norm: bool = True, rope: bool = True
     _ops()
     counts = {"rms_norm": 0, "swiglu": 0, "rope": 0}
     for m in model.modules():
-        if "forward" in vars(m):  # already swapped (by us or by someone else)
+        if not _own_forward(m):  # already swapped (by us or by someone else)
             continue
         fwd = type(m).forward
         w = getattr(m, "weight", None)
@@ -284,6 +323,12 @@ def optimize(model: torch.nn.Module, *, rms_norm: bool = True, rope: bool = True
             if f is not None:
                 m.forward = types.MethodType(f, m)
                 counts["rope"] += 1
+                continue
+            lf = _rope_layer(m, refs)
+            if lf is not None:
+                layer, f = lf
+                layer.forward = types.MethodType(f, layer)
+                counts["rope"] += 1
     prev = getattr(model, "_tpu_optimized", None) or {}
     model._tpu_optimized = {k: counts[k] + prev.get(k, 0) for k in counts}
     return model
@@ -292,6 +337,9 @@ def optimize(model: torch.nn.Module, *, rms_norm: bool = True, rope: bool = True
 def restore(model: torch.nn.Module):
     """Undoes optimize(model): the modules get their class's forward back. Returns `model`."""
     for m in model.modules():
+        for layer in (vars(m).get("_kernel_funcs") or {}).values():
+            if getattr(getattr(vars(layer).get("forward"), "__func__", None), "_tpu_fused", False):
+                del layer.forward
         f = vars(m).get("forward")
         if f is None:
             continue

@@ -12,6 +12,13 @@
  *       rows as above (rows at and past offs[-1] are zeroed); 3-D x 2-D: groups
  *       of output columns; 2-D x 2-D: groups of K (out[g] = A[:, Kg] @ B[Kg]);
  *       3-D x 3-D: a batched matmul (no offs).
+ *   tpu::gather_bmm(a, b, ids[S], gathered) -> out[S,M,N]
+ *       out[s] = a[ids[s]] @ b[s] (gathered 0: a [E,M,K], b [S,K,N]) or
+ *       a[s] @ b[ids[s]] (gathered 1: a [S,M,K], b [E,K,N]): the batched
+ *       product of a gathered operand (Transformers' batched_mm experts)
+ *       without the gather. The pairs are sorted by expert on the worker
+ *       thread; each expert's matrix is read once per piece of at most
+ *       MO_SMALL of its vectors. Scratch for the order: the one malloc here.
  *
  * float32, bfloat16 and float16 (any mix), float32 accumulation; any strides.
  * Group sizes are read on the queue's worker thread, so nothing waits for the
@@ -23,6 +30,7 @@
  * weight in nn.Linear layout (unit stride along K) streams the weight rows
  * once (arch/x86_64 nk_rows); larger pieces use the packed GEMM tile of
  * linalg.c (kernels/gemm.h). */
+#include <stdlib.h>
 #include <string.h>
 
 #include "kernels/gemm.h"
@@ -36,6 +44,15 @@ void tpu_k_avx2_gemm_nk_rows(int64_t mr, int64_t nn, int64_t kc, const void* b, 
 void tpu_k_avx2_to_f32(int64_t n, const void* src, int dt, float* dst);
 #else
 #define MO_X86 0
+#endif
+
+#if MO_X86 && defined(TPU_HAVE_AVX512BF16)
+#define MO_BF16DP 1
+/* arch/x86_64/gemm_avx512bf16.c */
+void tpu_k_avx512bf16_dot_nk(int64_t nn, int64_t kc, const uint16_t* b, int64_t ldb, int ms,
+                             const uint16_t* x, int64_t ldx, float* acc, int64_t ldacc);
+#else
+#define MO_BF16DP 0
 #endif
 
 enum {
@@ -491,9 +508,239 @@ static tpu_status_t gm_run(const tpu_k_call_t* call) {
   return TPU_OK;
 }
 
+/* ---- tpu::gather_bmm ------------------------------------------------------------ */
+
+/* The batched product of a gathered operand, out[s] = a[ids[s]] @ b[s]
+ * (gathered 0) or a[s] @ b[ids[s]] (gathered 1), without the gather: the pairs
+ * s are sorted by expert (a counting sort on the worker thread) and each
+ * expert's weight is streamed once per piece of at most MO_SMALL of its
+ * vectors, as ragged_dot does for rows sorted by group.
+ *
+ * The problem in vector form: pair s has Q vectors x(s, q) of length K (the
+ * columns of b[s], or the rows of a[s]); each gives an output vector y(s, q)
+ * of length P: y[p] = sum_k x[k] * W_e(k, p), W_e the expert's weight seen as
+ * [K, P] (a[e] transposed, or b[e]). */
+typedef struct {
+  int64_t S, Q, K, P, E;
+  const char* x; int32_t xdt, xes; int64_t xbs, xqs, xks; /* x(s,q)[k] */
+  const char* w; int32_t wdt, wes; int64_t wbs, wks, wps; /* W_e(k,p) */
+  char* y; int32_t ydt, yes; int64_t ybs, yqs, yps;       /* y(s,q)[p] */
+  const int64_t* order;  /* pairs sorted by expert (stable) */
+  const int64_t* pe;     /* per piece: expert, first row, rows (row r: pair order[r / Q], vector r % Q) */
+  const int64_t* pr;
+  const int64_t* pm;
+  int64_t npieces, nb, ntiles;
+  bool avx2;
+  bool bf16dp; /* x and W bfloat16, W unit stride along K: vdpbf16ps on the bf16 pairs */
+} gb_prob_t;
+
+#if MO_BF16DP
+/* gb_task's bf16 x bf16 path: x rows gathered as bf16 (exact), the products
+ * summed in f32 by vdpbf16ps, W streamed once for up to 4 x rows and read
+ * again from cache for the next 4. */
+static void gb_task_bf16(const gb_prob_t* p, int64_t e, int64_t m, int64_t n0, int64_t n, const char* const* xrow,
+                         char* const* yrow) {
+  _Alignas(64) float acc[MO_SMALL * MO_NB_MAX];
+  _Alignas(64) uint16_t xb[MO_SMALL * MO_KC];
+  for (int64_t i = 0; i < m * n; ++i) acc[i] = 0.0f;
+  const char* w0 = p->w + (e * p->wbs + n0 * p->wps) * (int64_t)p->wes;
+  for (int64_t kc0 = 0; kc0 < p->K; kc0 += MO_KC) {
+    int64_t kc = mo_min(MO_KC, p->K - kc0);
+    for (int64_t i = 0; i < m; ++i) {
+      const uint16_t* xr = (const uint16_t*)xrow[i] + kc0 * p->xks;
+      if (p->xks == 1) {
+        memcpy(xb + i * MO_KC, xr, (size_t)kc * sizeof(uint16_t));
+      } else {
+        for (int64_t k = 0; k < kc; ++k) xb[i * MO_KC + k] = xr[k * p->xks];
+      }
+    }
+    const uint16_t* wk = (const uint16_t*)w0 + kc0;
+    for (int64_t i0 = 0; i0 < m; i0 += 4)
+      tpu_k_avx512bf16_dot_nk(n, kc, wk, p->wps, (int)mo_min(4, m - i0), xb + i0 * MO_KC, MO_KC, acc + i0 * n, n);
+  }
+  for (int64_t i = 0; i < m; ++i) mo_store_row(yrow[i], p->ydt, p->yes, p->yps, acc + i * n, n);
+}
+#endif
+
+static void gb_task(const gb_prob_t* p, int64_t t) {
+  int64_t pi = t / p->ntiles, nt = t % p->ntiles;
+  int64_t e = p->pe[pi], r0 = p->pr[pi], m = p->pm[pi];
+  int64_t n0 = nt * p->nb, n = mo_min(p->P, n0 + p->nb) - n0;
+  _Alignas(64) float acc[MO_SMALL * MO_NB_MAX];
+  _Alignas(64) float xbuf[MO_SMALL * MO_KC];
+  const char* xrow[MO_SMALL];
+  char* yrow[MO_SMALL];
+  for (int64_t i = 0; i < m; ++i) {
+    int64_t r = r0 + i, s = p->order[r / p->Q], q = r % p->Q;
+    xrow[i] = p->x + (s * p->xbs + q * p->xqs) * (int64_t)p->xes;
+    yrow[i] = p->y + (s * p->ybs + q * p->yqs + n0 * p->yps) * (int64_t)p->yes;
+  }
+#if MO_BF16DP
+  if (p->bf16dp) {
+    gb_task_bf16(p, e, m, n0, n, xrow, yrow);
+    return;
+  }
+#endif
+  for (int64_t i = 0; i < m * n; ++i) acc[i] = 0.0f;
+  const char* w0 = p->w + (e * p->wbs + n0 * p->wps) * (int64_t)p->wes;
+  for (int64_t kc0 = 0; kc0 < p->K; kc0 += MO_KC) {
+    int64_t kc = mo_min(MO_KC, p->K - kc0);
+    for (int64_t i = 0; i < m; ++i) {
+      const char* xr = xrow[i] + kc0 * p->xks * (int64_t)p->xes;
+      float* dst = xbuf + i * MO_KC;
+#if MO_X86
+      if (p->avx2 && p->xks == 1) {
+        tpu_k_avx2_to_f32(kc, xr, p->xdt, dst);
+        continue;
+      }
+#endif
+      for (int64_t k = 0; k < kc; ++k) dst[k] = mo_ldf(xr + k * p->xks * (int64_t)p->xes, p->xdt);
+    }
+    const char* wk = w0 + kc0 * p->wks * (int64_t)p->wes;
+#if MO_X86
+    if (p->avx2 && (p->wks == 1 || kc == 1)) {
+      tpu_k_avx2_gemm_nk_rows(m, n, kc, wk, p->wdt, p->wps, xbuf, MO_KC, acc, n);
+      continue;
+    }
+#endif
+    tpu_k_gemm_mat_t a = {xbuf, TPU_DTYPE_F32, MO_KC, 1};
+    tpu_k_gemm_mat_t b = {wk, p->wdt, p->wks, p->wps};
+    tpu_k_sgemm_tile(m, n, kc, &a, &b, acc, n, kc0 > 0, p->avx2);
+  }
+  for (int64_t i = 0; i < m; ++i) mo_store_row(yrow[i], p->ydt, p->yes, p->yps, acc + i * n, n);
+}
+
+static void gb_par(void* ctx, int64_t begin, int64_t end) {
+  const gb_prob_t* p = (const gb_prob_t*)ctx;
+  for (int64_t t = begin; t < end; ++t) gb_task(p, t);
+}
+
+/* a, b, ids, gathered (0: a is [E, M, K] and b [S, K, N]; 1: a is [S, M, K]
+ * and b [E, K, N]) -> out [S, M, N]. */
+static tpu_status_t gb_check(const tpu_k_call_t* call) {
+  const tpu_tensor_t* a = tpu_ku_tensor(call, 0);
+  const tpu_tensor_t* b = tpu_ku_tensor(call, 1);
+  const tpu_tensor_t* ids = tpu_ku_tensor(call, 2);
+  int64_t gathered = tpu_ku_int(call, 3, -1);
+  if (!a || !b || !ids || call->num_outputs != 1) return TPU_KU_INVALID(call, "expected (a, b, ids) tensors");
+  if (gathered != 0 && gathered != 1) return TPU_KU_INVALID(call, "gathered must be 0 or 1, got %lld", (long long)gathered);
+  const tpu_tensor_t* c = &call->outputs[0];
+  if (!mo_fdt(a->dtype)) return tpu_ku_unsupported_dtype(call, a->dtype);
+  if (!mo_fdt(b->dtype)) return tpu_ku_unsupported_dtype(call, b->dtype);
+  if (!mo_fdt(c->dtype)) return tpu_ku_unsupported_dtype(call, c->dtype);
+  if (ids->dtype != TPU_DTYPE_I32 && ids->dtype != TPU_DTYPE_I64)
+    return TPU_KU_INVALID(call, "ids must be int32 or int64, got %s", tpu_dtype_name((tpu_dtype_t)ids->dtype));
+  if (a->ndim != 3 || b->ndim != 3 || ids->ndim != 1)
+    return TPU_KU_INVALID(call, "expected a and b 3-D and ids 1-D, got %d-D, %d-D, %d-D", (int)a->ndim, (int)b->ndim,
+                          (int)ids->ndim);
+  const tpu_tensor_t* pairs = gathered == 0 ? b : a;
+  if (a->sizes[2] != b->sizes[1] || pairs->sizes[0] != ids->sizes[0])
+    return TPU_KU_INVALID(call, "sizes do not match: a [%lld, %lld, %lld], b [%lld, %lld, %lld], ids [%lld]",
+                          (long long)a->sizes[0], (long long)a->sizes[1], (long long)a->sizes[2],
+                          (long long)b->sizes[0], (long long)b->sizes[1], (long long)b->sizes[2],
+                          (long long)ids->sizes[0]);
+  if (c->ndim != 3 || c->sizes[0] != ids->sizes[0] || c->sizes[1] != a->sizes[1] || c->sizes[2] != b->sizes[2])
+    return TPU_KU_INVALID(call, "output must be [%lld, %lld, %lld]", (long long)ids->sizes[0], (long long)a->sizes[1],
+                          (long long)b->sizes[2]);
+  return TPU_OK;
+}
+
+static tpu_status_t gb_run(const tpu_k_call_t* call) {
+  const tpu_tensor_t* a = tpu_ku_tensor(call, 0);
+  const tpu_tensor_t* b = tpu_ku_tensor(call, 1);
+  const tpu_tensor_t* ids = tpu_ku_tensor(call, 2);
+  const bool g1 = tpu_ku_int(call, 3, 0) == 1;
+  const tpu_tensor_t* c = &call->outputs[0];
+  gb_prob_t p;
+  memset(&p, 0, sizeof(p));
+  const tpu_tensor_t* w = g1 ? b : a;
+  const tpu_tensor_t* x = g1 ? a : b;
+  p.S = ids->sizes[0];
+  p.E = w->sizes[0];
+  p.K = a->sizes[2];
+  if (p.S == 0 || a->sizes[1] == 0 || b->sizes[2] == 0) return TPU_OK;
+  /* ids first: nothing is read out of bounds, negative ids count from the end */
+  const int64_t es_id = (int64_t)tpu_dtype_size((tpu_dtype_t)ids->dtype);
+  for (int64_t s = 0; s < p.S; ++s) {
+    int64_t v = tpu_ku_load_i64((const char*)ids->data + s * ids->strides[0] * es_id, ids->dtype);
+    if (v < -p.E || v >= p.E)
+      return TPU_ERROR(TPU_STATUS_OUT_OF_RANGE, "%s: index %lld is out of bounds for dimension 0 with size %lld",
+                       call->op, (long long)v, (long long)p.E);
+  }
+  p.x = (const char*)x->data; p.xdt = x->dtype; p.xes = (int32_t)tpu_dtype_size((tpu_dtype_t)x->dtype);
+  p.w = (const char*)w->data; p.wdt = w->dtype; p.wes = (int32_t)tpu_dtype_size((tpu_dtype_t)w->dtype);
+  p.y = (char*)c->data; p.ydt = c->dtype; p.yes = (int32_t)tpu_dtype_size((tpu_dtype_t)c->dtype);
+  p.xbs = x->strides[0];
+  p.wbs = w->strides[0];
+  p.ybs = c->strides[0];
+  if (!g1) { /* y(s, q) = out[s][:, q] = a[e] @ b[s][:, q] */
+    p.Q = b->sizes[2]; p.P = a->sizes[1];
+    p.xqs = b->strides[2]; p.xks = b->strides[1];
+    p.wks = a->strides[2]; p.wps = a->strides[1];
+    p.yqs = c->strides[2]; p.yps = c->strides[1];
+  } else { /* y(s, q) = out[s][q, :] = a[s][q, :] @ b[e] */
+    p.Q = a->sizes[1]; p.P = b->sizes[2];
+    p.xqs = a->strides[1]; p.xks = a->strides[2];
+    p.wks = b->strides[1]; p.wps = b->strides[2];
+    p.yqs = c->strides[1]; p.yps = c->strides[2];
+  }
+  if (p.K == 0) {
+    for (int64_t s = 0; s < p.S; ++s)
+      for (int64_t q = 0; q < p.Q; ++q)
+        for (int64_t j = 0; j < p.P; ++j)
+          memset(p.y + (s * p.ybs + q * p.yqs + j * p.yps) * (int64_t)p.yes, 0, (size_t)p.yes);
+    return TPU_OK;
+  }
+  /* scratch: order[S], start[E + 1], pieces (expert, first row, rows) */
+  const int64_t rows = p.S * p.Q;
+  const int64_t max_pieces = rows / MO_SMALL + (p.E < p.S ? p.E : p.S) + 1;
+  int64_t* scratch = (int64_t*)malloc(sizeof(int64_t) * (size_t)(p.S + p.E + 1 + 3 * max_pieces));
+  if (!scratch)
+    return TPU_ERROR(TPU_STATUS_OUT_OF_MEMORY, "%s: out of host memory for the expert order of %lld pairs", call->op,
+                     (long long)p.S);
+  int64_t* order = scratch;
+  int64_t* start = order + p.S;
+  int64_t* pe = start + p.E + 1;
+  int64_t* pr = pe + max_pieces;
+  int64_t* pm = pr + max_pieces;
+  for (int64_t e = 0; e <= p.E; ++e) start[e] = 0;
+  for (int64_t s = 0; s < p.S; ++s) {
+    int64_t v = tpu_ku_load_i64((const char*)ids->data + s * ids->strides[0] * es_id, ids->dtype);
+    start[(v < 0 ? v + p.E : v) + 1]++;
+  }
+  for (int64_t e = 0; e < p.E; ++e) start[e + 1] += start[e];
+  int64_t n = 0;
+  for (int64_t e = 0; e < p.E; ++e) {
+    for (int64_t r = start[e] * p.Q; r < start[e + 1] * p.Q; r += MO_SMALL) {
+      pe[n] = e;
+      pr[n] = r;
+      pm[n] = mo_min(MO_SMALL, start[e + 1] * p.Q - r);
+      ++n;
+    }
+  }
+  for (int64_t s = 0; s < p.S; ++s) { /* stable: start[e] is the next free slot of expert e */
+    int64_t v = tpu_ku_load_i64((const char*)ids->data + s * ids->strides[0] * es_id, ids->dtype);
+    order[start[v < 0 ? v + p.E : v]++] = s;
+  }
+  p.order = order;
+  p.pe = pe; p.pr = pr; p.pm = pm;
+  p.npieces = n;
+  int threads = tpu_threadpool_size(call->pool);
+  int64_t nb = mo_cdiv(p.P * n, 4 * (int64_t)threads);
+  nb = mo_cdiv(nb, 16) * 16;
+  p.nb = nb < 16 ? 16 : nb > MO_NB_MAX ? MO_NB_MAX : nb;
+  p.ntiles = mo_cdiv(p.P, p.nb);
+  p.avx2 = tpu_k_gemm_use_avx2();
+  p.bf16dp = MO_BF16DP && p.wdt == TPU_DTYPE_BF16 && p.xdt == TPU_DTYPE_BF16 && p.wks == 1 && tpu_ku_use_avx512bf16();
+  tpu_parallel_for(call->pool, n * p.ntiles, 1, gb_par, &p);
+  free(scratch);
+  return TPU_OK;
+}
+
 const tpu_k_entry_t tpu_k_moe_entries[] = {
     {"tpu::ragged_dot", rd_run, rd_check, 0, NULL},
     {"tpu::ragged_dot_rhs_grad", rg_run, rg_check, 0, NULL},
     {"aten::_grouped_mm", gm_run, gm_check, 0, NULL},
+    {"tpu::gather_bmm", gb_run, gb_check, 0, NULL},
 };
 const size_t tpu_k_moe_count = sizeof(tpu_k_moe_entries) / sizeof(tpu_k_moe_entries[0]);

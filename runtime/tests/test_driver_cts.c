@@ -9,10 +9,12 @@
 #include <stdlib.h>
 #include <math.h>
 #include <string.h>
+#include <time.h>
 
 #include "test_util.h"
 #include "tpu/drivers.h"
 #include "tpu/kernels.h"
+#include "tpu/trace.h"
 
 #define DVT(d) tpu_hal_device_vt(d)
 
@@ -42,6 +44,28 @@ static void test_properties(void) {
   }
 }
 
+/* memory_blocks: the requested bytes of the allocated block at `p` (0: none),
+ * checking the listing is in address order and the count is the same with or
+ * without room for the blocks. */
+static uint64_t allocated_block_size(tpu_hal_device_t* d, void* p) {
+  CHECK(DVT(d)->memory_blocks != NULL);
+  if (!DVT(d)->memory_blocks) return 0;
+  size_t n = DVT(d)->memory_blocks(d, NULL, 0);
+  tpu_hal_memory_block_t* blk = calloc(n + 4, sizeof(*blk));
+  CHECK(blk != NULL);
+  if (!blk) return 0;
+  size_t m = DVT(d)->memory_blocks(d, blk, n + 4);
+  CHECK(m == n);
+  uint64_t found = 0;
+  for (size_t i = 0; i < m && i < n + 4; i++) {
+    if (i > 0) CHECK(blk[i - 1].address < blk[i].address);
+    CHECK(blk[i].size >= blk[i].requested);
+    if (blk[i].address == (uint64_t)(uintptr_t)p && blk[i].allocated) found = blk[i].requested;
+  }
+  free(blk);
+  return found;
+}
+
 static void test_alloc(void) {
   tpu_hal_device_t* d = device(0);
   void* z = (void*)1;
@@ -57,10 +81,12 @@ static void test_alloc(void) {
   DVT(d)->memory_stats(d, &after);
   CHECK(after.allocated_bytes >= before.allocated_bytes + 1000);
   CHECK(after.num_allocs == before.num_allocs + 1);
+  CHECK(allocated_block_size(d, p) == 1000); /* listed while live */
   DVT(d)->deallocate(d, p);
   DVT(d)->deallocate(d, NULL);
   DVT(d)->memory_stats(d, &after);
   CHECK(after.allocated_bytes == before.allocated_bytes);
+  CHECK(allocated_block_size(d, p) == 0); /* gone, or cached (host) */
 }
 
 static void test_oom(void) {
@@ -623,6 +649,132 @@ static void test_graphs(void) {
   vt->deallocate(d, o1);
 }
 
+
+/* ---- device-queue trace (tpu/trace.h) ----
+ * While it records, every work a driver runs is one event named as the host
+ * driver names it (a host work by its name, copy_h2d / copy_d2d / copy_d2h,
+ * an op's program by its schema name, a graph's program "tpu::graph"), with
+ * the submitting thread, the bytes, and times queued <= start <= end; on one
+ * chip the works of a dependent chain follow one another. Nothing is
+ * recorded while it is off. */
+static tpu_status_t trace_sleep_run(void* ctx) {
+  struct timespec ts = {0, 2000000L}; /* 2 ms */
+  nanosleep(&ts, NULL);
+  return TPU_OK;
+}
+
+static void test_trace(void) {
+  tpu_hal_device_t* d = device(0);
+  const tpu_hal_device_vtable_t* vt = DVT(d);
+  enum { N = 4096 };
+  static float host[N / 4];
+  for (int i = 0; i < N / 4; i++) host[i] = (float)i / 64;
+  void *a = NULL, *b = NULL;
+  CHECK_OK(vt->allocate(d, N, &a));
+  CHECK_OK(vt->allocate(d, N, &b));
+  CHECK(!tpu_trace_enabled());
+  CHECK_OK(vt->copy_h2d(d, a, host, N)); /* while off: not recorded */
+  CHECK_OK(vt->synchronize(d));
+  const char* want[10];
+  int64_t want_bytes[10];
+  int nw = 0;
+#define WANT(name, bytes) (want[nw] = (name), want_bytes[nw++] = (bytes))
+  int64_t t0 = (int64_t)tpu_now_ns();
+  CHECK_OK(tpu_trace_start(0));
+  tpu_hal_work_t w = {.name = "host work", .run = trace_sleep_run, .bytes = 77};
+  CHECK_OK(vt->submit(d, &w));
+  WANT("host work", 77);
+  CHECK_OK(vt->copy_h2d(d, a, host, N));
+  WANT("copy_h2d", N);
+  CHECK_OK(vt->copy_h2d(d, (char*)a + 100, host, 50)); /* a part: a program on pjrt */
+  WANT("copy_h2d", 50);
+  CHECK_OK(vt->copy_d2d(d, b, (char*)a + 8, 1000));
+  WANT("copy_d2d", 1000);
+  const tpu_tensor_t v = {NULL, TPU_DTYPE_F32, 1, {N / 4}, {1}};
+  tpu_tensor_t ta = v, tb = v;
+  ta.data = a;
+  tb.data = b;
+  if (vt->supports_op && vt->execute_op) {
+    tpu_k_value_t args[3] = {{.kind = TPU_K_TENSOR, .v.tensor = &ta}, {.kind = TPU_K_TENSOR, .v.tensor = &ta},
+                             {.kind = TPU_K_INT, .v.i = 1}};
+    const tpu_k_call_t call = {"aten::add.Tensor", 3, args, 1, &tb, NULL};
+    CHECK_OK(vt->execute_op(d, &call)); /* b = a + a */
+    WANT("aten::add.Tensor", 3 * N);
+  }
+  if (vt->run_graph) {
+    const tpu_hal_graph_buffer_t bufs[2] = {{TPU_HAL_GRAPH_INPUT, 0, N}, {TPU_HAL_GRAPH_OUTPUT, 0, N}};
+    tpu_k_value_t args[1] = {{.kind = TPU_K_TENSOR, .v.tensor = &v}};
+    const tpu_k_call_t call = {"aten::exp", 1, args, 1, &v, NULL};
+    const int32_t bi[2] = {0, 1};
+    const int64_t off[2] = {0, 0};
+    const tpu_hal_graph_node_t node = {&call, bi, off};
+    const tpu_hal_graph_t g = {2, bufs, 1, &node, 1, 1};
+    void* ins[1] = {b};
+    void* outs[1] = {a};
+    CHECK_OK(vt->run_graph(d, &g, ins, outs)); /* a = exp(b) */
+    WANT("tpu::graph", 2 * N);
+  }
+  static float back[N / 4];
+  CHECK_OK(vt->copy_d2h(d, back, a, N));
+  WANT("copy_d2h", N);
+  /* a peer copy is a work of the chip it lands on */
+  tpu_hal_device_t* d1 = tpu_hal_driver_vt(g_drv)->device_count(g_drv) > 1 ? device(1) : NULL;
+  void* c = NULL;
+  if (d1) {
+    CHECK_OK(DVT(d1)->allocate(d1, N, &c));
+    CHECK_OK(DVT(d1)->copy_d2d(d1, c, a, N));
+    CHECK_OK(DVT(d1)->synchronize(d1));
+    WANT("copy_d2d", N);
+  }
+#undef WANT
+  CHECK_OK(vt->synchronize(d));
+  tpu_trace_stop();
+  CHECK_OK(vt->copy_h2d(d, a, host, N)); /* off again: not recorded */
+  CHECK_OK(vt->synchronize(d));
+  tpu_trace_event_t* ev = NULL;
+  uint64_t dropped = 1;
+  size_t n = tpu_trace_take(&ev, &dropped);
+  CHECK(dropped == 0);
+  CHECK(n == (size_t)nw);
+  if (n != (size_t)nw) {
+    for (size_t i = 0; i < n; i++) fprintf(stderr, "  event %zu: %s\n", i, ev[i].name);
+    n = n < (size_t)nw ? n : (size_t)nw;
+  }
+  uint64_t tid = tpu_trace_thread_id();
+  for (size_t i = 0; i < n; i++) {
+    CHECK_STREQ(ev[i].name, want[i]);
+    CHECK(ev[i].bytes == want_bytes[i]);
+    bool peer = d1 && i + 1 == (size_t)nw;
+    CHECK(ev[i].kind == TPU_TRACE_WORK && ev[i].device == (peer ? 1 : 0) && ev[i].cpu_tid == tid);
+    CHECK(ev[i].queued_ns >= t0 && ev[i].start_ns >= ev[i].queued_ns && ev[i].end_ns >= ev[i].start_ns);
+    if (i && !peer) CHECK(ev[i].start_ns >= ev[i - 1].end_ns); /* a dependent chain: one after another */
+    if (i) CHECK(ev[i].seq > ev[i - 1].seq);
+  }
+  if (n) CHECK(ev[0].end_ns - ev[0].start_ns >= 2000000); /* the host work's 2 ms */
+  /* and the works did what they do while traced: a = host with bytes
+   * [100, 150) from host's first 50, then (op and graph) a = exp(a + a) */
+  static float expect[N / 4];
+  memcpy(expect, host, N);
+  memcpy((char*)expect + 100, host, 50);
+  bool op_and_graph = vt->supports_op && vt->execute_op && vt->run_graph;
+  for (int i = 0; op_and_graph && i < N / 4; i++) expect[i] = expf(expect[i] + expect[i]);
+  for (int i = 0; i < N / 4; i++) {
+    if (!(fabsf(back[i] - expect[i]) <= 1e-5f * (1 + fabsf(expect[i])))) {
+      CHECK(fabsf(back[i] - expect[i]) <= 1e-5f * (1 + fabsf(expect[i])));
+      break;
+    }
+  }
+  if (d1) {
+    static float peer_back[N / 4];
+    CHECK_OK(DVT(d1)->copy_d2h(d1, peer_back, c, N));
+    CHECK(memcmp(peer_back, back, N) == 0);
+    DVT(d1)->deallocate(d1, c);
+  }
+  free(ev);
+  vt->deallocate(d, a);
+  vt->deallocate(d, b);
+}
+
 static void run_suite(const char* name) {
   g_name = name;
   tpu_status_t st = tpu_drivers_create(name, NULL, &g_drv);
@@ -645,6 +797,7 @@ static void run_suite(const char* name) {
   RUN_TEST(test_ops_two_outputs);
   RUN_TEST(test_index_checks);
   RUN_TEST(test_graphs);
+  RUN_TEST(test_trace);
   tpu_object_release(&g_drv->base);
   g_drv = NULL;
 }

@@ -1,5 +1,5 @@
-/* test_k_moe.c - tpu::ragged_dot, tpu::ragged_dot_rhs_grad and
- * aten::_grouped_mm against naive loops, and their data-dependent errors. */
+/* test_k_moe.c - tpu::ragged_dot, tpu::ragged_dot_rhs_grad, aten::_grouped_mm
+ * and tpu::gather_bmm against naive loops, and their data-dependent errors. */
 #define _POSIX_C_SOURCE 200809L
 #include <math.h>
 #include <stdio.h>
@@ -137,6 +137,57 @@ static void test_errors(void) {
   tpu_status_free(s);
 }
 
+/* gather_bmm: out[s] = a[ids[s]] @ b[s] (gathered 0) or a[s] @ b[ids[s]]
+ * (gathered 1), against the naive loop; `wt`: the gathered operand is a
+ * transposed view (strided along K, the sgemm_tile path). */
+static void test_gather_bmm(int dt, int gathered, int64_t E, int64_t M, int64_t K, int64_t N, const int64_t* ids,
+                            int64_t S, bool wt, double tol) {
+  int perm[3] = {0, 2, 1};
+  int64_t sa[3] = {gathered == 0 ? E : S, M, K}, sb[3] = {gathered == 0 ? S : E, K, N}, sc[3] = {S, M, N};
+  tt_t a = tku_alloc(dt, 3, sa, gathered == 0 && wt ? perm : NULL, 1, 16);
+  tt_t b = tku_alloc(dt, 3, sb, gathered == 1 && wt ? perm : NULL, 1, 16);
+  tt_t c = tku_alloc(dt, 3, sc, NULL, 1, 16);
+  tku_fill(&a, &g_rng, 1.0, false);
+  tku_fill(&b, &g_rng, 1.0, false);
+  tpu_tensor_t it = T1((void*)ids, TPU_DTYPE_I64, S);
+  tpu_k_value_t args[4] = {vt(&a.t), vt(&b.t), vt(&it), vi(gathered)};
+  bool s = ok(call_op("tpu::gather_bmm", 4, args, 1, &c.t));
+  double worst = 0.0;
+  for (int64_t p = 0; p < S; ++p) {
+    int64_t e = ids[p] < 0 ? ids[p] + E : ids[p];
+    for (int64_t m = 0; m < M; ++m)
+      for (int64_t n = 0; n < N; ++n) {
+        double acc = 0.0, mag = 0.0;
+        for (int64_t k = 0; k < K; ++k) {
+          int64_t ia[3] = {gathered == 0 ? e : p, m, k}, ib[3] = {gathered == 0 ? p : e, k, n};
+          double v = get(&a.t, ia) * get(&b.t, ib);
+          acc += v;
+          mag += fabs(v);
+        }
+        int64_t ic[3] = {p, m, n};
+        double err = fabs(get(&c.t, ic) - acc) / (1.0 + mag);
+        if (!(err <= worst)) worst = isnan(err) ? INFINITY : err;
+      }
+  }
+  CHECKF(s && worst < tol, "gather_bmm %s gathered=%d E=%lld M=%lld K=%lld N=%lld S=%lld wt=%d err=%g",
+         tpu_dtype_name(dt), gathered, (long long)E, (long long)M, (long long)K, (long long)N, (long long)S, wt,
+         worst);
+  fr(&a); fr(&b); fr(&c);
+}
+
+/* An id out of [-E, E): OUT_OF_RANGE from run(), nothing written out of bounds. */
+static void test_gather_bmm_errors(void) {
+  float a[3 * 2 * 4] = {0}, b[2 * 4 * 1] = {0}, c[2 * 2 * 1];
+  int64_t sa[3] = {3, 2, 4}, sb[3] = {2, 4, 1}, sc[3] = {2, 2, 1}, ids[2] = {1, 3};
+  tpu_tensor_t ta = T_(a, TPU_DTYPE_F32, 3, sa, NULL), tb = T_(b, TPU_DTYPE_F32, 3, sb, NULL);
+  tpu_tensor_t tc = T_(c, TPU_DTYPE_F32, 3, sc, NULL), ti = T1(ids, TPU_DTYPE_I64, 2);
+  tpu_k_value_t args[4] = {vt(&ta), vt(&tb), vt(&ti), vi(0)};
+  tpu_status_t s = call_op("tpu::gather_bmm", 4, args, 1, &tc);
+  CHECKF(tpu_status_code(s) == TPU_STATUS_OUT_OF_RANGE && strstr(tpu_status_message(s), "index 3 is out of bounds"),
+         "gather_bmm id 3 of 3: %s", s ? tpu_status_message(s) : "OK");
+  tpu_status_free(s);
+}
+
 static void run_all(void) {
   int64_t decode[8] = {1, 0, 2, 3, 0, 1, 4, 1};
   int64_t big[4] = {70, 1, 130, 9};
@@ -152,6 +203,14 @@ static void run_all(void) {
   test_grouped_mm_rows();
   test_rhs_grad();
   test_errors();
+  int64_t ids8[8] = {3, 1, 3, 7, 0, 3, 5, -1};
+  int64_t ids20[20] = {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0, 2, 1, 1, 1, 1, 1, 1, 1}; /* > MO_SMALL pairs of one */
+  test_gather_bmm(TPU_DTYPE_F32, 0, 8, 48, 64, 1, ids8, 8, false, 1e-5);
+  test_gather_bmm(TPU_DTYPE_F32, 0, 8, 48, 64, 1, ids8, 8, true, 1e-5);
+  test_gather_bmm(TPU_DTYPE_BF16, 0, 3, 40, 2100, 2, ids20, 20, false, 1e-2); /* two K chunks */
+  test_gather_bmm(TPU_DTYPE_F16, 1, 8, 3, 37, 300, ids8, 8, true, 2e-3);
+  test_gather_bmm(TPU_DTYPE_F32, 1, 3, 1, 33, 17, ids20, 20, false, 1e-5);
+  test_gather_bmm_errors();
 }
 
 TPU_TEST_KERNEL_MAIN(run_all, g_pool)

@@ -26,6 +26,8 @@ anywhere. All of them have autograd formulas and Meta kernels
   top_k_weights [T, K]), an index equal to E meaning "no expert") ->
   two ``torch.ops.tpu.ragged_dot`` grouped GEMMs over the tokens sorted by
   expert, with no host synchronisation (group sizes stay on the device).
+  Where the device's driver cannot run ragged_dot (pjrt: no lowering yet)
+  the module's own forward runs.
 """
 import importlib
 
@@ -60,6 +62,19 @@ def _ops():
     _opt._ops()
 
 
+_RUNS = {}  # (op, device index) -> whether the device's driver runs the op
+
+
+@torch.compiler.assume_constant_result
+def _driver_runs(op, index):
+    key = (op, index)
+    if key not in _RUNS:
+        from torch_tpu import _C
+
+        _RUNS[key] = op in _C.graph_ops(index)
+    return _RUNS[key]
+
+
 class RMSNorm(nn.Module):
     can_torch_compile = True
     has_backward = True
@@ -83,7 +98,12 @@ class rotary_pos_emb(nn.Module):  # noqa: N801  (Transformers' layer name)
         # full rotary only: where Llama's and Phi3's formulas agree
         if _style("rope", type(self)) is not None and _opt._rope_fusable(q, k, cos, sin, unsqueeze_dim, False):
             return _opt._rope_op(q, k, cos, sin)
-        return type(self).forward(self, q, k, cos, sin, unsqueeze_dim)
+        # a function layer: the function behind it, not type(self).forward (under torch.compile
+        # kernels' function layer calls this forward again from its own)
+        fn = _opt._plain(type(self))
+        if fn is type(self):
+            return type(self).forward(self, q, k, cos, sin, unsqueeze_dim)
+        return fn(q, k, cos, sin, unsqueeze_dim)
 
 
 class SwiGLUMLP(nn.Module):
@@ -115,7 +135,8 @@ class MoEExperts(nn.Module):
                 w1.dim() == 3 and w2.dim() == 3 and w1.shape[2] == hidden_states.shape[1] and
                 w1.shape[1] == 2 * w2.shape[2] and w2.shape[:2] == (w1.shape[0], w1.shape[2]) and
                 w1.dtype == w2.dtype == hidden_states.dtype and w1.dtype in _opt._FLOAT and
-                not top_k_index.dtype.is_floating_point):
+                not top_k_index.dtype.is_floating_point and
+                _driver_runs("tpu::ragged_dot", hidden_states.device.index)):
             return type(self).forward(self, hidden_states, top_k_index, top_k_weights)
         num_experts = w1.shape[0]
         tokens, top_k = top_k_index.shape

@@ -138,6 +138,19 @@ typedef struct {
   bool is_ready; /* out */
 } PJRT_Event_IsReady_Args;
 
+/* Called once the event is ready, on a thread of the plugin's choice (or on
+ * the registering thread if it already is); it owns `error` (NULL: none) and
+ * destroys it. */
+typedef void (*PJRT_Event_OnReadyCallback)(PJRT_Error* error, void* user_arg);
+
+typedef struct {
+  size_t struct_size;
+  PJRT_Extension_Base* extension_start;
+  PJRT_Event* event;
+  PJRT_Event_OnReadyCallback callback;
+  void* user_arg; /* the caller's; must live until the callback ran */
+} PJRT_Event_OnReady_Args;
+
 typedef struct {
   size_t struct_size;
   PJRT_Extension_Base* extension_start;
@@ -387,7 +400,7 @@ typedef struct PJRT_Api {
   PJRT_Error* (*PJRT_Event_IsReady)(PJRT_Event_IsReady_Args*);
   PJRT_Error* (*PJRT_Event_Error)(PJRT_Event_Args*);
   PJRT_Error* (*PJRT_Event_Await)(PJRT_Event_Args*);
-  tpu_pjrt_slot_t Event_OnReady;
+  PJRT_Error* (*PJRT_Event_OnReady)(PJRT_Event_OnReady_Args*);
   PJRT_Error* (*PJRT_Client_Create)(PJRT_Client_Create_Args*);
   PJRT_Error* (*PJRT_Client_Destroy)(PJRT_Client_Destroy_Args*);
   PJRT_Error* (*PJRT_Client_PlatformName)(PJRT_Client_Text_Args*);

@@ -13,7 +13,25 @@
  * definition events. The events of issued work (uploads, executions) are
  * kept until they complete; synchronize() awaits them and returns the first
  * error. Host works (tpu_hal_work_t) run on the calling thread once earlier
- * device work has completed. */
+ * device work has completed.
+ *
+ * Device-queue trace (tpu/trace.h): while it records, each HAL call that
+ * issues device work (an op's program, a graph's program, a copy) is one
+ * event, named as on the host driver. Its PJRT events get an OnReady
+ * callback that notes when the plugin signalled completion. The event is
+ * recorded once the driver has completed the call's PJRT events (in issue
+ * order), with
+ *   end   = the latest completion noted for the call (the moment the driver
+ *           saw it complete if a callback has not run yet), for a call that
+ *           ran a program no later than the earliest completion noted for a
+ *           program issued after it (a chip runs its programs in issue
+ *           order; a callback may run late on a busy host);
+ *   start = the later of the issue of the call's first PJRT work (after any
+ *           compile) and the end of the previous work recorded on the chip
+ *           (the issue itself if that work ended after this one: the plugin
+ *           ran them at once).
+ * Host works and reads to the host run on the calling thread and are timed
+ * there. Off, it costs one atomic load per call. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <inttypes.h>
@@ -29,6 +47,7 @@
 #include "drivers/pjrt/pjrt_abi.h"
 #include "drivers/pjrt/pjrt_lower.h"
 #include "tpu/drivers.h"
+#include "tpu/trace.h"
 
 #define TPU_PJRT_MAX_DEVICES 1024
 #define TPU_PJRT_MAX_OPTIONS 16
@@ -48,8 +67,28 @@ typedef struct tpu_pjrt_alloc_t {
   tpu_pjrt_buf_t* buf; /* NULL until first written */
 } tpu_pjrt_alloc_t;
 
+/* The trace of one HAL call (see the top of this file). Shared by the
+ * driver and the OnReady callbacks of the call's PJRT events; freed by the
+ * last of them to let go. */
+typedef struct tpu_pjrt_trace_t {
+  int64_t end_ns;      /* atomic: latest completion a callback noted (0: none) */
+  int64_t prog_end_ns; /* atomic: earliest completion noted for one of its programs (0: none) */
+  int32_t refs;        /* atomic: the driver's, one per pending entry and per registered callback */
+  int32_t fired;       /* atomic: callbacks that ran */
+  /* under the device lock: */
+  int32_t joined;   /* PJRT events of the call */
+  int32_t left;     /* of those, not yet completed */
+  bool closed;      /* the call has returned: no more events join */
+  bool program;     /* it executed a program */
+  int64_t issue_ns; /* when its first PJRT work was issued (0: none yet) */
+  int64_t bound;    /* trace_flush: the earliest program completion after it */
+  const PJRT_Api* api;
+  tpu_trace_event_t e; /* name, device, cpu_tid, queued_ns, bytes */
+} tpu_pjrt_trace_t;
+
 typedef struct tpu_pjrt_pending_t {
   PJRT_Event* event;
+  tpu_pjrt_trace_t* trace; /* the traced call it belongs to, or NULL */
   void* staging; /* host bytes to free once the event is ready */
   uint64_t seq;
   char what[48];
@@ -83,6 +122,10 @@ typedef struct tpu_pjrt_device_t {
   tpu_hal_memory_stats_t stats;
   uint64_t works;
   uint64_t programs; /* executions */
+  tpu_pjrt_trace_t* trace;        /* the traced HAL call in progress (under mu), or NULL */
+  tpu_pjrt_trace_t** trace_ready; /* traced calls complete, to record (issue order) */
+  size_t num_trace_ready, cap_trace_ready;
+  int64_t trace_last_end; /* end of the last traced work recorded (under mu) */
 } tpu_pjrt_device_t;
 
 typedef struct tpu_pjrt_exe_t {
@@ -209,6 +252,157 @@ static void buffer_destroy(const PJRT_Api* api, PJRT_Buffer* b) {
   tpu_status_free(take(api, api->PJRT_Buffer_Destroy(&a), "buffer"));
 }
 
+/* ---- device-queue trace (tpu/trace.h) ---- */
+static void trace_unref(tpu_pjrt_trace_t* t) {
+  if (__atomic_sub_fetch(&t->refs, 1, __ATOMIC_ACQ_REL) == 0) free(t);
+}
+
+/* Runs on the plugin's thread: never takes a driver lock. */
+static void trace_noted(tpu_pjrt_trace_t* t, PJRT_Error* error, bool program) {
+  int64_t now = (int64_t)tpu_now_ns();
+  if (error) {
+    PJRT_Error_Destroy_Args a = {.struct_size = TPU_PJRT_SIZE(PJRT_Error_Destroy_Args, error), .error = error};
+    t->api->PJRT_Error_Destroy(&a);
+  }
+  int64_t cur = __atomic_load_n(&t->end_ns, __ATOMIC_RELAXED);
+  while (cur < now && !__atomic_compare_exchange_n(&t->end_ns, &cur, now, true, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
+  }
+  cur = __atomic_load_n(&t->prog_end_ns, __ATOMIC_RELAXED);
+  while (program && (cur == 0 || now < cur) &&
+         !__atomic_compare_exchange_n(&t->prog_end_ns, &cur, now, true, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
+  }
+  __atomic_add_fetch(&t->fired, 1, __ATOMIC_RELEASE);
+  trace_unref(t);
+}
+
+static void trace_on_ready(PJRT_Error* error, void* arg) { trace_noted(arg, error, false); }
+static void trace_on_program_ready(PJRT_Error* error, void* arg) { trace_noted(arg, error, true); }
+
+/* Records one work that ended at `end` on `d` (under d->mu). `measured`:
+ * it ran on the calling thread from `start`; else `start` is when it was
+ * issued, and the work starts no earlier than the previous one's end (see
+ * the top of this file). */
+static void trace_put(tpu_pjrt_device_t* d, tpu_trace_event_t* e, int64_t start, int64_t end, bool measured) {
+  if (!measured && start < d->trace_last_end && d->trace_last_end <= end) start = d->trace_last_end;
+  if (start > end) start = end;
+  e->start_ns = start;
+  e->end_ns = end;
+  if (end > d->trace_last_end) d->trace_last_end = end;
+  tpu_trace_record(e);
+}
+
+/* Records a complete call: see the top of this file for its times. */
+static void trace_emit(tpu_pjrt_device_t* d, tpu_pjrt_trace_t* t, int64_t bound) {
+  int64_t end = __atomic_load_n(&t->end_ns, __ATOMIC_RELAXED);
+  /* every event of the call is complete: a callback yet to run would note a
+   * time no earlier than now */
+  if (__atomic_load_n(&t->fired, __ATOMIC_ACQUIRE) < t->joined || end == 0) end = (int64_t)tpu_now_ns();
+  if (t->program && bound < end) end = bound; /* a later program completed: so had this one */
+  int64_t issue = t->issue_ns ? t->issue_ns : t->e.queued_ns;
+  trace_put(d, &t->e, issue, end < issue ? issue : end, false);
+}
+
+/* Records the complete calls in issue order, each program's end bounded by
+ * the earliest completion noted for a program issued after it. */
+static void trace_flush(tpu_pjrt_device_t* d) {
+  size_t n = d->num_trace_ready;
+  if (!n) return;
+  int64_t bound = INT64_MAX;
+  for (size_t i = 0; i < d->num_pending; i++) {
+    tpu_pjrt_trace_t* t = d->pending[i].trace;
+    int64_t pe = t ? __atomic_load_n(&t->prog_end_ns, __ATOMIC_RELAXED) : 0;
+    if (pe && pe < bound) bound = pe;
+  }
+  for (size_t k = n; k-- > 0;) {
+    tpu_pjrt_trace_t* t = d->trace_ready[k];
+    t->bound = bound;
+    int64_t pe = __atomic_load_n(&t->prog_end_ns, __ATOMIC_RELAXED);
+    if (pe && pe < bound) bound = pe;
+  }
+  for (size_t k = 0; k < n; k++) {
+    trace_emit(d, d->trace_ready[k], d->trace_ready[k]->bound);
+    trace_unref(d->trace_ready[k]);
+  }
+  d->num_trace_ready = 0;
+}
+
+/* Once the call has returned and its events have completed: queued for
+ * trace_flush. */
+static void trace_done(tpu_pjrt_device_t* d, tpu_pjrt_trace_t* t) {
+  if (!t->closed || t->left > 0 || t->joined == 0) return;
+  if (d->num_trace_ready == d->cap_trace_ready) {
+    size_t cap = d->cap_trace_ready ? 2 * d->cap_trace_ready : 64;
+    void* p = realloc(d->trace_ready, cap * sizeof(*d->trace_ready));
+    if (!p) { /* recorded now, unbounded */
+      trace_flush(d);
+      trace_emit(d, t, INT64_MAX);
+      return;
+    }
+    d->trace_ready = p;
+    d->cap_trace_ready = cap;
+  }
+  __atomic_add_fetch(&t->refs, 1, __ATOMIC_RELAXED);
+  d->trace_ready[d->num_trace_ready++] = t;
+}
+
+/* Starts the trace of a HAL call (under d->mu): NULL when not recording, the
+ * one atomic load this costs then. Every call to it is paired with trace_end. */
+static tpu_pjrt_trace_t* trace_begin(tpu_pjrt_device_t* d, const char* name) {
+  if (!tpu_trace_enabled()) return NULL;
+  tpu_pjrt_trace_t* t = calloc(1, sizeof(*t));
+  if (!t) return NULL; /* the event is lost, the work is not */
+  t->refs = 1;
+  t->api = d->driver->api;
+  t->e.kind = TPU_TRACE_WORK;
+  t->e.device = d->index;
+  t->e.cpu_tid = tpu_trace_thread_id();
+  t->e.queued_ns = (int64_t)tpu_now_ns();
+  snprintf(t->e.name, sizeof(t->e.name), "%s", name);
+  d->trace = t;
+  return t;
+}
+
+static void trace_end(tpu_pjrt_device_t* d) {
+  tpu_pjrt_trace_t* t = d->trace;
+  if (!t) return;
+  d->trace = NULL;
+  t->closed = true;
+  trace_done(d, t);
+  trace_flush(d);
+  trace_unref(t);
+}
+
+/* Before each PJRT call that issues device work: the traced call's device
+ * work starts no earlier than its first such call (a compile before it is
+ * host work). */
+static void trace_issue(tpu_pjrt_device_t* d, bool program) {
+  if (!d->trace) return;
+  if (!d->trace->issue_ns) d->trace->issue_ns = (int64_t)tpu_now_ns();
+  d->trace->program |= program;
+}
+
+/* The PJRT event of pending entry `p`, issued by the traced call in
+ * progress (a program's completion when `program`). */
+static void trace_join(tpu_pjrt_device_t* d, tpu_pjrt_pending_t* p, bool program) {
+  tpu_pjrt_trace_t* t = d->trace;
+  const PJRT_Api* api = d->driver->api;
+  p->trace = t;
+  t->joined++;
+  t->left++;
+  __atomic_add_fetch(&t->refs, 1, __ATOMIC_RELAXED); /* the pending entry's */
+  if (!api->PJRT_Event_OnReady) return;              /* end: when the driver sees it */
+  __atomic_add_fetch(&t->refs, 1, __ATOMIC_RELAXED); /* the callback's */
+  PJRT_Event_OnReady_Args a = {.struct_size = TPU_PJRT_SIZE(PJRT_Event_OnReady_Args, user_arg),
+                               .event = p->event,
+                               .callback = program ? trace_on_program_ready : trace_on_ready,
+                               .user_arg = t};
+  PJRT_Error* e = api->PJRT_Event_OnReady(&a);
+  if (e) {
+    tpu_status_free(take(api, e, "event"));
+    trace_unref(t); /* no callback will run */
+  }
+}
+
 /* ---- pending device work (under d->mu) ---- */
 static tpu_status_t keep_error(tpu_pjrt_device_t* d, tpu_status_t st) {
   if (st) {
@@ -224,6 +418,13 @@ static tpu_status_t keep_error(tpu_pjrt_device_t* d, tpu_status_t st) {
 static void pending_finish(tpu_pjrt_device_t* d, tpu_pjrt_pending_t* p) {
   keep_error(d, event_finish(d->driver->api, p->event, p->what));
   free(p->staging);
+  tpu_pjrt_trace_t* t = p->trace;
+  if (t) {
+    p->trace = NULL;
+    t->left--;
+    trace_done(d, t);
+    trace_unref(t);
+  }
 }
 
 /* Completes the ready prefix of the pending list (and every entry when
@@ -238,11 +439,12 @@ static void pending_reap(tpu_pjrt_device_t* d, bool all) {
     memmove(d->pending, d->pending + k, (d->num_pending - k) * sizeof(*d->pending));
     d->num_pending -= k;
   }
+  trace_flush(d);
 }
 
 /* Adds work completing at `ev`; on failure to record it, waits for it. */
 static tpu_status_t pending_add(tpu_pjrt_device_t* d, PJRT_Event* ev, void* staging,
-                                const char* what) {
+                                const char* what, bool program) {
   d->seq++;
   if (!ev) {
     free(staging);
@@ -263,6 +465,7 @@ static tpu_status_t pending_add(tpu_pjrt_device_t* d, PJRT_Event* ev, void* stag
   tpu_pjrt_pending_t* p = &d->pending[d->num_pending++];
   *p = (tpu_pjrt_pending_t){.event = ev, .staging = staging, .seq = d->seq};
   snprintf(p->what, sizeof(p->what), "%s", what);
+  if (d->trace) trace_join(d, p, program);
   if (d->num_pending > 256) pending_reap(d, false);
   return TPU_OK;
 }
@@ -549,9 +752,10 @@ static tpu_status_t execute_n(tpu_pjrt_device_t* d, PJRT_LoadedExecutable* exe, 
       .output_lists = output_list,
       .device_complete_events = done,
       .execute_device = d->device};
+  trace_issue(d, true);
   TPU_RETURN_IF_ERROR(take(api, api->PJRT_LoadedExecutable_Execute(&a), what));
   d->programs++;
-  pending_add(d, done[0], NULL, what);
+  pending_add(d, done[0], NULL, what, true);
   return TPU_OK;
 }
 
@@ -583,12 +787,13 @@ static tpu_status_t upload(tpu_pjrt_device_t* d, const void* src, size_t size, b
       .num_dims = scalar ? 0 : 1,
       .host_buffer_semantics = PJRT_HostBufferSemantics_kImmutableUntilTransferCompletes,
       .device = d->device};
+  trace_issue(d, false);
   tpu_status_t st = take(api, api->PJRT_Client_BufferFromHostBuffer(&a), "copy_h2d");
   if (st) {
     free(staging);
     return st;
   }
-  pending_add(d, a.done_with_host_buffer, staging, "copy_h2d");
+  pending_add(d, a.done_with_host_buffer, staging, "copy_h2d", false);
   *out = a.buffer;
   return TPU_OK;
 }
@@ -660,6 +865,7 @@ static void device_destroy(tpu_object_t* object) {
   tpu_status_free(d->error);
   free(d->allocs);
   free(d->pending);
+  free(d->trace_ready); /* empty: pending_reap flushed it */
   pthread_mutex_destroy(&d->mu);
   free(d);
 }
@@ -790,6 +996,22 @@ static void device_memory_info(tpu_hal_device_t* device, uint64_t* out_free, uin
   pthread_mutex_unlock(&d->mu);
 }
 
+/* The live allocations in address order: the driver caches nothing, so every
+ * block is allocated, one per allocation, its size the bytes asked (what
+ * memory_stats counts; the reserved address range is a page multiple). */
+static size_t device_memory_blocks(tpu_hal_device_t* device, tpu_hal_memory_block_t* out, size_t cap) {
+  tpu_pjrt_device_t* d = dev(device);
+  pthread_mutex_lock(&d->mu);
+  size_t n = d->num_allocs;
+  for (size_t i = 0; i < n && i < cap && out; i++) {
+    const tpu_pjrt_alloc_t* a = &d->allocs[i];
+    out[i] = (tpu_hal_memory_block_t){.address = (uint64_t)a->base, .size = a->size, .requested = a->size,
+                                      .allocated = true};
+  }
+  pthread_mutex_unlock(&d->mu);
+  return n;
+}
+
 static bool device_owns_pointer(tpu_hal_device_t* device, const void* ptr) {
   tpu_pjrt_device_t* d = dev(device);
   pthread_mutex_lock(&d->mu);
@@ -806,13 +1028,25 @@ static tpu_status_t device_submit(tpu_hal_device_t* device, const tpu_hal_work_t
     return TPU_ERROR(TPU_STATUS_INVALID_ARGUMENT, "tpu:%d: submit: work has no run function",
                      d->index);
   }
+  bool traced = tpu_trace_enabled();
+  int64_t queued = traced ? (int64_t)tpu_now_ns() : 0;
   pthread_mutex_lock(&d->mu);
   drain(d);
   d->seq++;
   d->works++;
   pthread_mutex_unlock(&d->mu);
   /* Runs unlocked: a work may call HAL functions of this device. */
+  int64_t start = traced ? (int64_t)tpu_now_ns() : 0;
   tpu_status_t st = work->run(work->ctx);
+  if (traced) { /* ran on this thread, once earlier device work was done */
+    tpu_trace_event_t e = {.kind = TPU_TRACE_WORK, .device = d->index, .cpu_tid = tpu_trace_thread_id(),
+                           .queued_ns = queued, .bytes = work->bytes};
+    snprintf(e.name, sizeof(e.name), "%s", work->name ? work->name : "");
+    int64_t end = (int64_t)tpu_now_ns();
+    pthread_mutex_lock(&d->mu);
+    trace_put(d, &e, start, end, true);
+    pthread_mutex_unlock(&d->mu);
+  }
   if (work->cleanup) work->cleanup(work->ctx);
   if (st) {
     pthread_mutex_lock(&d->mu);
@@ -860,6 +1094,8 @@ static tpu_status_t device_copy_h2d(tpu_hal_device_t* device, void* dst, const v
   if (size == 0) return TPU_OK;
   if (!src) return TPU_ERROR(TPU_STATUS_INVALID_ARGUMENT, "tpu:%d: copy_h2d: src is NULL", d->index);
   pthread_mutex_lock(&d->mu);
+  tpu_pjrt_trace_t* tr = trace_begin(d, "copy_h2d");
+  if (tr) tr->e.bytes = (int64_t)size;
   tpu_pjrt_alloc_t* a = NULL;
   tpu_status_t st = range_of(d, "copy_h2d", "destination", dst, size, &a);
   PJRT_Buffer* b = NULL;
@@ -875,6 +1111,7 @@ static tpu_status_t device_copy_h2d(tpu_hal_device_t* device, void* dst, const v
       buffer_destroy(d->driver->api, b);
     }
   }
+  trace_end(d);
   pthread_mutex_unlock(&d->mu);
   return st;
 }
@@ -904,6 +1141,8 @@ static tpu_status_t read_range(tpu_pjrt_device_t* d, tpu_pjrt_alloc_t* a, size_t
 static tpu_status_t device_copy_d2h(tpu_hal_device_t* device, void* dst, const void* src,
                                     size_t size) {
   tpu_pjrt_device_t* d = dev(device);
+  bool traced = size > 0 && tpu_trace_enabled();
+  int64_t queued = traced ? (int64_t)tpu_now_ns() : 0;
   pthread_mutex_lock(&d->mu);
   tpu_status_t st = TPU_OK;
   tpu_pjrt_alloc_t* a = NULL;
@@ -915,7 +1154,18 @@ static tpu_status_t device_copy_d2h(tpu_hal_device_t* device, void* dst, const v
     drain(d);
     st = take_error(d);
   }
-  if (!st && size > 0) st = read_range(d, a, (uintptr_t)src - a->base, dst, size);
+  if (!st && size > 0) {
+    /* Read on this thread once earlier work is done: timed here. A never
+     * written allocation reads as zeros without device work. */
+    traced = traced && a->buf;
+    int64_t start = traced ? (int64_t)tpu_now_ns() : 0;
+    st = read_range(d, a, (uintptr_t)src - a->base, dst, size);
+    if (traced && !st) {
+      tpu_trace_event_t e = {.name = "copy_d2h", .kind = TPU_TRACE_WORK, .device = d->index,
+                             .cpu_tid = tpu_trace_thread_id(), .queued_ns = queued, .bytes = (int64_t)size};
+      trace_put(d, &e, start, (int64_t)tpu_now_ns(), true);
+    }
+  }
   pthread_mutex_unlock(&d->mu);
   return st;
 }
@@ -951,6 +1201,8 @@ static tpu_status_t device_copy_d2d(tpu_hal_device_t* device, void* dst, const v
                      d->index, src, size);
   if (st) return st;
   pthread_mutex_lock(&d->mu);
+  tpu_pjrt_trace_t* tr = trace_begin(d, "copy_d2d");
+  if (tr) tr->e.bytes = (int64_t)size;
   tpu_pjrt_alloc_t* a = NULL;
   st = range_of(d, "copy_d2d", "destination", dst, size, &a);
   tpu_pjrt_buf_t* local = NULL;
@@ -959,8 +1211,17 @@ static tpu_status_t device_copy_d2d(tpu_hal_device_t* device, void* dst, const v
     PJRT_Buffer_CopyToDevice_Args c = {.struct_size = TPU_PJRT_SIZE(PJRT_Buffer_CopyToDevice_Args, dst_buffer),
                                        .buffer = sbuf->buffer,
                                        .dst_device = d->device};
+    trace_issue(d, false);
     st = take(drv->api, drv->api->PJRT_Buffer_CopyToDevice(&c), "copy_d2d");
     if (!st) st = buf_wrap(drv->api, c.dst_buffer, &local);
+    if (!st && tr && drv->api->PJRT_Buffer_ReadyEvent) {
+      /* traced: the transfer's completion is the new buffer's readiness */
+      PJRT_Buffer_ReadyEvent_Args r = {.struct_size = TPU_PJRT_SIZE(PJRT_Buffer_ReadyEvent_Args, event),
+                                       .buffer = local->buffer};
+      tpu_status_t rst = take(drv->api, drv->api->PJRT_Buffer_ReadyEvent(&r), "copy_d2d");
+      if (!rst) pending_add(d, r.event, NULL, "copy_d2d", false);
+      tpu_status_free(rst); /* only the trace loses it */
+    }
   } else if (!st) {
     local = sbuf;
     local->refs++;
@@ -975,6 +1236,7 @@ static tpu_status_t device_copy_d2d(tpu_hal_device_t* device, void* dst, const v
     }
   }
   buf_release(drv->api, local);
+  trace_end(d);
   pthread_mutex_unlock(&d->mu);
   /* The source's reference was taken under the source device's lock. */
   pthread_mutex_lock(&sd->mu);
@@ -1019,6 +1281,8 @@ static tpu_status_t device_execute_op(tpu_hal_device_t* device, const tpu_k_call
   int nin = nt;
   for (int32_t j = 0; j < call->num_outputs; j++) tens[nt++] = &call->outputs[j];
   pthread_mutex_lock(&d->mu);
+  tpu_pjrt_trace_t* tr = trace_begin(d, call->op);
+  if (tr) tr->e.bytes = tpu_k_call_bytes(call);
   tpu_status_t st = TPU_OK;
   tpu_pjrt_loc_t locs[TPU_PJRT_MAX_OP_TENSORS];
   tpu_pjrt_alloc_t* allocs[TPU_PJRT_MAX_OP_TENSORS];
@@ -1080,6 +1344,7 @@ static tpu_status_t device_execute_op(tpu_hal_device_t* device, const tpu_k_call
     if (!st) alloc_set(d, allocs[a], nb);
   }
   for (int32_t r = 0; r < nouts; r++) buffer_destroy(d->driver->api, outs[r]);
+  trace_end(d);
   pthread_mutex_unlock(&d->mu);
   return st ? tpu_status_annotate(st, "tpu:%d: %s", d->index, call->op) : TPU_OK;
 }
@@ -1289,7 +1554,11 @@ static tpu_status_t device_run_graph(tpu_hal_device_t* device, const tpu_hal_gra
   pthread_mutex_lock(&d->mu);
   pending_reap(d, false);
   d->works++;
+  tpu_pjrt_trace_t* tr = trace_begin(d, "tpu::graph");
+  for (int32_t b = 0; tr && b < graph->num_buffers; b++) /* the bytes of its inputs and outputs */
+    tr->e.bytes += graph->buffers[b].kind == TPU_HAL_GRAPH_INTERNAL ? 0 : graph->buffers[b].bytes;
   tpu_status_t st = run_graph_locked(d, graph, inputs, outputs);
+  trace_end(d);
   pthread_mutex_unlock(&d->mu);
   return st ? tpu_status_annotate(st, "tpu:%d: graph", d->index) : TPU_OK;
 }
@@ -1326,6 +1595,7 @@ static bool event_check(tpu_pjrt_event_t* ev, bool wait) {
     memmove(d->pending, d->pending + 1, (d->num_pending - 1) * sizeof(*d->pending));
     d->num_pending--;
   }
+  trace_flush(d);
   if (wait) guards_read(d, ev->seq);
   return d->num_pending == 0 || d->pending[0].seq > ev->seq;
 }
@@ -1421,6 +1691,7 @@ static const tpu_hal_device_vtable_t tpu_pjrt_device_vtable = {
     .reset_peak_stats = device_reset_peak,
     .reset_accumulated_stats = device_reset_accumulated,
     .memory_info = device_memory_info,
+    .memory_blocks = device_memory_blocks,
     .owns_pointer = device_owns_pointer,
     .submit = device_submit,
     .synchronize = device_synchronize,

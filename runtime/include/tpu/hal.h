@@ -128,7 +128,7 @@ typedef struct tpu_hal_memory_stats_t {
   uint64_t budget_bytes;          /* the chip's memory size */
 } tpu_hal_memory_stats_t;
 
-/* One block of a device's caching allocator (memory_blocks). */
+/* One block of a device's allocator (memory_blocks). */
 typedef struct tpu_hal_memory_block_t {
   uint64_t address;   /* device pointer as an integer */
   uint64_t size;      /* bytes reserved for it (rounded) */
@@ -189,9 +189,10 @@ typedef struct tpu_hal_device_vtable_t {
   void (*memory_info)(tpu_hal_device_t* device, uint64_t* out_free,
                       uint64_t* out_total);
   /* Optional (NULL: the driver cannot list its memory). Writes up to `cap`
-   * blocks of the caching allocator in address order into out_blocks (may
+   * blocks of the device's allocator in address order into out_blocks (may
    * be NULL when cap is 0) and returns how many there are in all; a snapshot
-   * taken under the allocator's lock. */
+   * taken under the allocator's lock. The host driver lists its cached
+   * blocks too; pjrt caches nothing, so all its blocks are allocated. */
   size_t (*memory_blocks)(tpu_hal_device_t* device, tpu_hal_memory_block_t* out_blocks, size_t cap);
   /* True if `ptr` lies inside a live allocation of this device. */
   bool (*owns_pointer)(tpu_hal_device_t* device, const void* ptr);

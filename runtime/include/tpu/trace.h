@@ -4,10 +4,14 @@
  * tpu_trace_start and tpu_trace_stop), drivers record one event per work they
  * run on a device queue (an eager op, a copy, a graph run) and graph
  * executors one event per step inside a graph run (a kernel or a fused
- * group). Times come from the device side: `start_ns`/`end_ns` are read on
- * the queue's worker around the work itself; `queued_ns` and `cpu_tid` are
- * read on the thread that submitted it, at submit. All times are
- * tpu_now_ns() (CLOCK_MONOTONIC, nanoseconds).
+ * group). `queued_ns` and `cpu_tid` are read on the thread that submitted
+ * the work, at submit. `start_ns`/`end_ns` come from the device side: the
+ * host driver reads them on the queue's worker around the work itself; the
+ * pjrt driver, whose work runs inside its plugin, takes `end_ns` from the
+ * plugin's completion callback (PJRT_Event_OnReady) and `start_ns` as the
+ * later of the submit and the previous work's end on that chip (see
+ * runtime/drivers/pjrt/pjrt_driver.c). All times are tpu_now_ns()
+ * (CLOCK_MONOTONIC, nanoseconds).
  *
  * Cost when off: one relaxed atomic load per submit and per work.
  * Thread-safe. Events past the capacity are dropped and counted. */

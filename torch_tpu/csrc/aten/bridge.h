@@ -99,6 +99,13 @@ int bf16_products();
 // (eager calls and compiled graph runs alike).
 uint32_t matmul_call_flags();
 
+// Lazy gathers (gather.cpp), on drivers with host kernels: called by the
+// boxed dispatch for aten::index.Tensor and aten::bmm before their kernels.
+// True when the call was handled (the stack then holds its result); false
+// leaves the stack untouched for the ordinary kernel.
+bool lazy_gather_index(torch::jit::Stack* stack);
+bool lazy_gather_bmm(torch::jit::Stack* stack);
+
 // Allocates a new tpu tensor.
 at::Tensor empty_strided_tpu(c10::IntArrayRef size, c10::IntArrayRef stride,
                              c10::ScalarType dtype, c10::DeviceIndex index);

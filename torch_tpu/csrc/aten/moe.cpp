@@ -11,6 +11,16 @@
 //   tpu::ragged_dot_rhs_grad(Tensor lhs, Tensor grad, Tensor group_sizes) -> Tensor
 //     [G, K, N]: out[g] = lhs_g^T @ grad_g over the rows of group g (zeros for
 //     an empty group).
+//   tpu::gather_bmm(Tensor a, Tensor b, Tensor ids, int gathered) -> Tensor
+//     torch.bmm(a[ids], b) (gathered 0: a [E, M, K], b [S, K, N]) or
+//     torch.bmm(a, b[ids]) (gathered 1: a [S, M, K], b [E, K, N]) -> [S, M, N],
+//     without materialising the gathered operand: each expert's matrix is
+//     read once per group of pairs that use it. ids [S] int32/int64 (negative
+//     ids count from the end; out of range: IndexError at the next
+//     synchronisation). Not differentiable. aten::bmm reaches it with no
+//     user change when an operand is a lazy gather (gather.cpp). On other
+//     devices, and on drivers without host kernels, it is the gather and
+//     torch.bmm.
 //
 // group_sizes is read by the kernel on the device queue, so nothing waits:
 // a negative size or a sum other than M is reported (ValueError) at the next
@@ -103,21 +113,69 @@ at::Tensor rhs_grad_tpu(const at::Tensor& lhs, const at::Tensor& grad, const at:
   return out;
 }
 
+void check_gather_bmm(const at::Tensor& a, const at::Tensor& b, const at::Tensor& ids, int64_t gathered) {
+  constexpr const char* op = "tpu::gather_bmm";
+  TORCH_CHECK(gathered == 0 || gathered == 1, op, ": gathered must be 0 (a is gathered) or 1 (b is), got ", gathered);
+  TORCH_CHECK(a.dim() == 3 && b.dim() == 3 && ids.dim() == 1, op, ": expected a and b 3-D and ids 1-D, got sizes ",
+              a.sizes(), ", ", b.sizes(), " and ", ids.sizes());
+  TORCH_CHECK(is_mm_dtype(a.scalar_type()) && b.scalar_type() == a.scalar_type(), op,
+              ": a and b must have the same dtype among float32, bfloat16, float16, got ", a.scalar_type(), " and ",
+              b.scalar_type());
+  TORCH_CHECK(ids.scalar_type() == at::kInt || ids.scalar_type() == at::kLong, op, ": ids must be int32 or int64, got ",
+              ids.scalar_type());
+  const at::Tensor& pairs = gathered == 0 ? b : a;
+  TORCH_CHECK(a.size(2) == b.size(1) && pairs.size(0) == ids.size(0), op, ": sizes do not match: a ", a.sizes(), ", b ",
+              b.sizes(), ", ids ", ids.sizes());
+}
+
+at::Tensor gather_bmm_meta(const at::Tensor& a, const at::Tensor& b, const at::Tensor& ids, int64_t gathered) {
+  check_gather_bmm(a, b, ids, gathered);
+  return at::empty({ids.size(0), a.size(1), b.size(2)}, a.options());
+}
+
+// Any device: the gather, then the product (what the tpu kernel avoids).
+at::Tensor gather_bmm_composite(const at::Tensor& a, const at::Tensor& b, const at::Tensor& ids, int64_t gathered) {
+  check_gather_bmm(a, b, ids, gathered);
+  c10::List<std::optional<at::Tensor>> index;
+  index.push_back(ids);
+  return gathered == 0 ? at::bmm(at::index(a, index), b) : at::bmm(a, at::index(b, index));
+}
+
+at::Tensor gather_bmm_tpu(const at::Tensor& a, const at::Tensor& b, const at::Tensor& ids, int64_t gathered) {
+  constexpr const char* op = "tpu::gather_bmm";
+  if (!host_kernels()) return gather_bmm_composite(a, b, ids, gathered);  // no lowering on this driver
+  check_gather_bmm(a, b, ids, gathered);
+  TORCH_CHECK(a.device().type() == kTpu && b.device() == a.device() && ids.device() == a.device(), op,
+              ": a, b and ids must be on the same tpu device, got ", a.device(), ", ", b.device(), " and ", ids.device());
+  const c10::DeviceIndex index = a.device().index();
+  std::vector<int64_t> sizes = {ids.size(0), a.size(1), b.size(2)};
+  at::Tensor out = empty_strided_tpu(sizes, c10::contiguous_strides(sizes), a.scalar_type(), index);
+  submit_kernel(op, {a, b, ids, gathered}, {out}, index);
+  return out;
+}
+
 }  // namespace
 
 TORCH_LIBRARY_FRAGMENT(tpu, m) {
   m.def("ragged_dot(Tensor lhs, Tensor rhs, Tensor group_sizes) -> Tensor");
   m.def("ragged_dot_rhs_grad(Tensor lhs, Tensor grad, Tensor group_sizes) -> Tensor");
+  m.def("gather_bmm(Tensor a, Tensor b, Tensor ids, int gathered) -> Tensor");
 }
 
 TORCH_LIBRARY_IMPL(tpu, Meta, m) {
   m.impl("ragged_dot", TORCH_FN(ragged_dot_meta));
   m.impl("ragged_dot_rhs_grad", TORCH_FN(rhs_grad_meta));
+  m.impl("gather_bmm", TORCH_FN(gather_bmm_meta));
+}
+
+TORCH_LIBRARY_IMPL(tpu, CompositeExplicitAutograd, m) {
+  m.impl("gather_bmm", TORCH_FN(gather_bmm_composite));
 }
 
 TORCH_LIBRARY_IMPL(tpu, PrivateUse1, m) {
   m.impl("ragged_dot", TORCH_FN(ragged_dot_tpu));
   m.impl("ragged_dot_rhs_grad", TORCH_FN(rhs_grad_tpu));
+  m.impl("gather_bmm", TORCH_FN(gather_bmm_tpu));
 }
 
 }  // namespace torch_tpu

@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <memory>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <list>
@@ -507,6 +508,7 @@ struct OpPlan {
   bool expand_masks = false;            // advanced indexing: bool masks -> indices
   bool list_return = false;             // a list op returning Tensor[] (one per element)
   bool staged = false;                  // data-dependent sizes on a driver without host kernels
+  int lazy_gather = 0;                  // 1: aten::index.Tensor, 2: aten::bmm (see gather.cpp)
   // A driver without host kernels and without a lowering of a kernel-table
   // op: the plan that stages it through the host, taken when PyTorch's
   // decomposition table has no entry for it either (tpu_boxed_fallback).
@@ -628,6 +630,10 @@ const OpPlan& plan_for(const c10::OperatorHandle& op) {
     if (stage_unless_decomposed && schema.returns().empty() && plan.entry->check != nullptr) {
       plan.checked = plan.entry;
     }
+  }
+  if (plan.entry != nullptr && host_kernels()) {
+    if (plan.name == "aten::index.Tensor") plan.lazy_gather = 1;
+    if (plan.name == "aten::bmm") plan.lazy_gather = 2;
   }
   plan.expand_masks = schema.name() == "aten::index" || schema.name() == "aten::index_put" ||
                       schema.name() == "aten::index_put_" || schema.name() == "aten::_index_put_impl_";
@@ -1289,8 +1295,23 @@ void run_staged(const c10::OperatorHandle& op, const OpPlan& plan, torch::jit::S
     tpu_status_t cst = w->entry->check(&w->call);
     if (cst != TPU_OK) throw_for_op(cst, plan.name.c_str());
   }
+  // For the device-queue trace: the kernel runs here, on the host, between
+  // the reads of its inputs and the writes of its outputs (both traced copies).
+  const bool traced = tpu_trace_enabled();
+  const int64_t t0 = traced ? static_cast<int64_t>(tpu_now_ns()) : 0;
   tpu_status_t st = w->entry->run(&w->call);
   if (st != TPU_OK) throw_for_op(st, plan.name.c_str());
+  if (traced) {
+    tpu_trace_event_t e{};
+    snprintf(e.name, sizeof(e.name), "%s (host)", plan.name.c_str());
+    e.kind = TPU_TRACE_WORK;
+    e.device = index;
+    e.cpu_tid = tpu_trace_thread_id();
+    e.queued_ns = e.start_ns = t0;
+    e.end_ns = static_cast<int64_t>(tpu_now_ns());
+    e.bytes = tpu_k_call_bytes(&w->call);
+    tpu_trace_record(&e);
+  }
   tpu_stats_record_native();
   std::vector<at::Tensor> outputs;
   for (size_t i = 0; i < host.size(); ++i) {
@@ -1470,6 +1491,9 @@ void tpu_boxed_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack)
   if (foreign == Foreign::kNone) {
     try {
       if (plan.entry != nullptr) {
+        if (plan.lazy_gather != 0 && (plan.lazy_gather == 1 ? lazy_gather_index(stack) : lazy_gather_bmm(stack))) {
+          return;
+        }
         run_native(op, plan, stack);
         return;
       }
@@ -1481,9 +1505,11 @@ void tpu_boxed_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack)
       foreign = e.kind;
     }
   }
-  // Complex calls decompose into ops on real views (torch_tpu/_complex.py);
-  // other dtypes without kernels go straight to the CPU fallback.
-  if (foreign != Foreign::kOther && run_decomposition(op, stack)) return;
+  // Calls with complex data decompose into ops on real views
+  // (torch_tpu/_complex.py); for other dtypes without kernels (uint64:
+  // hash_tensor's result) a decomposition's smaller ops reach the CPU
+  // fallback themselves if they must.
+  if (run_decomposition(op, stack)) return;
   if (plan.staged_plan && foreign == Foreign::kNone) {
     try {
       run_native(op, *plan.staged_plan, stack);
@@ -1550,8 +1576,9 @@ void submit_kernel(const char* name, c10::ArrayRef<c10::IValue> args, const std:
 void resize_storage_bytes(const c10::Storage& storage, size_t newsize) {
   c10::DeviceIndex index = storage.device().type() == kTpu ? storage.device().index() : current_device();
   c10::DeviceGuard guard(c10::Device(kTpu, index));
-  c10::DataPtr fresh = allocator()->allocate(newsize);
   size_t keep = std::min(newsize, storage.nbytes());
+  if (keep > 0) storage.mutable_data();  // a lazy gather materialises (gather.cpp), a source flushes its gathers
+  c10::DataPtr fresh = allocator()->allocate(newsize);
   if (keep > 0 && storage.data() != nullptr) {
     tpu_hal_device_t* d = device(index);
     check(tpu_hal_device_vt(d)->copy_d2d(d, fresh.get(), storage.data(), keep));

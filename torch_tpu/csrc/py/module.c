@@ -329,7 +329,7 @@ static PyObject* py_memory_blocks(PyObject* self, PyObject* arg) {
     tpu_hal_device_properties_t p;
     vt->query_properties(d, &p);
     PyErr_Format(PyExc_NotImplementedError,
-                 "tpu: the %s driver cannot list its allocator's blocks (memory snapshots need the host driver)",
+                 "tpu: the %s driver cannot list its allocator's blocks (no memory snapshots on it)",
                  p.driver);
     return NULL;
   }
