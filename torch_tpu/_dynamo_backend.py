@@ -85,6 +85,8 @@ def compile_stats():
     'compile_seconds', live compiled graphs ('graphs_held'), and what the
     lowering did (C segments, C nodes, eager nodes and their ops, fused
     groups, 'gemm_epilogues': fused groups headed by a matrix multiply,
+    'conv_epilogues' / 'norm_epilogues': fused groups headed by a convolution
+    (tiles of output rows) / a group norm (tiles of whole groups of channels),
     'gemv_batches'/'gemv_batched': steps running several one-row products of
     the same row as one parallel loop and the products in them,
     'rope_fusions': q/k rotary embeddings made one tpu.rope call,
