@@ -338,7 +338,8 @@ def quantized_copy(cpu_m, gguf_path):
     return m, rep
 
 
-def run_model(name, build, dtypes, plan, bw_all, log=print, skip=None, optimize=False, gguf=None):
+def run_model(name, build, dtypes, plan, bw_all, log=print, skip=None, optimize=False, gguf=None,
+              weight_only=()):
     """plan: {"decode": [(batch, steps), ...], "prefill": (length, runs)}.
     skip: {(dtype_name, kind)} to leave out, with the reason in notes.
     optimize: also measure a torch_tpu.optimize()'d copy of the tpu model (fused
@@ -346,7 +347,10 @@ def run_model(name, build, dtypes, plan, bw_all, log=print, skip=None, optimize=
     measured again, alternating as for the plain rows).
     gguf: the model's GGUF file: also measure a copy whose linear layers keep the
     file's quantized blocks (torch_tpu.quant, float32 activations), rows
-    "<kind>, tpu+gguf-quant" (float32 only)."""
+    "<kind>, tpu+gguf-quant" (float32 only).
+    weight_only: bit widths (8, 4) of torch_tpu.quant.quantize_weights copies (the float
+    weights quantized to int8 / int4 groups of 32, as a safetensors checkpoint loaded with
+    WeightOnlyConfig gets), rows "<kind>, tpu+int8" / "tpu+int4"; the CPU runs the float model."""
     rows, skip = [], skip or {}
     base = None
     for dtype in dtypes:
@@ -367,6 +371,12 @@ def run_model(name, build, dtypes, plan, bw_all, log=print, skip=None, optimize=
             variants.append((q_m, ", tpu+gguf-quant", wbytes - rep["float_bytes"] + rep["bytes"]))
             log(f"  {name} gguf-quant: {rep['swapped']} linear layers, {rep['bytes'] / 1e9:.3f} GB of blocks "
                 f"instead of {rep['float_bytes'] / 1e9:.3f} GB float")
+        for bits in weight_only:
+            w_m = copy.deepcopy(cpu_m).to("tpu")
+            rep = torch_tpu.quant.quantize_weights(w_m, bits)
+            variants.append((w_m, f", tpu+int{bits}", wbytes - rep["float_bytes"] + rep["bytes"]))
+            log(f"  {name} {dtype} int{bits}: {rep['swapped']} linear layers, {rep['bytes'] / 1e9:.3f} GB of "
+                f"blocks instead of {rep['float_bytes'] / 1e9:.3f} GB, kept in float: {rep['kept']}")
         gc.collect()
         vocab = cpu_m.config.vocab_size
         nparams = sum(p.numel() for p in cpu_m.parameters())

@@ -305,7 +305,7 @@ def run_models(models, quick, bw_all, notes, log, done, optimize=False):
                     ("float32", "prefill 512"): "quick"}
         rows += M.run_model("Qwen3-0.6B", M.qwen3_06b, (f32,) if quick else (f32, bf16),
                             plans["qwen3"], bw_all, log, skip=skip,
-                            optimize=optimize)
+                            optimize=optimize, weight_only=(8, 4))
         done("Qwen3-0.6B")
     if "moe" in models:
         log(f"[bench] MoE: Qwen3-30B-A3B geometry, {M.moe_layers()} layer(s), random weights")

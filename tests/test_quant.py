@@ -196,3 +196,127 @@ def test_gguf_loader_declines_what_it_does_not_handle(tmp_path):
     w.close()
     with pytest.raises(gguf_load.Unsupported, match="architecture 'gpt2'"):
         gguf_load.load_gguf(str(tmp_path), "tiny.gguf", "tpu")
+
+
+# ---- weight-only quantization of float weights (quantize_blocks / quantize_weights / WeightOnlyConfig)
+
+@pytest.mark.parametrize("qtype", sorted(quant.QTYPES))
+def test_dequantize_on_the_device_equals_the_cpu(qtype):
+    raw = random_blocks(qtype, 5, 512, seed=qtype + 7)
+    got = quant.dequantize(raw.to("tpu"), qtype, 512)
+    assert got.device.type == "tpu"
+    assert torch.equal(got.cpu(), quant.dequantize(raw, qtype, 512))
+
+
+@pytest.mark.parametrize("qtype,levels", [(8, 127), (3, 15), (2, 8)])
+def test_quantize_blocks_error_bound(qtype, levels):
+    """Each weight is within d / 2 of its dequantized value (Q4_0: within d, the side
+    opposite the largest magnitude has 7 levels, not 8), where d is the group's step
+    (max|w| / 127, (max - min) / 15, max|w| / 8); a zero group stays zero; the blocks
+    are the same bytes on the device and on the CPU."""
+    g = torch.Generator().manual_seed(qtype)
+    w = torch.randn(48, 160, generator=g) * torch.logspace(-3, 1, 48).unsqueeze(1)
+    w[5, 32:64] = 0
+    w[6, :32] = 3.0  # a constant group
+    q = quant.quantize_blocks(w, qtype)
+    assert q.dtype == torch.uint8 and q.shape == (48, 160 // 32 * quant.QTYPES[qtype][1])
+    assert torch.equal(quant.quantize_blocks(w.to("tpu"), qtype).cpu(), q)
+    deq = quant.dequantize(q, qtype, 160).reshape(48, 5, 32)
+    grp = w.reshape(48, 5, 32)
+    span = grp.amax(-1) - grp.amin(-1) if qtype == 3 else grp.abs().amax(-1)
+    d = (span / levels).unsqueeze(-1)
+    bound = (d if qtype == 2 else d / 2) * (1 + 2e-3) + grp.abs() * 2 ** -11  # float16 scale and minimum
+    assert bool(((deq - grp).abs() <= bound).all()), ((deq - grp).abs() - bound).max()
+    assert bool((deq[5, 1] == 0).all()) and torch.allclose(deq[6, 0], torch.full((32,), 3.0), rtol=1e-3)
+
+
+def test_quantize_blocks_rejects_bad_input():
+    with pytest.raises(ValueError, match=r"K a multiple of 32, got torch.float32 \[4, 40\]"):
+        quant.quantize_blocks(torch.randn(4, 40), 8)
+    with pytest.raises(ValueError, match="inf or nan"):
+        quant.quantize_blocks(torch.full((2, 32), float("nan")), 3)
+    with pytest.raises(ValueError, match="overflows float16"):
+        quant.quantize_blocks(torch.full((2, 32), 1e9), 8)
+    with pytest.raises(ValueError, match="GGML type 12"):
+        quant.quantize_blocks(torch.randn(2, 256), 12)
+    with pytest.raises(ValueError, match="bits must be 8 or 4"):
+        quant.quantize_weights(torch.nn.Linear(32, 2), bits=3)
+
+
+def _tiny_llama(tmp_path):
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    cfg = LlamaConfig(vocab_size=128, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=2)
+    model = LlamaForCausalLM(cfg)
+    model.save_pretrained(tmp_path)
+    return model
+
+
+@pytest.mark.parametrize("bits", [8, 4])
+def test_quantize_weights_layers_and_gradients(bits):
+    """quantize_weights swaps every eligible nn.Linear; the output equals the float model
+    with the dequantized weights, and gradients reach the input and bias, never the blocks."""
+    torch.manual_seed(1)
+    m = torch.nn.Sequential(torch.nn.Linear(64, 96), torch.nn.GELU(), torch.nn.Linear(96, 40),
+                            torch.nn.Linear(40, 8))  # in_features 40: not a multiple of 32, kept
+    ref = [torch.nn.Linear(64, 96), torch.nn.Linear(96, 40)]
+    mt = m.to("tpu")
+    rep = quant.quantize_weights(mt, bits)
+    name = "Q8_0" if bits == 8 else "Q4_1"
+    assert rep["swapped"] == {name: 2} and rep["kept"] == ["3"]
+    assert rep["float_bytes"] == 4 * (64 * 96 + 96 * 40)
+    assert rep["bytes"] == (64 * 96 + 96 * 40) // 32 * (34 if bits == 8 else 20)
+    for r, layer in zip(ref, (mt[0], mt[2])):
+        assert isinstance(layer, quant.QuantLinear) and layer.qtype == (8 if bits == 8 else 3)
+        r.weight.data = quant.dequantize(layer.qweight.cpu(), layer.qtype, layer.in_features)
+        r.bias.data = layer.bias.detach().cpu()
+    ref_model = torch.nn.Sequential(ref[0], torch.nn.GELU(), ref[1], torch.nn.Linear(40, 8))
+    ref_model[3].load_state_dict({k: v.cpu() for k, v in mt[3].state_dict().items()})
+    x = torch.randn(6, 64, requires_grad=True)
+    xt = x.detach().to("tpu").requires_grad_()
+    y, yt = ref_model(x), mt(xt)
+    torch.testing.assert_close(yt.detach().cpu(), y.detach(), rtol=1e-4, atol=1e-5)
+    y.square().sum().backward()
+    yt.square().sum().backward()
+    torch.testing.assert_close(xt.grad.cpu(), x.grad, rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(mt[0].bias.grad.cpu(), ref[0].bias.grad, rtol=1e-4, atol=1e-5)
+    assert mt[0].qweight.grad is None and not mt[0].qweight.requires_grad
+
+
+@pytest.mark.parametrize("bits", [8, 4])
+def test_from_pretrained_with_weight_only_config(tmp_path, bits):
+    """Transformers' quantization_config path on a float safetensors checkpoint: the decoder's
+    linear layers become QuantLinear, lm_head stays float (Transformers' own rule), logits are
+    close to the float model's, greedy decoding and torch.compile(backend="tpu") run, and saving
+    raises Transformers' "not serializable" error."""
+    from transformers import AutoModelForCausalLM
+
+    ref = _tiny_llama(tmp_path)
+    ids = torch.randint(0, 128, (2, 10), generator=torch.Generator().manual_seed(2))
+    with torch.no_grad():
+        want = ref(ids).logits
+    q = AutoModelForCausalLM.from_pretrained(tmp_path, device_map="tpu",
+                                             quantization_config=quant.WeightOnlyConfig(bits=bits))
+    name = "Q8_0" if bits == 8 else "Q4_1"
+    assert q.torch_tpu_quant_report["swapped"] == {name: 14} and q.torch_tpu_quant_report["kept"] == ["lm_head"]
+    assert isinstance(q.model.layers[1].mlp.down_proj, quant.QuantLinear) and type(q.lm_head) is torch.nn.Linear
+    with torch.no_grad():
+        got = q(ids.to("tpu")).logits.cpu()
+        # the weights' quantization error, not the kernel's: int8 about 1e-2, int4 about 0.1 of logits near 0.6
+        assert (got - want).abs().max() < (0.02 if bits == 8 else 0.2), (got - want).abs().max()
+        # the same model on the CPU with the dequantized weights gives the same logits
+        for layer in [m for m in q.modules() if isinstance(m, quant.QuantLinear)]:
+            path = next(n for n, mm in q.named_modules() if mm is layer)
+            ref.get_submodule(path).weight.data = quant.dequantize(layer.qweight.cpu(), layer.qtype,
+                                                                   layer.in_features)
+        torch.testing.assert_close(got, ref(ids).logits, rtol=1e-4, atol=1e-4)
+        cm = torch.compile(q, backend="tpu")
+        torch.testing.assert_close(cm(ids.to("tpu")).logits.cpu(), got, rtol=1e-5, atol=1e-5)
+        out = q.generate(ids[:1].to("tpu"), max_new_tokens=4, do_sample=False)
+        assert torch.equal(out.cpu(), ref.generate(ids[:1], max_new_tokens=4, do_sample=False))
+    with pytest.raises(ValueError, match="not serializable"):
+        q.save_pretrained(tmp_path / "out")
+    with pytest.raises(ValueError, match="bits must be 8 or 4"):
+        quant.WeightOnlyConfig(bits=2)

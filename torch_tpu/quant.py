@@ -10,6 +10,11 @@ the device and run ``torch.ops.tpu.q_linear`` (runtime/kernels/quant.c):
 y = x @ W^T with the weights dequantized inside the kernel, activations in
 float32 (bfloat16/float16 inputs are computed in float32 and cast back).
 
+Float checkpoints (safetensors) get the same layers by quantizing their weights:
+:func:`quantize_weights` (int8 -> Q8_0 blocks, int4 -> Q4_1 blocks, groups of 32
+weights with float16 scales) on a loaded model, or at load time through
+Transformers' ``quantization_config=torch_tpu.quant.WeightOnlyConfig(bits=4)``.
+
 The op is defined here (schema + Meta function); its tpu kernel is found by
 the bridge's boxed path under the name "tpu::q_linear". A CPU kernel
 (dequantize, then ``F.linear``) lets a quantized layer run off the device.
@@ -18,7 +23,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-__all__ = ["QuantLinear", "dequantize", "quantize_from_gguf", "QTYPES"]
+__all__ = ["QuantLinear", "dequantize", "quantize_from_gguf", "quantize_weights", "quantize_blocks",
+           "WeightOnlyConfig", "QTYPES"]
 
 # GGML type id -> (name, bytes per block); blocks of 32 weights, super-blocks of 256 for *_K
 QTYPES = {2: ("Q4_0", 18), 3: ("Q4_1", 20), 8: ("Q8_0", 34), 12: ("Q4_K", 144), 14: ("Q6_K", 210)}
@@ -44,8 +50,20 @@ def _q_linear_cpu(x, qweight, qtype, out_features):
     return F.linear(x, w)
 
 
+def _q_linear_setup(ctx, inputs, output):
+    x, qweight, qtype, _ = inputs
+    ctx.qweight, ctx.qtype, ctx.in_features = qweight, qtype, x.shape[-1]
+
+
+def _q_linear_backward(ctx, grad):
+    # dL/dx = grad @ W with W dequantized on the weights' device; the blocks get no gradient.
+    w = dequantize(ctx.qweight, ctx.qtype, ctx.in_features)
+    return grad @ w, None, None, None
+
+
 _lib.impl("q_linear", _q_linear_meta, "Meta")
 _lib.impl("q_linear", _q_linear_cpu, "CPU")
+torch.library.register_autograd("tpu::q_linear", _q_linear_backward, setup_context=_q_linear_setup)
 _Q_LINEAR = torch.ops.tpu.q_linear.default
 
 
@@ -77,9 +95,9 @@ def _dequantize_k(q, qtype):
 
 
 def dequantize(qweight: torch.Tensor, qtype: int, in_features: int) -> torch.Tensor:
-    """float32 [N, in_features] from raw blocks [N, in_features / block * block_bytes] (on the CPU)."""
+    """float32 [N, in_features] from raw blocks [N, in_features / block * block_bytes], on qweight's device."""
     name, bb = QTYPES[qtype]
-    q = qweight.cpu().reshape(qweight.shape[0], in_features // block_size(qtype), bb)
+    q = qweight.reshape(qweight.shape[0], in_features // block_size(qtype), bb)
     if qtype in (12, 14):
         return _dequantize_k(q, qtype).reshape(qweight.shape[0], in_features)
     d = _f16(q, 0)
@@ -94,7 +112,8 @@ def dequantize(qweight: torch.Tensor, qtype: int, in_features: int) -> torch.Ten
 
 class QuantLinear(torch.nn.Module):
     """``nn.Linear`` with GGUF-block weights: ``qweight`` uint8 [out, in / block * block_bytes]
-    (block: 32 weights, 256 for Q4_K/Q6_K). Inference only: no gradient reaches qweight or x."""
+    (block: 32 weights, 256 for Q4_K/Q6_K). The blocks are frozen: gradients reach x (and bias),
+    as for a frozen base layer under LoRA, never qweight."""
 
     def __init__(self, qweight: torch.Tensor, qtype: int, in_features: int, out_features: int, bias=None):
         super().__init__()
@@ -300,12 +319,98 @@ def quantize_from_gguf(model: torch.nn.Module, path: str, device=None):
             report["kept"].append(t.name)
             continue
         dev = device if device is not None else lin.weight.device
-        new = QuantLinear(q.to(dev), qtype, K, N, bias=lin.bias)
-        parent_name, _, child = path_.rpartition(".")
-        parent = model.get_submodule(parent_name) if parent_name else model
-        report["float_bytes"] += lin.weight.numel() * lin.weight.element_size()
-        setattr(parent, child, new)
-        report["bytes"] += q.numel()
-        name = QTYPES[qtype][0]
-        report["swapped"][name] = report["swapped"].get(name, 0) + 1
+        _swap(model, path_, lin, QuantLinear(q.to(dev), qtype, K, N, bias=lin.bias), report)
     return report
+
+
+def _swap(model, path, lin, new, report):
+    """Puts `new` (a QuantLinear) where the nn.Linear `lin` was, counting it in `report`."""
+    parent_name, _, child = path.rpartition(".")
+    parent = model.get_submodule(parent_name) if parent_name else model
+    report["float_bytes"] += lin.weight.numel() * lin.weight.element_size()
+    setattr(parent, child, new)
+    report["bytes"] += new.qweight.numel()
+    name = QTYPES[new.qtype][0]
+    report["swapped"][name] = report["swapped"].get(name, 0) + 1
+
+
+# ---- weight-only quantization of float weights (safetensors checkpoints) ----------------
+_BITS = {8: 8, 4: 3}  # bits -> GGML type: Q8_0 (symmetric int8), Q4_1 (int4 with a per-group minimum)
+
+
+def _f16_bytes(v):
+    """float32 [..., 1] -> its float16 bits as uint8 [..., 2]."""
+    return v.to(torch.float16).view(torch.uint8)
+
+
+def quantize_blocks(weight: torch.Tensor, qtype: int) -> torch.Tensor:
+    """GGUF blocks (uint8 [N, K / 32 * block bytes], on weight's device) of a float [N, K]
+    weight, K a multiple of 32. Q8_0: d = max|w| / 127, q = round(w / d) in [-127, 127].
+    Q4_1: d = (max - min) / 15, m = min, q = round((w - m) / d) in [0, 15]. d and m are
+    stored as float16 and q is computed from the stored values, so each weight is within
+    d / 2 of its dequantized value (plus float16's rounding of m for Q4_1)."""
+    if qtype not in (2, 3, 8):
+        raise ValueError(f"quantize_blocks: GGML type {qtype} is not one of Q4_0 (2), Q4_1 (3), Q8_0 (8)")
+    if weight.dim() != 2 or weight.shape[1] % _BLOCK or not weight.is_floating_point():
+        raise ValueError(f"quantize_blocks: weight must be a float [N, K] matrix with K a multiple of {_BLOCK}, "
+                         f"got {weight.dtype} {list(weight.shape)}")
+    N, K = weight.shape
+    w = weight.detach().float().reshape(N, K // _BLOCK, _BLOCK)
+    if not bool(torch.isfinite(w).all()):
+        raise ValueError(f"quantize_blocks: weight {list(weight.shape)} has inf or nan values")
+
+    def scale(span, levels):
+        d = (span / levels).to(torch.float16).float()
+        if not bool(torch.isfinite(d).all()):
+            raise ValueError(f"quantize_blocks: weight {list(weight.shape)} has groups whose scale "
+                             "overflows float16 (values over 8e6)")
+        return d, torch.where(d != 0, 1.0 / d, torch.zeros_like(d))
+
+    if qtype == 8:
+        d, inv = scale(w.abs().amax(-1, keepdim=True), 127)
+        q = (w * inv).round().clamp(-127, 127).to(torch.int8).view(torch.uint8)
+        out = torch.cat([_f16_bytes(d), q], -1)
+    elif qtype == 3:
+        m = w.amin(-1, keepdim=True).to(torch.float16).float()
+        d, inv = scale(w.amax(-1, keepdim=True) - m, 15)
+        q = ((w - m) * inv).round().clamp(0, 15).to(torch.uint8)
+        out = torch.cat([_f16_bytes(d), _f16_bytes(m), q[..., :16] | (q[..., 16:] << 4)], -1)
+    else:
+        # Q4_0: d = -max / 8 where max is the value of largest magnitude (as ggml), q = round(w / d) + 8
+        idx = w.abs().argmax(-1, keepdim=True)
+        d, inv = scale(-w.gather(-1, idx), 8)
+        q = (w * inv + 8).round().clamp(0, 15).to(torch.uint8)
+        out = torch.cat([_f16_bytes(d), q[..., :16] | (q[..., 16:] << 4)], -1)
+    return out.reshape(N, -1).contiguous()
+
+
+def quantize_weights(model: torch.nn.Module, bits: int = 8, modules_to_not_convert=None):
+    """Swaps the model's ``nn.Linear`` layers for QuantLinear layers holding their weights
+    as int8 (``bits=8``: Q8_0) or int4 (``bits=4``: Q4_1) groups of 32, quantized on the
+    weights' device. Layers named (or inside modules named) in `modules_to_not_convert`,
+    and layers whose in_features is not a multiple of 32, keep their float weights.
+    Inference only. Returns the report of :func:`quantize_from_gguf`."""
+    if bits not in _BITS:
+        raise ValueError(f"quantize_weights: bits must be 8 or 4, got {bits!r}")
+    qtype = _BITS[bits]
+    skip = tuple(modules_to_not_convert or ())
+    report = {"swapped": {}, "kept": [], "bytes": 0, "float_bytes": 0}
+    for path, lin in list(model.named_modules()):
+        if type(lin) is not torch.nn.Linear:
+            continue
+        if any(path == s or path.startswith(s + ".") or path.endswith("." + s) for s in skip) \
+                or lin.in_features % _BLOCK:
+            report["kept"].append(path)
+            continue
+        q = quantize_blocks(lin.weight, qtype)
+        _swap(model, path, lin, QuantLinear(q, qtype, lin.in_features, lin.out_features, bias=lin.bias), report)
+    return report
+
+
+def __getattr__(name):
+    # Transformers' quantization_config classes, made on first use (importing Transformers is slow).
+    if name in ("WeightOnlyConfig", "WeightOnlyQuantizer"):
+        from . import _hf_quant
+
+        return getattr(_hf_quant, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
