@@ -248,6 +248,61 @@ def test_norms_and_swiglu_are_lowered():
     """)
 
 
+def test_group_norm_is_lowered():
+    # tpu::group_norm (the graph compiler's node for native_group_norm) is StableHLO on pjrt:
+    # a compiled group norm, with or without weight and bias, 3-D to 5-D, forward and training
+    # (mean and rstd read by the backward), is one program per call with nothing eager, and
+    # equals the CPU (float32: rtol 1e-4, atol 1e-5; half types: two units in the last place,
+    # statistics summed in another order; float64: PyTorch's defaults).
+    check_ok("""
+        import torch, torch_tpu
+        from torch_tpu._dynamo_backend import compile_stats
+        F = torch.nn.functional
+        def fwd(x, w, b, groups):
+            return F.silu(F.group_norm(x, groups, w, b, eps=1e-3)) * 2
+        g = torch.Generator().manual_seed(0)
+        cases = [((2, 32, 8, 8), 8, True), ((3, 12, 5, 7), 3, False), ((2, 16, 4, 4, 4), 16, True),
+                 ((4, 6, 10), 2, True)]
+        for dt in (torch.float32, torch.bfloat16, torch.float16, torch.float64):
+            eps = torch.finfo(dt).eps
+            tol = (dict(rtol=1e-4, atol=1e-5) if dt == torch.float32 else
+                   dict(rtol=2 * eps, atol=2 * eps) if dt in (torch.bfloat16, torch.float16) else {})
+            for shape, groups, affine in cases:
+                x = (torch.randn(shape, generator=g) * 3 + 1).to(dt)
+                w = torch.randn(shape[1], generator=g).to(dt) if affine else None
+                b = torch.randn(shape[1], generator=g).to(dt) if affine else None
+                torch._dynamo.reset()
+                st0 = compile_stats()
+                cf = torch.compile(fwd, backend="tpu", fullgraph=True, dynamic=False)
+                tw = None if w is None else w.to("tpu")
+                tb = None if b is None else b.to("tpu")
+                got = cf(x.to("tpu"), tw, tb, groups)
+                torch.testing.assert_close(got.cpu(), fwd(x, w, b, groups), **tol)
+                st = compile_stats()
+                assert st["driver_segments"] - st0["driver_segments"] == 1, (dt, shape, st)
+                assert st["eager_nodes"] == st0["eager_nodes"] == 0, (dt, shape, st)
+        # training: forward and backward programs, mean and rstd flow to the backward
+        torch.manual_seed(1)
+        def run(device):
+            torch.manual_seed(1)
+            m = torch.nn.Sequential(torch.nn.Conv2d(4, 8, 3, padding=1), torch.nn.GroupNorm(4, 8),
+                                    torch.nn.SiLU()).to(device)
+            if device == "tpu":
+                m = torch.compile(m, backend="tpu", dynamic=False)
+            x = torch.randn(2, 4, 6, 5, generator=torch.Generator().manual_seed(3)).to(device)
+            y = m(x)
+            y.square().sum().backward()
+            return [y.detach().cpu()] + [p.grad.cpu() for p in m.parameters()]
+        torch._dynamo.reset()
+        st0 = compile_stats()
+        got = run("tpu")
+        st = compile_stats()
+        assert st["eager_nodes"] == st0["eager_nodes"] == 0 and st["driver_segments"] - st0["driver_segments"] == 2, st
+        for a, b in zip(got, run("cpu")):
+            torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+    """)
+
+
 def test_programs_are_kept_on_disk(tmp_path):
     code = """
         import torch, torch_tpu

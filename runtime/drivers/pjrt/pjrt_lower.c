@@ -30,7 +30,7 @@ typedef enum {
   L_FILL, L_COPY, L_ARANGE, L_TRIU, L_TRIL, L_CAT, L_CLAMP, L_CLAMP_MIN, L_CLAMP_MAX,
   L_MASKED_FILL, L_INDEX_PUT, L_MASKED_SCATTER, L_EMBEDDING_RENORM, L_BMM, L_ADDMM, L_ROPE, L_ROPE_BWD, L_SDPA_FWD, L_SDPA_BWD, L_CONV_FWD, L_CONV_BWD,
   L_MAX_DIM, L_MIN_DIM, L_SORT, L_TOPK, L_CUMSUM, L_CUMPROD, L_FLIP, L_ROLL, L_SCATTER_REDUCE, L_INDEX,
-  L_RMS_NORM, L_SWIGLU, L_LAYER_NORM,
+  L_RMS_NORM, L_SWIGLU, L_LAYER_NORM, L_GROUP_NORM,
 } lop_t;
 
 typedef enum {
@@ -148,6 +148,7 @@ static const lspec_t kSpecs[] = {
     {"tpu::conv_fwd", L_CONV_FWD, F_CONV, "|"}, {"tpu::conv_bwd", L_CONV_BWD, F_CONV, "|"},
     {"tpu::rms_norm", L_RMS_NORM, F_FUSED, "|"}, {"tpu::swiglu", L_SWIGLU, F_FUSED, "|"},
     {"native_layer_norm", L_LAYER_NORM, F_FUSED, "|"},
+    {"tpu::group_norm", L_GROUP_NORM, F_FUSED, "|"},
 };
 
 static bool overload_in(const char* list, const char* rest) {
@@ -1954,8 +1955,56 @@ static tpu_status_t lower_layer_norm(sb_t* b, const tpu_k_call_t* call, const ta
   return out_val(b, call, 2, ta, rstd);
 }
 
+/* tpu::group_norm(input, weight?, bias?, group, eps) -> (out, mean?, rstd?)
+ * as runtime/kernels/norm.c computes it, in float32 for half inputs (float64
+ * for float64): x [N, C, spatial...] viewed as [N, G, C/G, S]; mean and the
+ * biased variance of x - mean over (C/G, S); rstd = rsqrt(var + eps); per
+ * channel scale = rstd * weight[c], shift = bias[c] - mean * scale and
+ * out = x * scale + shift, rounded once; mean and rstd [N, G]. */
+static tpu_status_t lower_group_norm(sb_t* b, const tpu_k_call_t* call, const targs_t* ta) {
+  const tpu_k_value_t* gv = arg_at(call, 3);
+  if (!gv || gv->kind != TPU_K_INT || call->num_outputs < 3 || ta->n < 1 || ta->arg[0] != 0)
+    return TPU_ERROR(TPU_STATUS_UNIMPLEMENTED, "%s: unexpected arguments", call->op);
+  val_t x;
+  TPU_RETURN_IF_ERROR(in_val(b, call, ta->t[0], ta->loc[0], &x));
+  if (!is_fty(x.ty) || x.ndim < 2) return TPU_ERROR(TPU_STATUS_UNIMPLEMENTED, "%s: input %s of rank %d",
+                                                    call->op, x.ty, (int)x.ndim);
+  int64_t N = x.sizes[0], C = x.sizes[1], G = gv->v.i, S = 1;
+  for (int32_t d = 2; d < x.ndim; d++) S *= x.sizes[d];
+  if (G <= 0 || C % G != 0 || N * C * S == 0)
+    return TPU_ERROR(TPU_STATUS_UNIMPLEMENTED, "%s: %" PRId64 " channels in %" PRId64 " groups, %" PRId64
+                     " positions", call->op, C, G, S);
+  const char* ct = opmath(x.ty);
+  int64_t s4[4] = {N, G, C / G, S}, sg[2] = {N, G};
+  val_t xr = reshaped(b, cast(b, x, ct), 4, s4);
+  bool dims[4] = {false, false, true, true};
+  double m = (double)(C / G) * (double)S;
+  val_t mean = reduce_dims(b, xr, dims, "add", "0.0");
+  mean = binary(b, "divide", mean, splat(b, &mean, ct, m));
+  val_t xc = binary(b, "subtract", xr, unreduce(b, mean, dims, &xr));
+  val_t var = reduce_dims(b, binary(b, "multiply", xc, xc), dims, "add", "0.0");
+  var = binary(b, "divide", var, splat(b, &var, ct, m));
+  val_t rstd = unary(b, "rsqrt", binary(b, "add", var, splat(b, &var, ct, num_at(call, 4, 1e-5))));
+  val_t scale = unreduce(b, rstd, dims, &xr), bias = {.id = -1};
+  int64_t sc[4] = {1, G, C / G, 1};
+  for (int i = 1; i < ta->n; i++) { /* weight (argument 1), bias (argument 2) */
+    val_t p;
+    TPU_RETURN_IF_ERROR(in_val(b, call, ta->t[i], ta->loc[i], &p));
+    p = broadcast(b, reshaped(b, cast(b, p, ct), 4, sc), 4, s4);
+    if (ta->arg[i] == 1) scale = binary(b, "multiply", scale, p);
+    else bias = p;
+  }
+  val_t shift = unary(b, "negate", binary(b, "multiply", unreduce(b, mean, dims, &xr), scale));
+  if (bias.id >= 0) shift = binary(b, "add", bias, shift);
+  val_t y = reshaped(b, binary(b, "add", binary(b, "multiply", xr, scale), shift), x.ndim, x.sizes);
+  TPU_RETURN_IF_ERROR(out_val(b, call, 0, ta, y));
+  TPU_RETURN_IF_ERROR(out_val(b, call, 1, ta, reshaped(b, mean, 2, sg)));
+  return out_val(b, call, 2, ta, reshaped(b, rstd, 2, sg));
+}
+
 static tpu_status_t lower_fused(sb_t* b, const tpu_k_call_t* call, const lspec_t* spec, const targs_t* ta) {
   if (spec->op == L_LAYER_NORM) return lower_layer_norm(b, call, ta);
+  if (spec->op == L_GROUP_NORM) return lower_group_norm(b, call, ta);
   val_t v[2] = {{0}};
   int nt = ta->n < 2 ? ta->n : 2;
   if (nt < 1) return TPU_ERROR(TPU_STATUS_UNIMPLEMENTED, "%s: expected a tensor argument", call->op);
