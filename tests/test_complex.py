@@ -3,6 +3,7 @@ copies with the lazy conjugate/negative bits, ops computed on real views
 (torch_tpu/_complex.py) with the CPU fallback forbidden, the counted fallback
 for ops without a rule, autograd and torch.compile through them. Everything is
 compared with the CPU's results."""
+import math
 import os
 import subprocess
 import sys
@@ -188,6 +189,56 @@ def test_autograd_through_complex_intermediates(no_fallback):
     wt = w.detach().to(DEV).requires_grad_()
     loss(wt, z.to(DEV)).backward()
     torch.testing.assert_close(wt.grad.cpu(), w.grad)
+
+
+_SPECIAL = [0.0, -0.0, 1.0, -2.0, 0.5, 3.0, math.inf, -math.inf, math.nan]
+
+
+def _close_or_same_special(got, want):
+    """assert_close with equal nans, where infinities must agree in sign (the special values
+    of C99's Annex G: the CPU computes complex exp, sqrt, log and pow with glibc's)."""
+    g, w = torch.view_as_real(got.cpu()), torch.view_as_real(want)
+    ok = torch.isclose(g, w, rtol=1.3e-6, atol=1e-5, equal_nan=True)
+    assert bool(ok.all()), [(got.cpu().reshape(-1)[i].item(), want.reshape(-1)[i].item())
+                            for i in (~ok).any(-1).reshape(-1).nonzero().flatten()[:8]]
+
+
+def test_special_values_follow_c99(no_fallback):
+    """Every pair of parts from 0, -0, finite values, +-inf and nan: exp, log, sqrt, products
+    and powers (the CPU's special cases for 0.5, 2, 3, -0.5, -1, -2; cpow otherwise, whose
+    product recovers infinities: 0 ** 2.5 = 0, 0 ** -1.5 = inf + nan i, 0 ** 0j = nan)."""
+    z = torch.tensor([complex(a, b) for a in _SPECIAL for b in _SPECIAL], dtype=torch.complex64)
+    t = z.to(DEV)
+    for name in ("exp", "log", "sqrt"):
+        _close_or_same_special(getattr(torch, name)(t), getattr(torch, name)(z))
+    _close_or_same_special(t * t.flip(0), z * z.flip(0))
+    for e in (2.5, 0, 1, 0.5, 2, 3, -0.5, -1, -2, 1j, -1.5, 2 + 1j, 0j):
+        _close_or_same_special(torch.pow(t, e), torch.pow(z, e))
+
+
+def test_powers_and_products(no_fallback):
+    a, e = rand(6, 7, seed=11), rand(6, 7, seed=12)
+    a[0, :3] = 0
+    e[1, :2] = 0
+    r = torch.randn(6, 7, generator=torch.Generator().manual_seed(13))
+    at, et, rt = a.to(DEV), e.to(DEV), r.to(DEV)
+    _close_or_same_special(torch.pow(at, et), torch.pow(a, e))
+    _close_or_same_special(torch.pow(rt, et), torch.pow(r, e))  # real base, complex exponent
+    _close_or_same_special(at ** 0.75, a ** 0.75)
+    for base in (2.0, 0.0, 1j, -3.0):
+        _close_or_same_special(torch.pow(base, et), torch.pow(base, e))
+    b = at.clone()
+    b.pow_(1.5)
+    torch.testing.assert_close(b.cpu(), a.pow(1.5))
+    x = rand(3, 9, 5, dtype=torch.complex128, seed=14) * 0.9
+    xt = x.to(DEV)
+    torch.testing.assert_close(xt.prod().cpu(), x.prod())
+    for d in (0, 1, -1):
+        torch.testing.assert_close(xt.prod(d).cpu(), x.prod(d))
+        torch.testing.assert_close(xt.prod(d, keepdim=True).cpu(), x.prod(d, keepdim=True))
+    torch.testing.assert_close(xt.prod(1, dtype=torch.complex64).cpu(), x.prod(1, dtype=torch.complex64))
+    empty = torch.zeros(2, 0, dtype=torch.complex64)
+    torch.testing.assert_close(empty.to(DEV).prod(1).cpu(), empty.prod(1))
 
 
 def test_ops_without_a_rule_take_the_counted_fallback():

@@ -16,6 +16,7 @@ fallback then computes them).
 """
 from __future__ import annotations
 
+import cmath
 import math
 import numbers
 import operator
@@ -260,8 +261,17 @@ def _sgn(x, y):
 
 
 def _exp(x, y):
+    """exp(x) cis(y) with C99's special values (Annex G, as std::exp and cexp): a zero
+    imaginary part stays zero (exp(inf + 0i) = inf + 0i), exp(-inf + i y) = 0 and
+    exp(inf + i y) = inf + i nan for y infinite or nan."""
     m = torch.exp(x)
-    return m * torch.cos(y), m * torch.sin(y)
+    re, im = m * torch.cos(y), m * torch.sin(y)
+    bad_y = ~torch.isfinite(y)
+    re = torch.where(y == 0, m, torch.where(bad_y & (x == -math.inf), 0.0,
+                                            torch.where(bad_y & (x == math.inf), math.inf, re)))
+    im = torch.where(y == 0, y, torch.where(bad_y & (x == -math.inf), 0.0,
+                                            torch.where(bad_y & (x == math.inf), math.nan, im)))
+    return re, im
 
 
 def _sqrt(x, y):
@@ -272,7 +282,9 @@ def _sqrt(x, y):
     other = y.abs() / (2 * safe) * (t != 0)
     re = torch.where(x >= 0, t, other)
     im = torch.where(x >= 0, y / (2 * safe) * (t != 0), torch.copysign(t, y))
-    return re, im
+    # C99's csqrt: sqrt(x +- i inf) = inf +- i inf for every x, nan included
+    yinf = torch.isinf(y)
+    return torch.where(yinf, math.inf, re), torch.where(yinf, y, im)
 
 
 def _tanh(x, y):
@@ -454,6 +466,101 @@ def std_mean(self, dim=None, *, correction=None, keepdim=False):
     return r if r is NotImplemented else (r, mean(self, dim, keepdim))
 
 
+def prod(self, dim=None, keepdim=False, *, dtype=None):
+    """The product over `dim` (all elements when None) as a tree of complex products of
+    the real parts: pairs of neighbours multiplied, an odd last one carried over."""
+    if not self.is_complex() or (dtype is not None and not dtype.is_complex):
+        return NotImplemented
+    x = self if dtype is None or dtype == self.dtype else self.to(dtype)
+    if dim is None:
+        x, d = x.reshape(-1), 0
+    elif x.dim() == 0:
+        return x.clone()
+    else:
+        d = dim % x.dim()
+    v = _rv(x).movedim(d, -2)
+    re, im = v[..., 0], v[..., 1]
+    if re.shape[-1] == 0:
+        re = torch.ones(re.shape[:-1] + (1,), dtype=re.dtype, device=re.device)
+        im = torch.zeros_like(re)
+    while re.shape[-1] > 1:
+        n = re.shape[-1] // 2 * 2
+        pr, pi = _mul_parts(re[..., 0:n:2], im[..., 0:n:2], re[..., 1:n:2], im[..., 1:n:2])
+        re, im = torch.cat([pr, re[..., n:]], -1), torch.cat([pi, im[..., n:]], -1)
+    out = _join(re[..., 0], im[..., 0], x.dtype, x)
+    return out.unsqueeze(d) if keepdim and dim is not None else out
+
+
+# ---- powers -------------------------------------------------------------------------------
+
+# exponent -> the CPU's special case for a Python-number exponent (ATen's pow_tensor_scalar)
+_POW_SCALAR = {0.5: lambda z: sqrt(z), 2.0: lambda z: mul(z, z), 3.0: lambda z: mul(mul(z, z), z),
+               -0.5: lambda z: rsqrt(z), -1.0: lambda z: reciprocal(z), -2.0: lambda z: reciprocal(mul(z, z))}
+
+
+def pow_(self, exponent):
+    """self ** exponent as the CPU computes it for complex results: a number exponent of
+    0 or 1 gives ones or a copy, 0.5, 2, 3, -0.5, -1 and -2 their square root, product and
+    reciprocal forms; otherwise exp(exponent * log(self)) with both as complex numbers
+    (std::pow's cpow: so 0 ** 0 is nan, 0 ** 2.5 is 0 and 0 ** -1.5 is inf + nan i)."""
+    if not isinstance(self, torch.Tensor) and not isinstance(exponent, torch.Tensor):
+        return NotImplemented
+    cd = _result_dtype(self, exponent)
+    if not cd.is_complex:
+        return NotImplemented
+    rd = _real_of(cd)
+    like = _device_of(self, exponent)
+    if isinstance(self, torch.Tensor) and isinstance(exponent, numbers.Number):
+        z = self if self.dtype == cd else self.to(cd)
+        e = complex(exponent)
+        if e == 0:
+            return torch.ones_like(z)
+        if e == 1:
+            return z.clone()
+        if e.imag == 0 and e.real in _POW_SCALAR:
+            return _POW_SCALAR[e.real](z)
+    if isinstance(self, torch.Tensor):
+        zr, zi = _parts(self, rd)
+        lr, li = torch.log(torch.hypot(zr, zi)) if zi is not None else torch.log(zr.abs()), \
+            torch.atan2(zi, zr) if zi is not None else torch.atan2(torch.zeros_like(zr), zr)
+    else:
+        lg = cmath.log(complex(self)) if complex(self) != 0 else complex(-math.inf, 0.0)
+        lr = torch.tensor(lg.real, dtype=rd, device=like.device)
+        li = torch.tensor(lg.imag, dtype=rd, device=like.device)
+    er, ei = _parts(exponent, rd)
+    if ei is None:  # a real exponent is multiplied as a complex number: 0 * inf gives nan, as cpow's product
+        ei = torch.zeros_like(er) if isinstance(er, torch.Tensor) else 0.0
+    t = lambda v: v if isinstance(v, torch.Tensor) else torch.tensor(v, dtype=rd, device=like.device)  # noqa: E731
+    wr, wi = _mul_c99(*torch.broadcast_tensors(t(er), t(ei), lr, li))
+    return _join(*_exp(wr, wi), cd, like)
+
+
+def _mul_c99(a, b, c, d):
+    """(a + ib)(c + id) as C99's complex product (Annex G, glibc's __mulsc3), which cpow
+    uses: the plain product, unless both parts are nan where an operand or a partial
+    product is infinite; then infinities are boxed to +-1, nans to +-0, and the product
+    is recomputed times infinity (so (2.5 + 0i)(inf + nan i) is inf + nan i, not nan)."""
+    ac, bd, ad, bc = a * c, b * d, a * d, b * c
+    x, y = ac - bd, ad + bc
+    inf, isinf, isnan = math.inf, torch.isinf, torch.isnan
+
+    def box(v):  # an infinity -> +-1, a finite value -> +-0
+        return torch.copysign(isinf(v).to(v.dtype), v)
+
+    def zero_nan(v, where):
+        return torch.where(where & isnan(v), torch.copysign(torch.zeros_like(v), v), v)
+
+    inf1, inf2 = isinf(a) | isinf(b), isinf(c) | isinf(d)
+    a, b = torch.where(inf1, box(a), a), torch.where(inf1, box(b), b)
+    c, d = zero_nan(c, inf1), zero_nan(d, inf1)
+    c, d = torch.where(inf2, box(c), c), torch.where(inf2, box(d), d)
+    a, b = zero_nan(a, inf2), zero_nan(b, inf2)
+    over = ~(inf1 | inf2) & (isinf(ac) | isinf(bd) | isinf(ad) | isinf(bc))
+    a, b, c, d = (zero_nan(v, over) for v in (a, b, c, d))
+    redo = isnan(x) & isnan(y) & (inf1 | inf2 | over)
+    return (torch.where(redo, inf * (a * c - b * d), x), torch.where(redo, inf * (a * d + b * c), y))
+
+
 # ---- data movement --------------------------------------------------------------------
 
 
@@ -622,7 +729,7 @@ RULES = {
     "complex": complex_, "polar": polar,
     "sum": sum_, "mean": mean, "where": where, "cat": cat, "stack": stack, "index": index,
     "index_put": index_put, "flip": flip, "roll": roll, "gather": gather, "masked_fill": masked_fill,
-    "mm": mm, "bmm": bmm, "dot": dot, "mv": mv,
+    "mm": mm, "bmm": bmm, "dot": dot, "mv": mv, "prod": prod, "pow": pow_,
 }
 # Rules that are in place by nature (they write self and return it).
 INPLACE = {"fill_": fill_, "zero_": zero_, "normal_": normal_, "uniform_": uniform_}
