@@ -220,15 +220,31 @@ def true_divide(self, other):
     return div(self, other)
 
 
-def _unary(parts_fn, real=False):
+def _unary(parts_fn, real=False, special=None):
     """A rule for a unary op from a function of the real and imaginary parts
-    (real tensors) returning (re, im), or one real tensor when `real`."""
+    (real tensors) returning (re, im), or one real tensor when `real`.
+
+    special: the op itself (torch.sin, ...), for functions whose formulas here hold for
+    finite values only. Elements with an infinite or nan part in the input or in the
+    result (C99's special values, overflow such as sin(1e30i) = 0 + inf i where the
+    formula gives 0 * inf) are then computed again by the CPU, which follows C99's
+    Annex G (glibc), and put back: one synchronisation per call, a copy of those
+    elements only."""
     def rule(self):
         if not self.is_complex():
             return NotImplemented
         v = _rv(self)
-        out = parts_fn(v[..., 0], v[..., 1])
-        return out if real else _join(*out, self.dtype, self)
+        x, y = v[..., 0], v[..., 1]
+        out = parts_fn(x, y)
+        if real:
+            return out
+        res = _join(*out, self.dtype, self)
+        if special is not None and self.numel():
+            bad = ~(torch.isfinite(x) & torch.isfinite(y) & torch.isfinite(out[0]) & torch.isfinite(out[1]))
+            if bool(bad.any()):
+                idx = bad.nonzero(as_tuple=True)
+                res[idx] = special(self[idx].cpu()).to(res.device)
+        return res
     rule.__doc__ = parts_fn.__doc__
     return rule
 
@@ -311,12 +327,71 @@ sgn = _unary(_sgn)
 exp = _unary(_exp)
 log = _unary(lambda x, y: (torch.log(torch.hypot(x, y)), torch.atan2(y, x)))
 sqrt = _unary(_sqrt)
-tanh = _unary(_tanh)
-tan = _unary(lambda x, y: (lambda re, im: (im, -re))(*_tanh(-y, x)))  # tan(z) = -i tanh(iz)
-sin = _unary(lambda x, y: (torch.sin(x) * torch.cosh(y), torch.cos(x) * torch.sinh(y)))
-cos = _unary(lambda x, y: (torch.cos(x) * torch.cosh(y), -torch.sin(x) * torch.sinh(y)))
-sinh = _unary(lambda x, y: (torch.sinh(x) * torch.cos(y), torch.cosh(x) * torch.sin(y)))
-cosh = _unary(lambda x, y: (torch.cosh(x) * torch.cos(y), torch.sinh(x) * torch.sin(y)))
+tanh = _unary(_tanh, special=torch.tanh)
+tan = _unary(lambda x, y: (lambda re, im: (im, -re))(*_tanh(-y, x)), special=torch.tan)  # tan(z) = -i tanh(iz)
+sin = _unary(lambda x, y: (torch.sin(x) * torch.cosh(y), torch.cos(x) * torch.sinh(y)), special=torch.sin)
+cos = _unary(lambda x, y: (torch.cos(x) * torch.cosh(y), -torch.sin(x) * torch.sinh(y)), special=torch.cos)
+sinh = _unary(lambda x, y: (torch.sinh(x) * torch.cos(y), torch.cosh(x) * torch.sin(y)), special=torch.sinh)
+cosh = _unary(lambda x, y: (torch.cosh(x) * torch.cos(y), torch.sinh(x) * torch.sin(y)), special=torch.cosh)
+
+
+def _csqrt(re, im):
+    return _sqrt(re, im)
+
+
+def _cmul(a, b):
+    return _mul_parts(a[0], a[1], b[0], b[1])
+
+
+def _asin(x, y):
+    """Kahan's asin ("Branch cuts for complex elementary functions", 1987), accurate
+    everywhere but at overflow: with s = sqrt(1 - z), t = sqrt(1 + z),
+    asin z = atan2(x, Re(s t)) + i asinh(Im(conj(s) t))."""
+    s, t = _csqrt(1 - x, -y), _csqrt(1 + x, y)
+    re = torch.atan2(x, _cmul(s, t)[0])
+    im = torch.asinh(_cmul((s[0], -s[1]), t)[1])
+    return re, im
+
+
+def _acos(x, y):
+    """Kahan's acos: with s = sqrt(1 - z), t = sqrt(1 + z),
+    acos z = 2 atan2(Re s, Re t) + i asinh(Im(conj(t) s))."""
+    s, t = _csqrt(1 - x, -y), _csqrt(1 + x, y)
+    return 2 * torch.atan2(s[0], t[0]), torch.asinh(_cmul((t[0], -t[1]), s)[1])
+
+
+def _acosh(x, y):
+    """Kahan's acosh: with s = sqrt(z - 1), t = sqrt(z + 1),
+    acosh z = asinh(Re(conj(s) t)) + 2i atan2(Im s, Re t)."""
+    s, t = _csqrt(x - 1, y), _csqrt(x + 1, y)
+    return torch.asinh(_cmul((s[0], -s[1]), t)[0]), 2 * torch.atan2(s[1], t[0])
+
+
+def _atanh(x, y):
+    """atanh z = log1p(4x / ((1 - x)^2 + y^2)) / 4 + i atan2(2y, (1 - x)(1 + x) - y^2) / 2
+    (the real part of (log(1 + z) - log(1 - z)) / 2 without cancellation), computed for
+    the z with Re z >= 0 of the pair z, -z (atanh is odd): log1p's argument is then >= 0."""
+    sg = torch.where(torch.signbit(x), -1.0, 1.0).to(x.dtype)
+    x, y = x * sg, y * sg
+    re = 0.25 * torch.log1p(4 * x / ((1 - x) * (1 - x) + y * y))
+    return re * sg, 0.5 * torch.atan2(2 * y, (1 - x) * (1 + x) - y * y) * sg
+
+
+def _log1p(x, y):
+    """log(1 + z) without cancellation for small z: the real part as
+    log1p(x (2 + x) + y^2) / 2 where that sum is small, else log|1 + z|."""
+    small = (x.abs() < 0.5) & (y.abs() < 0.5)
+    re = torch.where(small, 0.5 * torch.log1p(x * (2 + x) + y * y), torch.log(torch.hypot(1 + x, y)))
+    return re, torch.atan2(y, 1 + x)
+
+
+asin = _unary(_asin, special=torch.asin)
+acos = _unary(_acos, special=torch.acos)
+acosh = _unary(_acosh, special=torch.acosh)
+atanh = _unary(_atanh, special=torch.atanh)
+asinh = _unary(lambda x, y: (lambda a, b: (-b, a))(*_asin(y, -x)), special=torch.asinh)  # asinh z = i asin(-iz)
+atan = _unary(lambda x, y: (lambda a, b: (b, -a))(*_atanh(-y, x)), special=torch.atan)  # atan z = -i atanh(iz)
+log1p = _unary(_log1p, special=torch.log1p)
 
 
 def rsqrt(self):
@@ -735,7 +810,8 @@ RULES = {
 INPLACE = {"fill_": fill_, "zero_": zero_, "normal_": normal_, "uniform_": uniform_}
 RULES.update(_fft_c2c=_fft_c2c, _fft_r2c=_fft_r2c, _fft_c2r=_fft_c2r)
 RULES.update(var=var, std=std, var_mean=var_mean, std_mean=std_mean, sqrt=sqrt, rsqrt=rsqrt, tanh=tanh, tan=tan,
-             log2=_log_base(2), log10=_log_base(10))
+             log2=_log_base(2), log10=_log_base(10), asin=asin, acos=acos, acosh=acosh, asinh=asinh,
+             atan=atan, atanh=atanh, log1p=log1p)
 
 
 # Ops that make complex results from real inputs: their rules are asked
