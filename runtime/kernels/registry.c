@@ -1,7 +1,15 @@
 /* registry.c - the table of native kernels: every family file exports an
  * entry array and its length; lookup is by full schema name. The table is
- * constant data, built by the linker: no registration at start-up. */
+ * constant data, built by the linker: no registration at start-up. Lookups
+ * go through a hash index of the names, built once on first use (the
+ * bridge looks up the ops it queues by name on every call; a linear scan
+ * compared about a thousand names). */
+#include <pthread.h>
+#include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
+
+#include "tpu/base.h"
 
 #include "kernels/kutil.h"
 
@@ -63,12 +71,49 @@ static const tpu_k_family_t kFamilies[] = {
 };
 #define TPU_K_NUM_FAMILIES (sizeof(kFamilies) / sizeof(kFamilies[0]))
 
-const tpu_k_entry_t* tpu_k_lookup(const char* name) {
-  if (!name) return NULL;
+static const tpu_k_entry_t* scan(const char* name) {
   for (size_t f = 0; f < TPU_K_NUM_FAMILIES; ++f) {
     for (size_t i = 0; i < *kFamilies[f].count; ++i) {
       if (strcmp(kFamilies[f].entries[i].name, name) == 0) return &kFamilies[f].entries[i];
     }
+  }
+  return NULL;
+}
+
+/* Open addressing, linear probing; slots hold the first entry of each name
+ * in family order (what the scan returns). NULL index: the allocation
+ * failed, lookups scan. */
+static const tpu_k_entry_t** g_index;
+static size_t g_mask;
+static pthread_once_t g_index_once = PTHREAD_ONCE_INIT;
+
+static size_t slot_of(const char* name) { return (size_t)tpu_fnv1a(TPU_FNV1A_INIT, name, strlen(name)) & g_mask; }
+
+static void build_index(void) {
+  size_t n = 0;
+  for (size_t f = 0; f < TPU_K_NUM_FAMILIES; ++f) n += *kFamilies[f].count;
+  size_t cap = 64;
+  while (cap < 2 * n) cap *= 2;
+  const tpu_k_entry_t** index = calloc(cap, sizeof(*index));
+  if (!index) return;
+  g_mask = cap - 1;
+  for (size_t f = 0; f < TPU_K_NUM_FAMILIES; ++f) {
+    for (size_t i = 0; i < *kFamilies[f].count; ++i) {
+      const tpu_k_entry_t* e = &kFamilies[f].entries[i];
+      size_t s = slot_of(e->name);
+      while (index[s] && strcmp(index[s]->name, e->name) != 0) s = (s + 1) & g_mask;
+      if (!index[s]) index[s] = e;
+    }
+  }
+  g_index = index;
+}
+
+const tpu_k_entry_t* tpu_k_lookup(const char* name) {
+  if (!name) return NULL;
+  pthread_once(&g_index_once, build_index);
+  if (!g_index) return scan(name);
+  for (size_t s = slot_of(name); g_index[s]; s = (s + 1) & g_mask) {
+    if (strcmp(g_index[s]->name, name) == 0) return g_index[s];
   }
   return NULL;
 }

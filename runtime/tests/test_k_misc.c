@@ -2,6 +2,7 @@
  * segment_reduce. */
 #define _POSIX_C_SOURCE 200809L
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -306,7 +307,40 @@ static void test_segment_reduce(void) {
   fr(&o);
 }
 
+/* ---- the kernel table: tpu_k_lookup's hash index agrees with a scan ---- */
+static void* lookup_all(void* arg) {
+  (void)arg;
+  size_t bad = 0;
+  for (size_t i = 0; i < tpu_k_entry_count(); ++i) {
+    const tpu_k_entry_t* e = tpu_k_entry_at(i);
+    const tpu_k_entry_t* first = NULL; /* the first entry of that name, in table order */
+    for (size_t j = 0; j <= i && !first; ++j) {
+      if (strcmp(tpu_k_entry_at(j)->name, e->name) == 0) first = tpu_k_entry_at(j);
+    }
+    bad += tpu_k_lookup(e->name) != first;
+  }
+  return (void*)bad;
+}
+
+static void test_registry_lookup(void) {
+  /* first lookups from four threads at once: the index is built once */
+  pthread_t th[4];
+  for (int t = 0; t < 4; ++t) CHECK(pthread_create(&th[t], NULL, lookup_all, NULL) == 0);
+  for (int t = 0; t < 4; ++t) {
+    void* bad = NULL;
+    CHECK(pthread_join(th[t], &bad) == 0);
+    CHECK(bad == NULL);
+  }
+  CHECK(tpu_k_entry_count() > 500);
+  CHECK(tpu_k_lookup("aten::add.Tensor") != NULL);
+  CHECK_STREQ(tpu_k_lookup("aten::add.Tensor")->name, "aten::add.Tensor");
+  const char* missing[] = {"aten::no_such_op", "", "aten::add.Tensorx", "aten::add.Tenso", "aten::ad", "tpu::"};
+  for (size_t i = 0; i < sizeof(missing) / sizeof(missing[0]); ++i) CHECK(tpu_k_lookup(missing[i]) == NULL);
+  CHECK(tpu_k_lookup(NULL) == NULL);
+}
+
 int main(void) {
+  RUN_TEST(test_registry_lookup); /* first: no lookup may have built the index yet */
   if (!tku_start(2)) return 1;
   RUN_TEST(test_histc_float);
   RUN_TEST(test_histc_int);
