@@ -303,6 +303,50 @@ def test_group_norm_is_lowered():
     """)
 
 
+def test_dropout_is_a_program_with_the_host_drivers_streams(tmp_path):
+    # native_dropout (nn.Dropout in training) is StableHLO on pjrt: Philox4x32-10 from the call's
+    # (seed, offset), given to the program as a 16-byte argument, so one executable serves every
+    # call. Same Philox counters as runtime/kernels/random.c: outputs and masks equal the host
+    # driver's bit for bit, for every float dtype, p from 0 to 1 and a transposed input.
+    code = """
+        import sys, torch, torch_tpu
+        g = torch.Generator().manual_seed(0)
+        torch.manual_seed(11)
+        outs = []
+        for dt in (torch.float32, torch.bfloat16, torch.float16, torch.float64):
+            for p in (0.0, 0.1, 0.5, 1 / 3, 0.9, 1.0):
+                x = (torch.randn(5, 3, 17, generator=g) * 10).to(dt)
+                y, m = torch.native_dropout(x.to("tpu").transpose(0, 2), p, True)
+                outs += [y.cpu(), m.cpu()]
+        y, m = torch.native_dropout(torch.ones(64, device="tpu"), 0.5, False)
+        outs += [y.cpu(), m.cpu()]
+        if torch_tpu._C.selected_driver() == "pjrt":
+            x = torch.ones(4096, device="tpu")
+            torch.tpu.synchronize()
+            s0 = torch_tpu._C.queue_stats(0)
+            for _ in range(3):
+                torch.nn.functional.dropout(x, 0.25, training=True)
+            torch.tpu.synchronize()
+            s1 = torch_tpu._C.queue_stats(0)
+            assert s1["programs"] - s0["programs"] == 3, (s0, s1)       # one program per call, nothing staged
+            assert s1["program_compiles"] + s1["program_loads"] - s0["program_compiles"] - s0["program_loads"] <= 1
+        torch.save(outs, sys.argv[1])
+    """
+    host = subprocess.run([sys.executable, "-c", textwrap.dedent(code), str(tmp_path / "host.pt")],
+                          env=dict(os.environ, TORCH_TPU_DRIVER="host", PYTHONPATH=ROOT), capture_output=True,
+                          text=True, timeout=240)
+    assert host.returncode == 0, host.stderr[-3000:]
+    p = run_pjrt(code.replace("sys.argv[1]", repr(str(tmp_path / "pjrt.pt"))))
+    assert p.returncode == 0, p.stderr[-4000:]
+    import torch
+
+    want, got = torch.load(tmp_path / "host.pt"), torch.load(tmp_path / "pjrt.pt")
+    assert len(want) == len(got) == 50
+    for i, (w, g) in enumerate(zip(want, got)):
+        assert g.dtype == w.dtype and torch.equal(g, w), i
+    assert want[-1].all() and torch.equal(want[-2], torch.ones(64))  # eval: the input, mask all ones
+
+
 def test_programs_are_kept_on_disk(tmp_path):
     code = """
         import torch, torch_tpu

@@ -1286,7 +1286,7 @@ static tpu_status_t device_execute_op(tpu_hal_device_t* device, const tpu_k_call
   tpu_status_t st = TPU_OK;
   tpu_pjrt_loc_t locs[TPU_PJRT_MAX_OP_TENSORS];
   tpu_pjrt_alloc_t* allocs[TPU_PJRT_MAX_OP_TENSORS];
-  tpu_pjrt_storage_t storages[TPU_PJRT_MAX_OP_TENSORS];
+  tpu_pjrt_storage_t storages[TPU_PJRT_MAX_OP_TENSORS + 1]; /* + the rng argument */
   int32_t nargs = 0, nres = 0;
   for (int k = 0; k < nt && !st; k++) {
     int64_t n = span_bytes(tens[k]);
@@ -1317,20 +1317,34 @@ static tpu_status_t device_execute_op(tpu_hal_device_t* device, const tpu_k_call
     }
     locs[k] = (tpu_pjrt_loc_t){.storage = arg, .offset = (uintptr_t)tens[k]->data - a->base};
   }
-  tpu_pjrt_node_t node = {call, locs};
+  /* A random op draws from (rng_seed, rng_offset): one more argument, its
+   * 16 bytes uploaded for this call (the program text stays the same). */
+  const tpu_k_entry_t* entry = tpu_k_lookup(call->op);
+  bool random = entry && (entry->flags & TPU_K_FLAG_RANDOM);
+  tpu_pjrt_loc_t rng_loc = {.storage = nargs, .offset = 0};
+  PJRT_Buffer* rng_buf = NULL;
+  if (!st && random) {
+    uint64_t words[2] = {call->rng_seed, call->rng_offset};
+    storages[nargs] = (tpu_pjrt_storage_t){.bytes = sizeof(words), .arg = nargs, .result = false};
+    st = upload(d, words, sizeof(words), false, &rng_buf);
+  }
+  int32_t nargs_all = nargs + (random ? 1 : 0);
+  tpu_pjrt_node_t node = {call, locs, random ? &rng_loc : NULL};
   tpu_pjrt_program_t prog = {0};
-  if (!st) st = tpu_pjrt_lower(storages, nargs, &node, 1, &prog);
+  if (!st) st = tpu_pjrt_lower(storages, nargs_all, &node, 1, &prog);
   PJRT_LoadedExecutable* exe = NULL;
   if (!st) st = executable(d->driver, prog.text, &exe);
-  PJRT_Buffer* args[TPU_PJRT_MAX_OP_TENSORS];
+  PJRT_Buffer* args[TPU_PJRT_MAX_OP_TENSORS + 1];
   for (int32_t a = 0; a < nargs && !st; a++) {
     tpu_pjrt_buf_t* b = NULL;
     st = alloc_buffer(d, allocs[a], &b);
     if (!st) args[a] = b->buffer;
   }
+  if (random) args[nargs] = rng_buf;
   PJRT_Buffer* outs[TPU_PJRT_MAX_OP_TENSORS + 1] = {NULL}; /* the results, then the check output */
   int32_t nouts = nres + (prog.num_checks > 0);
-  if (!st) st = execute_n(d, exe, args, (size_t)nargs, call->op, outs, (size_t)nouts);
+  if (!st) st = execute_n(d, exe, args, (size_t)nargs_all, call->op, outs, (size_t)nouts);
+  buffer_destroy(d->driver->api, rng_buf);
   if (!st && nouts > nres) {
     guard_add(d, outs[nres], &prog);
     outs[nres] = NULL;

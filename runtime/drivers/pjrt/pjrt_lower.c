@@ -30,7 +30,7 @@ typedef enum {
   L_FILL, L_COPY, L_ARANGE, L_TRIU, L_TRIL, L_CAT, L_CLAMP, L_CLAMP_MIN, L_CLAMP_MAX,
   L_MASKED_FILL, L_INDEX_PUT, L_MASKED_SCATTER, L_EMBEDDING_RENORM, L_BMM, L_ADDMM, L_ROPE, L_ROPE_BWD, L_SDPA_FWD, L_SDPA_BWD, L_CONV_FWD, L_CONV_BWD,
   L_MAX_DIM, L_MIN_DIM, L_SORT, L_TOPK, L_CUMSUM, L_CUMPROD, L_FLIP, L_ROLL, L_SCATTER_REDUCE, L_INDEX,
-  L_RMS_NORM, L_SWIGLU, L_LAYER_NORM, L_GROUP_NORM,
+  L_RMS_NORM, L_SWIGLU, L_LAYER_NORM, L_GROUP_NORM, L_DROPOUT,
 } lop_t;
 
 typedef enum {
@@ -52,6 +52,7 @@ typedef enum {
   F_SORT,    /* sort, topk: values and indices */
   F_SCAN,    /* cumsum, cumprod */
   F_FUSED,   /* tpu::rms_norm, tpu::swiglu (forward), native_layer_norm */
+  F_RANDOM,  /* native_dropout: Philox draws from the node's (seed, offset) argument */
 } lfamily_t;
 
 typedef struct {
@@ -149,6 +150,7 @@ static const lspec_t kSpecs[] = {
     {"tpu::rms_norm", L_RMS_NORM, F_FUSED, "|"}, {"tpu::swiglu", L_SWIGLU, F_FUSED, "|"},
     {"native_layer_norm", L_LAYER_NORM, F_FUSED, "|"},
     {"tpu::group_norm", L_GROUP_NORM, F_FUSED, "|"},
+    {"native_dropout", L_DROPOUT, F_RANDOM, "|"},
 };
 
 static bool overload_in(const char* list, const char* rest) {
@@ -210,6 +212,7 @@ typedef struct {
   tpu_pjrt_check_t* checks; /* the program's index checks (check_index) */
   int* check_rows;          /* per check: the SSA id of its tensor<1x2xi64> row */
   int32_t num_checks, cap_checks;
+  const tpu_pjrt_loc_t* rng; /* the current node's (seed, offset) bytes, or NULL */
 } sb_t;
 
 static void emit(sb_t* b, const char* fmt, ...) {
@@ -2002,6 +2005,122 @@ static tpu_status_t lower_group_norm(sb_t* b, const tpu_k_call_t* call, const ta
   return out_val(b, call, 2, ta, reshaped(b, rstd, 2, sg));
 }
 
+/* ---- random ops: Philox4x32-10 as runtime/kernels/random.c draws it ----
+ * Element i (row-major) takes counter offset + i (low 64 bits; the high
+ * words 0) under key seed; (seed, offset) are the 16 bytes of the node's rng
+ * storage, uploaded per call, so the program text does not change with them. */
+
+/* A ui32 tensor<N> constant or scalar splat. */
+static int u32_splat(sb_t* b, int64_t n, uint32_t v) {
+  int r = fresh(b);
+  emit(b, "  %%v%d = stablehlo.constant dense<%u> : tensor<%" PRId64 "xui32>\n", r, v, n);
+  return r;
+}
+
+static int u_binary(sb_t* b, const char* op, int x, int y, int64_t n, const char* ty) {
+  int r = fresh(b);
+  emit(b, "  %%v%d = stablehlo.%s %%v%d, %%v%d : tensor<%" PRId64 "x%s>\n", r, op, x, y, n, ty);
+  return r;
+}
+
+static int u_convert(sb_t* b, int x, int64_t n, const char* from, const char* to) {
+  int r = fresh(b);
+  emit(b, "  %%v%d = stablehlo.convert %%v%d : (tensor<%" PRId64 "x%s>) -> tensor<%" PRId64 "x%s>\n", r, x, n, from,
+       n, to);
+  return r;
+}
+
+/* word k (0: seed, 1: offset) of the rng storage, broadcast to tensor<N x ui64>. */
+static int rng_word(sb_t* b, int k, int64_t n) {
+  int sl = fresh(b), rs = fresh(b), bc = fresh(b), r = fresh(b);
+  emit(b, "  %%v%d = stablehlo.slice %%v%d [%zu:%zu] : (tensor<%zuxui8>) -> tensor<8xui8>\n", sl,
+       b->cur[b->rng->storage], b->rng->offset + 8 * (size_t)k, b->rng->offset + 8 * (size_t)k + 8,
+       b->st[b->rng->storage].bytes);
+  emit(b, "  %%v%d = stablehlo.reshape %%v%d : (tensor<8xui8>) -> tensor<1x8xui8>\n", rs, sl);
+  emit(b, "  %%v%d = stablehlo.bitcast_convert %%v%d : (tensor<1x8xui8>) -> tensor<1xui64>\n", bc, rs);
+  emit(b, "  %%v%d = stablehlo.broadcast_in_dim %%v%d, dims = [0] : (tensor<1xui64>) -> tensor<%" PRId64 "xui64>\n",
+       r, bc, n);
+  return r;
+}
+
+/* 53 random bits per element (x >> 11 of Philox words 1:0, as rk_u53), tensor<N x ui64>. */
+static int philox_u53(sb_t* b, int64_t n) {
+  const char* u64 = "ui64";
+  int seed = rng_word(b, 0, n), off = rng_word(b, 1, n);
+  int io = fresh(b);
+  emit(b, "  %%v%d = stablehlo.iota dim = 0 : tensor<%" PRId64 "xui64>\n", io, n);
+  int ctr = u_binary(b, "add", off, io, n, u64);
+  int c32 = fresh(b), m32 = fresh(b);
+  emit(b, "  %%v%d = stablehlo.constant dense<32> : tensor<%" PRId64 "xui64>\n", c32, n);
+  emit(b, "  %%v%d = stablehlo.constant dense<4294967295> : tensor<%" PRId64 "xui64>\n", m32, n);
+  int c0 = u_convert(b, u_binary(b, "and", ctr, m32, n, u64), n, u64, "ui32");
+  int c1 = u_convert(b, u_binary(b, "shift_right_logical", ctr, c32, n, u64), n, u64, "ui32");
+  int c2 = u32_splat(b, n, 0), c3 = u32_splat(b, n, 0);
+  int k0 = u_convert(b, u_binary(b, "and", seed, m32, n, u64), n, u64, "ui32");
+  int k1 = u_convert(b, u_binary(b, "shift_right_logical", seed, c32, n, u64), n, u64, "ui32");
+  int ma = fresh(b), mb = fresh(b);
+  emit(b, "  %%v%d = stablehlo.constant dense<3528531795> : tensor<%" PRId64 "xui64>\n", ma, n); /* 0xD2511F53 */
+  emit(b, "  %%v%d = stablehlo.constant dense<3449720151> : tensor<%" PRId64 "xui64>\n", mb, n); /* 0xCD9E8D57 */
+  int w0 = u32_splat(b, n, 0x9E3779B9u), w1 = u32_splat(b, n, 0xBB67AE85u);
+  for (int r = 0; r < 10; ++r) {
+    int p0 = u_binary(b, "multiply", u_convert(b, c0, n, "ui32", u64), ma, n, u64);
+    int p1 = u_binary(b, "multiply", u_convert(b, c2, n, "ui32", u64), mb, n, u64);
+    int p1h = u_convert(b, u_binary(b, "shift_right_logical", p1, c32, n, u64), n, u64, "ui32");
+    int p0h = u_convert(b, u_binary(b, "shift_right_logical", p0, c32, n, u64), n, u64, "ui32");
+    int n0 = u_binary(b, "xor", u_binary(b, "xor", p1h, c1, n, "ui32"), k0, n, "ui32");
+    int n1 = u_convert(b, u_binary(b, "and", p1, m32, n, u64), n, u64, "ui32");
+    int n2 = u_binary(b, "xor", u_binary(b, "xor", p0h, c3, n, "ui32"), k1, n, "ui32");
+    int n3 = u_convert(b, u_binary(b, "and", p0, m32, n, u64), n, u64, "ui32");
+    c0 = n0, c1 = n1, c2 = n2, c3 = n3;
+    k0 = u_binary(b, "add", k0, w0, n, "ui32");
+    k1 = u_binary(b, "add", k1, w1, n, "ui32");
+  }
+  int hi = u_binary(b, "shift_left", u_convert(b, c1, n, "ui32", u64), c32, n, u64);
+  int x = u_binary(b, "or", hi, u_convert(b, c0, n, "ui32", u64), n, u64);
+  int c11 = fresh(b);
+  emit(b, "  %%v%d = stablehlo.constant dense<11> : tensor<%" PRId64 "xui64>\n", c11, n);
+  return u_binary(b, "shift_right_logical", x, c11, n, u64);
+}
+
+/* native_dropout(input, p, train) -> (out, mask) as rk_dropout_run: keep
+ * element i when its 53-bit uniform u >= p, i.e. k >= ceil(p 2^53) for its
+ * integer k (exact, no float compare); out = x * (1 / (1 - p)) in float64,
+ * rounded once to out's dtype (x itself when not training); mask 0/1. */
+static tpu_status_t lower_dropout(sb_t* b, const tpu_k_call_t* call, const targs_t* ta) {
+  if (ta->n < 1 || ta->arg[0] != 0 || call->num_outputs < 2)
+    return TPU_ERROR(TPU_STATUS_UNIMPLEMENTED, "%s: expected (input, p, train) and two outputs", call->op);
+  double p = num_at(call, 1, 0.5);
+  const tpu_k_value_t* tv = arg_at(call, 2);
+  bool train = !tv || tv->kind != TPU_K_BOOL || tv->v.b;
+  if (!(p >= 0.0 && p <= 1.0))
+    return TPU_ERROR(TPU_STATUS_INVALID_ARGUMENT, "%s: dropout probability has to be between 0 and 1, but got %g",
+                     call->op, p);
+  val_t x;
+  TPU_RETURN_IF_ERROR(in_val(b, call, ta->t[0], ta->loc[0], &x));
+  if (!is_fty(x.ty)) return TPU_ERROR(TPU_STATUS_UNIMPLEMENTED, "%s: input dtype %s", call->op, x.ty);
+  int64_t n = 1;
+  for (int32_t d = 0; d < x.ndim; d++) n *= x.sizes[d];
+  val_t keep;
+  if (train) {
+    if (!b->rng) return TPU_ERROR(TPU_STATUS_UNIMPLEMENTED, "%s: no random state for this node", call->op);
+    int k = philox_u53(b, n);
+    double t = ceil(p * 9007199254740992.0); /* 2^53 */
+    int th = fresh(b);
+    emit(b, "  %%v%d = stablehlo.constant dense<%llu> : tensor<%" PRId64 "xui64>\n", th, (unsigned long long)t, n);
+    val_t kv = {.id = fresh(b), .ndim = 1, .sizes = {n}, .ty = "i1"};
+    emit(b, "  %%v%d = stablehlo.compare GE, %%v%d, %%v%d, UNSIGNED : (tensor<%" PRId64 "xui64>, tensor<%" PRId64
+            "xui64>) -> tensor<%" PRId64 "xi1>\n", kv.id, k, th, n, n, n);
+    keep = reshaped(b, kv, x.ndim, x.sizes);
+  } else {
+    keep = splat(b, &x, "i1", 1.0);
+  }
+  val_t y = cast(b, x, "f64");
+  if (train) y = binary(b, "multiply", y, splat(b, &y, "f64", p < 1.0 ? 1.0 / (1.0 - p) : 0.0));
+  y = select3(b, keep, y, splat(b, &y, "f64", 0.0));
+  TPU_RETURN_IF_ERROR(out_val(b, call, 0, ta, y));
+  return out_val(b, call, 1, ta, keep);
+}
+
 static tpu_status_t lower_fused(sb_t* b, const tpu_k_call_t* call, const lspec_t* spec, const targs_t* ta) {
   if (spec->op == L_LAYER_NORM) return lower_layer_norm(b, call, ta);
   if (spec->op == L_GROUP_NORM) return lower_group_norm(b, call, ta);
@@ -2536,6 +2655,7 @@ static tpu_status_t lower_node(sb_t* b, const tpu_k_call_t* call, const tpu_pjrt
       case F_SORT: return lower_sort(b, call, spec, &ta);
       case F_SCAN: return lower_scan(b, call, spec, &ta);
       case F_FUSED: return lower_fused(b, call, spec, &ta);
+      case F_RANDOM: return lower_dropout(b, call, &ta);
       default: return lower_misc(b, call, spec, &ta);
     }
   }
@@ -2747,7 +2867,10 @@ tpu_status_t tpu_pjrt_lower(const tpu_pjrt_storage_t* storages, int32_t num_stor
     }
   }
   tpu_status_t st = TPU_OK;
-  for (int32_t i = 0; i < num_nodes && !st; i++) st = lower_node(&b, nodes[i].call, nodes[i].locs);
+  for (int32_t i = 0; i < num_nodes && !st; i++) {
+    b.rng = nodes[i].rng;
+    st = lower_node(&b, nodes[i].call, nodes[i].locs);
+  }
   int checks = st || b.num_checks == 0 ? -1 : check_output(&b);
   emit(&b, "  return");
   int nres = 0;

@@ -50,6 +50,10 @@ typedef struct tpu_pjrt_loc_t {
 typedef struct tpu_pjrt_node_t {
   const tpu_k_call_t* call;
   const tpu_pjrt_loc_t* locs;
+  /* A random op's 16 bytes {rng_seed, rng_offset} (two little-endian u64),
+   * an argument storage given per run so that the text does not depend on
+   * them; NULL: the node has none, and random ops refuse to lower. */
+  const tpu_pjrt_loc_t* rng;
 } tpu_pjrt_node_t;
 
 /* A device-side index check (the asynchronous bounds check of an index-taking
