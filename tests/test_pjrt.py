@@ -347,6 +347,56 @@ def test_dropout_is_a_program_with_the_host_drivers_streams(tmp_path):
     assert want[-1].all() and torch.equal(want[-2], torch.ones(64))  # eval: the input, mask all ones
 
 
+def test_random_fills_are_programs_with_the_host_drivers_streams(tmp_path):
+    # uniform_, normal_ and bernoulli_(p) (rand, randn, nn.init) are StableHLO on pjrt: Philox as
+    # the host kernels draw it, each element's counter its rank in the output's memory order (the
+    # kernels' iteration: transposed and strided outputs included). Equal to the host driver bit
+    # for bit, but float64 outputs with from/to or mean/std, where XLA contracts x * s + a into an
+    # FMA: within 2 units in the last place of the range there (values up to 4: atol 1e-14).
+    code = """
+        import sys, torch, torch_tpu
+        torch.manual_seed(7)
+        outs = []
+        for dt in (torch.float32, torch.bfloat16, torch.float16, torch.float64):
+            a = torch.empty(6, 5, 7, device="tpu", dtype=dt)
+            outs += [a.uniform_().cpu(), a.uniform_(-3, 2).cpu()]
+            outs.append(torch.empty(7, 6, device="tpu", dtype=dt).t().uniform_().cpu())
+            outs.append(torch.empty(5, 9, 4, device="tpu", dtype=dt)[:, ::2].transpose(0, 2).uniform_(1, 4).cpu())
+            outs.append(torch.empty(100, device="tpu", dtype=dt).normal_(2, 3).cpu())
+            outs.append(torch.empty(7, 6, device="tpu", dtype=dt).t().normal_().cpu())
+        for dt in (torch.float32, torch.bool, torch.int64, torch.uint8, torch.bfloat16):
+            for p in (0.0, 0.3, 1.0):
+                outs.append(torch.empty(9, 11, device="tpu", dtype=dt).t().bernoulli_(p).cpu())
+        outs += [torch.rand(4, 4, device="tpu").cpu(), torch.randn(4, 4, device="tpu").cpu(),
+                 torch.nn.init.kaiming_uniform_(torch.empty(8, 8, device="tpu")).cpu()]
+        if torch_tpu._C.selected_driver() == "pjrt":
+            x = torch.empty(4096, device="tpu")
+            torch.tpu.synchronize()
+            s0 = torch_tpu._C.queue_stats(0)
+            x.uniform_(); x.normal_(); x.bernoulli_(0.5)
+            torch.tpu.synchronize()
+            assert torch_tpu._C.queue_stats(0)["programs"] - s0["programs"] == 3   # nothing staged
+        torch.save(outs, sys.argv[1])
+    """
+    host = subprocess.run([sys.executable, "-c", textwrap.dedent(code), str(tmp_path / "host.pt")],
+                          env=dict(os.environ, TORCH_TPU_DRIVER="host", PYTHONPATH=ROOT), capture_output=True,
+                          text=True, timeout=240)
+    assert host.returncode == 0, host.stderr[-3000:]
+    p = run_pjrt(code.replace("sys.argv[1]", repr(str(tmp_path / "pjrt.pt"))))
+    assert p.returncode == 0, p.stderr[-4000:]
+    import torch
+
+    want, got = torch.load(tmp_path / "host.pt"), torch.load(tmp_path / "pjrt.pt")
+    assert len(want) == len(got) == 42
+    for i, (w, g) in enumerate(zip(want, got)):
+        assert g.dtype == w.dtype, i
+        if w.dtype == torch.float64:
+            torch.testing.assert_close(g, w, rtol=2 * torch.finfo(w.dtype).eps, atol=1e-14, msg=str(i))
+        else:
+            assert torch.equal(g, w), i
+    assert 0.2 < want[-14].float().mean() < 0.4  # bernoulli_(0.3) of a float tensor
+
+
 def test_programs_are_kept_on_disk(tmp_path):
     code = """
         import torch, torch_tpu

@@ -30,7 +30,7 @@ typedef enum {
   L_FILL, L_COPY, L_ARANGE, L_TRIU, L_TRIL, L_CAT, L_CLAMP, L_CLAMP_MIN, L_CLAMP_MAX,
   L_MASKED_FILL, L_INDEX_PUT, L_MASKED_SCATTER, L_EMBEDDING_RENORM, L_BMM, L_ADDMM, L_ROPE, L_ROPE_BWD, L_SDPA_FWD, L_SDPA_BWD, L_CONV_FWD, L_CONV_BWD,
   L_MAX_DIM, L_MIN_DIM, L_SORT, L_TOPK, L_CUMSUM, L_CUMPROD, L_FLIP, L_ROLL, L_SCATTER_REDUCE, L_INDEX,
-  L_RMS_NORM, L_SWIGLU, L_LAYER_NORM, L_GROUP_NORM, L_DROPOUT,
+  L_RMS_NORM, L_SWIGLU, L_LAYER_NORM, L_GROUP_NORM, L_DROPOUT, L_UNIFORM, L_NORMAL, L_BERNOULLI,
 } lop_t;
 
 typedef enum {
@@ -52,7 +52,7 @@ typedef enum {
   F_SORT,    /* sort, topk: values and indices */
   F_SCAN,    /* cumsum, cumprod */
   F_FUSED,   /* tpu::rms_norm, tpu::swiglu (forward), native_layer_norm */
-  F_RANDOM,  /* native_dropout: Philox draws from the node's (seed, offset) argument */
+  F_RANDOM,  /* native_dropout, uniform_, normal_, bernoulli_.float: Philox from the node's (seed, offset) */
 } lfamily_t;
 
 typedef struct {
@@ -151,6 +151,8 @@ static const lspec_t kSpecs[] = {
     {"native_layer_norm", L_LAYER_NORM, F_FUSED, "|"},
     {"tpu::group_norm", L_GROUP_NORM, F_FUSED, "|"},
     {"native_dropout", L_DROPOUT, F_RANDOM, "|"},
+    {"uniform", L_UNIFORM, F_RANDOM, "|_"},      {"normal", L_NORMAL, F_RANDOM, "|_"},
+    {"bernoulli", L_BERNOULLI, F_RANDOM, "|_.float"},
 };
 
 static bool overload_in(const char* list, const char* rest) {
@@ -2043,13 +2045,11 @@ static int rng_word(sb_t* b, int k, int64_t n) {
   return r;
 }
 
-/* 53 random bits per element (x >> 11 of Philox words 1:0, as rk_u53), tensor<N x ui64>. */
-static int philox_u53(sb_t* b, int64_t n) {
+/* The four Philox4x32-10 words of counters ctr (tensor<N x ui64>, offset
+ * already added) under the node's seed, as rk_philox: w[0..3] tensor<N x ui32>. */
+static void philox(sb_t* b, int ctr, int64_t n, int w[4]) {
   const char* u64 = "ui64";
-  int seed = rng_word(b, 0, n), off = rng_word(b, 1, n);
-  int io = fresh(b);
-  emit(b, "  %%v%d = stablehlo.iota dim = 0 : tensor<%" PRId64 "xui64>\n", io, n);
-  int ctr = u_binary(b, "add", off, io, n, u64);
+  int seed = rng_word(b, 0, n);
   int c32 = fresh(b), m32 = fresh(b);
   emit(b, "  %%v%d = stablehlo.constant dense<32> : tensor<%" PRId64 "xui64>\n", c32, n);
   emit(b, "  %%v%d = stablehlo.constant dense<4294967295> : tensor<%" PRId64 "xui64>\n", m32, n);
@@ -2075,11 +2075,31 @@ static int philox_u53(sb_t* b, int64_t n) {
     k0 = u_binary(b, "add", k0, w0, n, "ui32");
     k1 = u_binary(b, "add", k1, w1, n, "ui32");
   }
-  int hi = u_binary(b, "shift_left", u_convert(b, c1, n, "ui32", u64), c32, n, u64);
-  int x = u_binary(b, "or", hi, u_convert(b, c0, n, "ui32", u64), n, u64);
-  int c11 = fresh(b);
+  w[0] = c0, w[1] = c1, w[2] = c2, w[3] = c3;
+}
+
+/* Counters offset + i, i = 0..n-1 (the row-major index), tensor<N x ui64>. */
+static int row_major_counters(sb_t* b, int64_t n) {
+  int io = fresh(b);
+  emit(b, "  %%v%d = stablehlo.iota dim = 0 : tensor<%" PRId64 "xui64>\n", io, n);
+  return u_binary(b, "add", rng_word(b, 1, n), io, n, "ui64");
+}
+
+/* 53 random bits (words hi:lo, then >> 11: rk_u53's integer), tensor<N x ui64>. */
+static int bits53(sb_t* b, int lo, int hi, int64_t n) {
+  int c32 = fresh(b), c11 = fresh(b);
+  emit(b, "  %%v%d = stablehlo.constant dense<32> : tensor<%" PRId64 "xui64>\n", c32, n);
   emit(b, "  %%v%d = stablehlo.constant dense<11> : tensor<%" PRId64 "xui64>\n", c11, n);
-  return u_binary(b, "shift_right_logical", x, c11, n, u64);
+  int h = u_binary(b, "shift_left", u_convert(b, hi, n, "ui32", "ui64"), c32, n, "ui64");
+  int x = u_binary(b, "or", h, u_convert(b, lo, n, "ui32", "ui64"), n, "ui64");
+  return u_binary(b, "shift_right_logical", x, c11, n, "ui64");
+}
+
+/* 53 random bits per element (x >> 11 of Philox words 1:0, as rk_u53), tensor<N x ui64>. */
+static int philox_u53(sb_t* b, int64_t n) {
+  int w[4];
+  philox(b, row_major_counters(b, n), n, w);
+  return bits53(b, w[0], w[1], n);
 }
 
 /* native_dropout(input, p, train) -> (out, mask) as rk_dropout_run: keep
@@ -2119,6 +2139,107 @@ static tpu_status_t lower_dropout(sb_t* b, const tpu_k_call_t* call, const targs
   y = select3(b, keep, y, splat(b, &y, "f64", 0.0));
   TPU_RETURN_IF_ERROR(out_val(b, call, 0, ta, y));
   return out_val(b, call, 1, ta, keep);
+}
+
+/* An integer tensor<N x ui64> as float64 times 2^-e (exact: under 2^53). */
+static val_t scaled_f64(sb_t* b, int k, int64_t n, int e) {
+  val_t r = {.id = u_convert(b, k, n, "ui64", "f64"), .ndim = 1, .sizes = {n}, .ty = "f64"};
+  return binary(b, "multiply", r, splat(b, &r, "f64", ldexp(1.0, -e)));
+}
+
+/* uniform_(self, from, to), normal_(self, mean, std), bernoulli_.float(self, p)
+ * as rk_inner draws them: element i of the output walked in memory order
+ * (tpu_ku_iter: innermost first, size-1 dims dropped, a stable sort on
+ * |stride| when no stride is 0) takes counter offset + i. Values in float64,
+ * rounded once to the output's dtype. */
+static tpu_status_t lower_random_fill(sb_t* b, const tpu_k_call_t* call, const lspec_t* spec, const targs_t* ta) {
+  const tpu_tensor_t* o = &call->outputs[0];
+  if (!b->rng) return TPU_ERROR(TPU_STATUS_UNIMPLEMENTED, "%s: no random state for this node", call->op);
+  ltype_t ot;
+  if (!type_of(o->dtype, &ot)) return TPU_ERROR(TPU_STATUS_UNIMPLEMENTED, "%s: output dtype %d", call->op, o->dtype);
+  int64_t n = 1;
+  for (int32_t d = 0; d < o->ndim; d++) n *= o->sizes[d];
+  /* the memory-order rank of every element, tensor<sizes x ui64> */
+  int32_t order[TPU_MAX_DIMS], m = 0;
+  bool zero = false;
+  for (int32_t d = o->ndim - 1; d >= 0; --d) {
+    if (o->sizes[d] == 1) continue;
+    zero |= o->strides[d] == 0;
+    order[m++] = d;
+  }
+  for (int32_t i = 1; i < m && !zero; i++) { /* stable insertion sort on |stride| */
+    for (int32_t j = i; j > 0; --j) {
+      int64_t sa = llabs((long long)o->strides[order[j - 1]]), sb = llabs((long long)o->strides[order[j]]);
+      if (sa <= sb) break;
+      int32_t t = order[j];
+      order[j] = order[j - 1];
+      order[j - 1] = t;
+    }
+  }
+  char tu[256];
+  shape_str(tu, sizeof(tu), o->ndim, o->sizes, "ui64");
+  int rank = fresh(b);
+  emit(b, "  %%v%d = stablehlo.constant dense<0> : %s\n", rank, tu);
+  int64_t mult = 1;
+  for (int32_t i = 0; i < m; i++) {
+    int io = fresh(b), c = fresh(b), pr = fresh(b), sum = fresh(b);
+    emit(b, "  %%v%d = stablehlo.iota dim = %d : %s\n", io, order[i], tu);
+    emit(b, "  %%v%d = stablehlo.constant dense<%" PRId64 "> : %s\n", c, mult, tu);
+    emit(b, "  %%v%d = stablehlo.multiply %%v%d, %%v%d : %s\n", pr, io, c, tu);
+    emit(b, "  %%v%d = stablehlo.add %%v%d, %%v%d : %s\n", sum, rank, pr, tu);
+    rank = sum;
+    mult *= o->sizes[order[i]];
+  }
+  int flat = fresh(b);
+  emit(b, "  %%v%d = stablehlo.reshape %%v%d : (%s) -> tensor<%" PRId64 "xui64>\n", flat, rank, tu, n);
+  int w[4];
+  philox(b, u_binary(b, "add", rng_word(b, 1, n), flat, n, "ui64"), n, w);
+  val_t v;
+  if (spec->op == L_BERNOULLI) {
+    double p = num_at(call, 1, 0.5);
+    if (!(p >= 0.0 && p <= 1.0))
+      return TPU_ERROR(TPU_STATUS_INVALID_ARGUMENT, "%s: bernoulli_ expects p to be in [0, 1], but got p=%g", call->op, p);
+    int th = fresh(b);
+    emit(b, "  %%v%d = stablehlo.constant dense<%llu> : tensor<%" PRId64 "xui64>\n", th,
+         (unsigned long long)ceil(p * 9007199254740992.0), n);
+    val_t lt = {.id = fresh(b), .ndim = 1, .sizes = {n}, .ty = "i1"};
+    emit(b, "  %%v%d = stablehlo.compare LT, %%v%d, %%v%d, UNSIGNED : (tensor<%" PRId64 "xui64>, tensor<%" PRId64
+            "xui64>) -> tensor<%" PRId64 "xi1>\n", lt.id, bits53(b, w[0], w[1], n), th, n, n, n);
+    v = lt;
+  } else {
+    if (!is_fty(ot.ty)) return TPU_ERROR(TPU_STATUS_UNIMPLEMENTED, "%s: output dtype %s", call->op, ot.ty);
+    double a = num_at(call, 1, 0.0), c = num_at(call, 2, 1.0);
+    if (spec->op == L_UNIFORM) {
+      if (!(a <= c))
+        return TPU_ERROR(TPU_STATUS_INVALID_ARGUMENT,
+                         "%s: uniform_ expects to return a [from, to) range, but found from=%g > to=%g", call->op, a, c);
+      int digits = !strcmp(ot.ty, "f64") ? 53 : !strcmp(ot.ty, "f32") ? 24 : !strcmp(ot.ty, "f16") ? 11 : 8;
+      val_t u;
+      if (digits == 53) {
+        u = scaled_f64(b, bits53(b, w[0], w[1], n), n, 53);
+      } else {
+        int sh = u32_splat(b, n, (uint32_t)(32 - digits));
+        int k = u_convert(b, u_binary(b, "shift_right_logical", w[0], sh, n, "ui32"), n, "ui32", "ui64");
+        u = scaled_f64(b, k, n, digits);
+      }
+      v = binary(b, "add", binary(b, "multiply", u, splat(b, &u, "f64", c - a)), splat(b, &u, "f64", a));
+    } else {
+      if (!(c >= 0.0))
+        return TPU_ERROR(TPU_STATUS_INVALID_ARGUMENT, "%s: normal expects std >= 0.0, but found std %g", call->op, c);
+      val_t u1 = scaled_f64(b, bits53(b, w[0], w[1], n), n, 53);
+      u1 = binary(b, "subtract", splat(b, &u1, "f64", 1.0), u1); /* (0, 1] */
+      val_t u2 = scaled_f64(b, bits53(b, w[2], w[3], n), n, 53);
+      val_t r = unary(b, "sqrt", binary(b, "multiply", splat(b, &u1, "f64", -2.0), unary(b, "log", u1)));
+      val_t z = binary(b, "multiply", r,
+                       unary(b, "cosine", binary(b, "multiply", splat(b, &u2, "f64", 6.28318530717958647692), u2)));
+      v = binary(b, "add", splat(b, &z, "f64", a), binary(b, "multiply", splat(b, &z, "f64", c), z));
+    }
+  }
+  return out_val(b, call, 0, ta, reshaped(b, v, o->ndim, o->sizes));
+}
+
+static tpu_status_t lower_random(sb_t* b, const tpu_k_call_t* call, const lspec_t* spec, const targs_t* ta) {
+  return spec->op == L_DROPOUT ? lower_dropout(b, call, ta) : lower_random_fill(b, call, spec, ta);
 }
 
 static tpu_status_t lower_fused(sb_t* b, const tpu_k_call_t* call, const lspec_t* spec, const targs_t* ta) {
@@ -2655,7 +2776,7 @@ static tpu_status_t lower_node(sb_t* b, const tpu_k_call_t* call, const tpu_pjrt
       case F_SORT: return lower_sort(b, call, spec, &ta);
       case F_SCAN: return lower_scan(b, call, spec, &ta);
       case F_FUSED: return lower_fused(b, call, spec, &ta);
-      case F_RANDOM: return lower_dropout(b, call, &ta);
+      case F_RANDOM: return lower_random(b, call, spec, &ta);
       default: return lower_misc(b, call, spec, &ta);
     }
   }
