@@ -55,6 +55,44 @@ def time_per_call(fn, sync, min_time=0.1, repeats=3, max_calls=100000):
     return best
 
 
+def _batch_size(fn, sync, min_time, max_calls):
+    """Calls per batch so that one batch lasts >= min_time (after one warm-up call)."""
+    fn()
+    sync()
+    n = 1
+    while True:
+        t0 = time.perf_counter()
+        for _ in range(n):
+            fn()
+        sync()
+        dt = time.perf_counter() - t0
+        if dt >= min_time or n >= max_calls:
+            return n
+        n = min(max_calls, max(n * 2, int(n * min_time / max(dt, 1e-9) * 1.2)))
+
+
+def time_pair(fn_a, sync_a, fn_b, sync_b, min_time=0.1, repeats=3, max_calls=100000):
+    """(seconds per call of fn_a, of fn_b), their batches taking turns: each side's batch
+    is sized as in time_per_call, then `repeats` rounds of one batch of a and one of b,
+    the fastest batch of each kept. Load from other processes then falls on both sides
+    within the same second or so, rather than on whichever side ran while it lasted."""
+    na = _batch_size(fn_a, sync_a, min_time, max_calls)
+    nb = _batch_size(fn_b, sync_b, min_time, max_calls)
+    best_a = best_b = float("inf")
+    for _ in range(repeats):
+        for fn, sync, n, side in ((fn_a, sync_a, na, 0), (fn_b, sync_b, nb, 1)):
+            t0 = time.perf_counter()
+            for _ in range(n):
+                fn()
+            sync()
+            dt = (time.perf_counter() - t0) / n
+            if side == 0:
+                best_a = min(best_a, dt)
+            else:
+                best_b = min(best_b, dt)
+    return best_a, best_b
+
+
 def fallback_summary(report):
     """'op×count, ...' for a torch_tpu.fallback_report() dict ('—' when empty)."""
     if not report:
@@ -88,11 +126,11 @@ def gemm(peak_gflops, quick=False, log=print):
                 xt = x.to("tpu")
                 flop = 2.0 * M * N * K
                 torch_tpu.reset_fallback_report()
-                # tpu first, then CPU, interleaved per shape so that load from other
+                # tpu and CPU batches take turns (time_pair), so that load from other
                 # processes affects both alike.
-                t_tpu = time_per_call(lambda: F.linear(xt, wt), tpu_sync, min_time, repeats)
+                t_tpu, t_cpu = time_pair(lambda: F.linear(xt, wt), tpu_sync, lambda: F.linear(x, w), no_sync,
+                                         min_time, repeats)
                 fb = torch_tpu.fallback_report()
-                t_cpu = time_per_call(lambda: F.linear(x, w), no_sync, min_time, repeats)
                 g_tpu, g_cpu = flop / t_tpu * 1e-9, flop / t_cpu * 1e-9
                 wbytes = N * K * w.element_size()
                 row = {

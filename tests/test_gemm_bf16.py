@@ -140,3 +140,56 @@ def test_linear_3d_and_special_values(isa):
     torch.testing.assert_close(on_tpu(F.linear, x, w), F.linear(x, w), rtol=0, atol=0, equal_nan=True)
     torch.testing.assert_close(on_tpu(F.linear, x[:1], w), F.linear(x[:1], w), rtol=0, atol=0,
                                equal_nan=True)
+
+
+def fp32_ref(fn, *args):
+    """torch CPU's float32 product of the same bf16 inputs, rounded to bf16 once."""
+    return fn(*[a.float() if isinstance(a, torch.Tensor) else a for a in args]).to(BF)
+
+
+GEMV_KS = [1, 2, 15, 16, 17, 31, 32, 33, 47, 48, 1000, 2047, 2048, 2049, 4097]
+
+
+@pytest.mark.parametrize("K", GEMV_KS)
+@pytest.mark.parametrize("N", [1, 7, 65])
+def test_gemv_tails(isa, K, N):
+    """M = 1 (decode) against nn.Linear weights: every K tail of the 16/32-element
+    loops and of the 2048-element K blocks, exact (integers) and randn against the
+    float32 product."""
+    g = torch.Generator().manual_seed(K * 10 + N)
+    x, w = ints(1, K, gen=g), ints(N, K, gen=g)
+    torch.testing.assert_close(on_tpu(F.linear, x, w), F.linear(x, w), rtol=0, atol=0)
+    x, w = randn(1, K, gen=g), randn(N, K, gen=g) * K ** -0.5
+    torch.testing.assert_close(on_tpu(F.linear, x, w), fp32_ref(F.linear, x, w))
+    torch.testing.assert_close(on_tpu(F.linear, x[0], w), fp32_ref(F.linear, x[0], w))
+
+
+@pytest.mark.parametrize("K,N", [(33, 40), (576, 96), (2049, 17)])
+def test_gemv_strided(isa, K, N):
+    """M = 1 with a weight whose rows are longer than K (a column slice), a
+    transposed weight, a strided x, and batched M = 1 products (bmm)."""
+    g = torch.Generator().manual_seed(K + N)
+    wide = ints(N, K + 5, gen=g)
+    w = wide[:, 2:K + 2]  # row stride K + 5
+    x = ints(1, 2 * K, gen=g)[:, ::2]
+    torch.testing.assert_close(on_tpu(F.linear, x, w), F.linear(x, w), rtol=0, atol=0)
+    wt = ints(K, N, gen=g).t()  # column-major weight: unit stride along N
+    torch.testing.assert_close(on_tpu(F.linear, x, wt), F.linear(x, wt), rtol=0, atol=0)
+    a, b = randn(3, 1, K, gen=g), randn(3, N, K, gen=g).transpose(1, 2) * K ** -0.5
+    torch.testing.assert_close(on_tpu(torch.bmm, a, b), fp32_ref(torch.bmm, a, b))
+    a3 = randn(2, 1, K, gen=g)
+    torch.testing.assert_close(on_tpu(F.linear, a3, w.float().to(BF)), fp32_ref(F.linear, a3, w.float().to(BF)))
+
+
+@pytest.mark.parametrize("M", [64, 65, 128, 200])
+@pytest.mark.parametrize("K,N", [(576, 576), (31, 100), (1537, 67)])
+def test_gemm_randn_vs_fp32(isa, M, K, N):
+    """The M >= 64 GEMM against torch's float32 product of the same bf16 inputs:
+    odd K (no pair partner for the last element), N not a multiple of a panel."""
+    if isa == "generic" and M * K * N > 5_000_000:
+        pytest.skip("generic loops: small shapes only (speed)")
+    g = torch.Generator().manual_seed(M * 3 + K + N)
+    x, w = randn(M, K, gen=g), randn(N, K, gen=g) * K ** -0.5
+    torch.testing.assert_close(on_tpu(F.linear, x, w), fp32_ref(F.linear, x, w))
+    b = randn(K, N, gen=g) * K ** -0.5
+    torch.testing.assert_close(on_tpu(torch.mm, x, b), fp32_ref(torch.mm, x, b))

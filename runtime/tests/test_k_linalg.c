@@ -358,6 +358,11 @@ static void run_bf16(void) {
   test_addmm(TPU_DTYPE_BF16, 37, 77, 40, 2, 1.0, 1.0, false, false);
   test_bmm(TPU_DTYPE_BF16, 3, 1, 70, 33, false, true);
   test_bmm(TPU_DTYPE_BF16, 3, 9, 70, 33, true, true);
+  /* GEMV (M = 1) K tails: the 16/32-element loops of the bf16 kernels and
+   * their 2048-element K blocks */
+  static const int64_t ks[] = {2, 15, 16, 17, 31, 32, 47, 2047, 2049};
+  for (size_t i = 0; i < sizeof(ks) / sizeof(ks[0]); ++i)
+    for (int t = 0; t < 2; ++t) test_mm(TPU_DTYPE_BF16, 1, ks[i], 9, false, t, false, 1e-2);
 }
 
 static void run_all(void) {
