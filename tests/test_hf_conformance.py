@@ -1,0 +1,67 @@
+"""tools/hf_conformance.py (Transformers' and Diffusers' own tests as conformance reports):
+the cache it assembles from Transformers' source distribution imports offline and gives
+each architecture a working model tester, and its summary counts what the report says.
+The heavy run itself is the tool, not this test."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+sys.path.insert(0, os.path.join(ROOT, "tools"))
+sys.path.insert(0, HERE)
+
+import hf_conformance  # noqa: E402
+import hf_distributed_testing_utils as hdt  # noqa: E402
+
+
+def test_cache_from_sdist_imports_and_runs_a_model_tester(tmp_path):
+    if not os.path.exists(os.path.join(hdt.tests_dir(), "test_modeling_common.py")):
+        pytest.skip("Transformers' test files not fetched (python tests/hf_distributed_testing_utils.py fetch)")
+    root = hf_conformance.assemble_transformers(cache=str(tmp_path))
+    tests = os.path.join(root, "tests")
+    for rel in hf_conformance.STANDINS:
+        assert os.path.exists(os.path.join(tests, rel)), rel
+    code = (
+        "import torch\n"
+        "from tests.models.conformance import test_modeling_conformance as m\n"
+        "cls = m.LlamaConformanceTest\n"
+        "assert not hasattr(m, 'BertConformanceTest')\n"  # HFC_ARCHS limits the classes made
+        "print([c.__name__ for c in cls.all_model_classes])\n"
+        "t = cls('test_config'); t.setUp()\n"
+        "config, inputs = t.model_tester.prepare_config_and_inputs_for_common()\n"
+        "model = cls.all_model_classes[1](config).eval()\n"
+        "with torch.no_grad(): out = model(**inputs)\n"
+        "print(tuple(out.logits.shape))\n"
+        "t.test_config()\n"
+    )
+    env = dict(os.environ, HFC_ARCHS="llama", TRANSFORMERS_TEST_DEVICE="cpu",
+               PYTHONPATH=os.pathsep.join([root, ROOT, os.environ.get("PYTHONPATH", "")]))
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "['LlamaModel', 'LlamaForCausalLM']" in r.stdout
+    assert "(3, 7, 99)" in r.stdout
+
+
+def test_summary_counts_cpu_passing_tests_only(tmp_path):
+    d = tmp_path / "transformers"
+    d.mkdir()
+
+    def write(mode, recs):
+        with open(d / f"arch.{mode}.jsonl", "w") as f:
+            for i, (o, e) in recs.items():
+                f.write(json.dumps({"id": i, "outcome": o, "error": e, "s": 0.0}) + "\n")
+
+    write("cpu", {"a": ("passed", ""), "b": ("passed", ""), "c": ("failed", "x"), "d": ("skipped", "requires multiple accelerators"),
+                  "e": ("passed", "")})
+    write("tpu-error", {"a": ("passed", ""), "b": ("failed", "RuntimeError: fallback for aten::foo")})  # e: no result
+    write("tpu", {"b": ("passed", ""), "e": ("failed", "AssertionError")})
+    rows, fails, multi, cpufails = hf_conformance.summarize("transformers", str(tmp_path))
+    (r,) = rows
+    assert (r["collected"], r["cpu"], r["cpu_failed"], r["skipped"], r["err"], r["tpu"]) == (5, 3, 1, 1, 1, 2)
+    assert [(f["id"], f["tpu"]) for f in fails] == [("b", "passed"), ("e", "failed")]
+    assert multi == []
+    assert [(f["id"], f["tpu"]) for f in cpufails] == [("c", "not run")]
