@@ -65,3 +65,31 @@ def test_summary_counts_cpu_passing_tests_only(tmp_path):
     assert [(f["id"], f["tpu"]) for f in fails] == [("b", "passed"), ("e", "failed")]
     assert multi == []
     assert [(f["id"], f["tpu"]) for f in cpufails] == [("c", "not run")]
+
+
+def test_plugin_records_each_outcome_once(tmp_path):
+    (tmp_path / "hfc_plugin.py").write_text(hf_conformance.PLUGIN)
+    (tmp_path / "test_x.py").write_text(
+        "import time, pytest\n"
+        "@pytest.fixture\n"
+        "def broken():\n    raise ValueError('setup broke')\n"
+        "def test_ok():\n    pass\n"
+        "def test_bad():\n    assert 1 == 2, 'one is not two'\n"
+        "@pytest.mark.skip(reason='test requires accelerator')\n"
+        "def test_skip():\n    pass\n"
+        "def test_setup(broken):\n    pass\n"
+        "def test_slow():\n    time.sleep(30)\n")
+    out = tmp_path / "r.jsonl"
+    env = dict(os.environ, HFC_RESULTS=str(out), HFC_TEST_TIMEOUT="1",
+               PYTHONPATH=os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")]))
+    subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "hfc_plugin",
+                    "--rootdir", str(tmp_path), str(tmp_path / "test_x.py")], env=env, cwd=tmp_path,
+                   capture_output=True, timeout=300)
+    lines = out.read_text().splitlines()
+    recs = {json.loads(ln)["id"].split("::")[-1]: json.loads(ln) for ln in lines}
+    assert len(lines) == len(recs) == 5
+    assert recs["test_ok"]["outcome"] == "passed"
+    assert recs["test_bad"]["outcome"] == "failed" and "one is not two" in recs["test_bad"]["error"]
+    assert recs["test_skip"]["outcome"] == "skipped" and hf_conformance.ACCEL_SKIP.search(recs["test_skip"]["error"])
+    assert recs["test_setup"]["outcome"] == "failed" and "setup broke" in recs["test_setup"]["error"]
+    assert recs["test_slow"]["outcome"] == "failed" and "ran past 1 s" in recs["test_slow"]["error"]

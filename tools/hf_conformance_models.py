@@ -97,7 +97,7 @@ class Gemma3MultimodalModelTester(TinyModelTester):
     projector's avg_pool2d to 4 image tokens, placed after the first text token."""
 
     seq_length = 12
-    image_token = 98
+    image_token = 4  # below the vocabulary the resize tests shrink to
     mm_tokens = 4
 
     def __init__(self, parent, model_type):
@@ -107,10 +107,10 @@ class Gemma3MultimodalModelTester(TinyModelTester):
         self.text_config = {k: v for k, v in COMMON.items() if "prob" not in k}
         self.text_config["sliding_window"] = 4
         self.vision_config = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=37,
-                                  image_size=16, patch_size=4, num_channels=3)
+                                  image_size=16, patch_size=4, num_channels=3, vision_use_head=False)
         self.kwargs = dict(text_config=self.text_config, vision_config=self.vision_config,
                            mm_tokens_per_image=self.mm_tokens, image_token_index=self.image_token,
-                           boi_token_index=97, eoi_token_index=96)
+                           boi_token_index=5, eoi_token_index=6)
         self.vocab_size = COMMON["vocab_size"]
         self.hidden_size = COMMON["hidden_size"]
         self.num_hidden_layers = COMMON["num_hidden_layers"]
@@ -120,8 +120,8 @@ class Gemma3MultimodalModelTester(TinyModelTester):
         return self.config_class(**self.kwargs)
 
     def prepare_config_and_inputs_for_common(self):
-        input_ids = ids_tensor([self.batch_size, self.seq_length], 96)
-        input_ids[input_ids < 3] = 3
+        input_ids = ids_tensor([self.batch_size, self.seq_length], self.vocab_size)
+        input_ids[input_ids < 7] = 7  # no pad/bos/eos/image/boi/eoi token in the text
         input_ids[:, 1:1 + self.mm_tokens] = self.image_token
         token_type_ids = (input_ids == self.image_token).long()
         mask = random_attention_mask([self.batch_size, self.seq_length])
