@@ -93,3 +93,20 @@ def test_plugin_records_each_outcome_once(tmp_path):
     assert recs["test_skip"]["outcome"] == "skipped" and hf_conformance.ACCEL_SKIP.search(recs["test_skip"]["error"])
     assert recs["test_setup"]["outcome"] == "failed" and "setup broke" in recs["test_setup"]["error"]
     assert recs["test_slow"]["outcome"] == "failed" and "ran past 1 s" in recs["test_slow"]["error"]
+
+
+def test_release_checkout_replaces_the_standins(tmp_path):
+    if not os.path.exists(os.path.join(hdt.tests_dir(), "test_modeling_common.py")):
+        pytest.skip("Transformers' test files not fetched (python tests/hf_distributed_testing_utils.py fetch)")
+    src = tmp_path / "src" / "tests"
+    (src / "models" / "llama").mkdir(parents=True)
+    (src / "models" / "llama" / "test_modeling_llama.py").write_text("# the release's own\n")
+    (src / "generation").mkdir()
+    (src / "generation" / "test_utils.py").write_text("class GenerationTesterMixin:  # the release's own\n    pass\n")
+    (src / "causal_lm_tester.py").write_text("# the release's own\n")
+    root = hf_conformance.assemble_transformers(src=str(tmp_path / "src"), cache=str(tmp_path / "cache"))
+    tests = os.path.join(root, "tests")
+    assert "the release's own" in open(os.path.join(tests, "generation", "test_utils.py")).read()
+    assert os.path.exists(os.path.join(tests, "models", "llama", "test_modeling_llama.py"))
+    assert os.path.exists(os.path.join(tests, "causal_lm_tester.py"))
+    assert "Stand-in" in open(os.path.join(tests, "exporters", "test_export.py")).read()  # not in the checkout

@@ -34,7 +34,8 @@ ARCHITECTURES = {
     "olmo2": {},
     "starcoder2": {"sliding_window": 4},
     "qwen3_moe": {"num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 16, "decoder_sparse_step": 1},
-    "mixtral": {"num_local_experts": 4, "num_experts_per_tok": 2},
+    # (expert widths a multiple of 4 floats: torch's CPU grouped GEMM wants 16-byte strides)
+    "mixtral": {"num_local_experts": 4, "num_experts_per_tok": 2, "intermediate_size": 32},
     "gpt2": {"n_embd": 32, "n_layer": 2, "n_head": 4, "n_positions": 512},
     "bert": {"type_vocab_size": 2},
 }
