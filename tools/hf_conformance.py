@@ -212,6 +212,8 @@ def assemble_transformers(src=None, cache=CACHE):
     shutil.copy(os.path.join(HERE, "hf_conformance_models.py"), os.path.join(conf, "test_modeling_conformance.py"))
     _write(os.path.join(root, "hfc_plugin.py"), PLUGIN)
     _write(os.path.join(root, "pytest.ini"), "[pytest]\naddopts = -p hfc_plugin\n")
+    for spec in ("transformers_device_spec.py", "diffusers_device_spec.py"):
+        shutil.copy(os.path.join(TESTS, spec), os.path.join(root, spec))
     return root
 
 
@@ -238,6 +240,8 @@ def assemble_diffusers(src=None, cache=CACHE):
     _write(os.path.join(root, "SOURCE"), rev + "\n")
     _write(os.path.join(root, "hfc_plugin.py"), PLUGIN)
     _write(os.path.join(root, "pytest.ini"), "[pytest]\naddopts = -p hfc_plugin\n")
+    for spec in ("transformers_device_spec.py", "diffusers_device_spec.py"):
+        shutil.copy(os.path.join(TESTS, spec), os.path.join(root, spec))
     return root
 
 
@@ -272,7 +276,10 @@ def load(path):
 
 
 def run_pytest(suite, root, name, mode, args, ids=None, limit=1800):
-    """One pytest process (cwd tests/ of this repository, where the device specs are)."""
+    """One pytest process, in the cache's root: the tests' node ids are relative to it (Transformers'
+    run_test_using_subprocess reruns `python -m pytest <node id>` in the same directory), and the
+    device specs are copied there (Transformers and Diffusers take the spec as a path and import it
+    by that name)."""
     out = os.path.join(RESULTS, suite, f"{name}.{mode}.jsonl")
     os.makedirs(os.path.dirname(out), exist_ok=True)
     if os.path.exists(out):
@@ -296,7 +303,7 @@ def run_pytest(suite, root, name, mode, args, ids=None, limit=1800):
     log = os.path.join(RESULTS, suite, f"{name}.{mode}.log")
     with open(log, "w") as f:
         try:
-            subprocess.run(cmd, cwd=TESTS, env=env, stdout=f, stderr=subprocess.STDOUT, timeout=limit)
+            subprocess.run(cmd, cwd=root, env=env, stdout=f, stderr=subprocess.STDOUT, timeout=limit)
         except subprocess.TimeoutExpired:
             f.write(f"\nhf_conformance: process killed after {limit} s\n")
     res = load(out)
