@@ -73,6 +73,7 @@ DIFFUSERS_FAMILIES = {
     "unet2d_condition": "models/unets/test_models_unet_2d_condition.py",
     "autoencoder_kl": "models/autoencoders/test_models_autoencoder_kl.py",
 }
+DIFFUSERS_DEFAULT = ("flux", "unet2d", "autoencoder_kl")  # (unet2d_condition: not run for the report yet)
 DIFFUSERS_EXCLUDE = ("Compile", "SingleFile", "Quanto", "TorchAo", "GGUF", "BitsAndBytes", "ModelOpt", "SDNQ",
                      "AutoRound", "Nunchaku", "Parallel", "Neuron", "HotSwap")
 
@@ -349,7 +350,8 @@ def main(argv=None):
     ap.add_argument("--transformers-src")
     ap.add_argument("--diffusers-src")
     ap.add_argument("--archs", help="comma-separated model types (default: all of hf_conformance_models.py)")
-    ap.add_argument("--families", help="comma-separated Diffusers families (default: %s)" % ",".join(DIFFUSERS_FAMILIES))
+    ap.add_argument("--families", help="comma-separated Diffusers families, of %s (default: %s)" % (
+        ",".join(DIFFUSERS_FAMILIES), ",".join(DIFFUSERS_DEFAULT)))
     ap.add_argument("--modes", default="cpu,tpu-error,accel", help="cpu,tpu-error (then tpu and cpufail),cpufail,accel (an earlier CPU result is reused when cpu is left out)")
     ap.add_argument("-k", dest="kexpr", help="extra pytest -k expression")
     ap.add_argument("--no-assemble", action="store_true", help="reuse the assembled cache")
@@ -378,7 +380,7 @@ def main(argv=None):
     elif a.suite == "diffusers":
         root = os.path.join(CACHE, "diffusers") if a.no_assemble else assemble_diffusers(a.diffusers_src)
         k = " and ".join(f"not {x}" for x in DIFFUSERS_EXCLUDE) + (f" and ({a.kexpr})" if a.kexpr else "")
-        for fam in (a.families.split(",") if a.families else DIFFUSERS_FAMILIES):
+        for fam in (a.families.split(",") if a.families else DIFFUSERS_DEFAULT):
             run_selection("diffusers", root, fam, [os.path.join(root, "tests", DIFFUSERS_FAMILIES[fam]), "-k", k],
                           modes)
         write_reports()
@@ -469,8 +471,9 @@ def write_reports():
                   "TORCH_TPU_HOST_DEVICES=2 and TORCH_TPU_FALLBACK=error (last column: a failure rerun with "
                   "fallbacks allowed):", ""]
         if multi:
-            n_ok = sum(m["outcome"] == "passed" for m in multi)
-            lines += [f"{n_ok} of {len(multi)} passed.", "",
+            n = {k: sum(m["outcome"] == k for m in multi) for k in ("passed", "failed", "skipped")}
+            lines += [f"{len(multi)} tests: {n['passed']} passed, {n['failed']} failed, {n['skipped']} skipped on tpu "
+                      "too.", "",
                       "| selection | test | CPU skip | tpu | message | with fallbacks |", "|---|---|---|---|---|---|"]
             for m in multi:
                 lines.append(f"| {m['name']} | `{m['id'].split('::', 1)[-1]}` | {m['skip'][9:60]} | {m['outcome']} | "
