@@ -208,6 +208,27 @@ def test_streams_and_events():
     assert y[0, 0].item() == 256.0
 
 
+def test_record_stream_runs_on_the_device(no_fallback):
+    # Diffusers' group offloading with use_stream=True uploads weights on a side stream, then
+    # calls record_stream(current stream) on them: it took the CPU fallback, which cannot run it
+    torch_tpu.reset_fallback_report()
+    x = torch.randn(64, 64)
+    side = torch.tpu.Stream()
+    with torch.tpu.stream(side):
+        t = x.to("tpu", non_blocking=True)
+    t.record_stream(torch.tpu.current_stream())
+    y = t @ t
+    del t
+    w = torch.full((64, 64), 3.0, device="tpu")  # may reuse the freed block, queued behind the matmul
+    torch.testing.assert_close(y.cpu(), x @ x)
+    assert w.sum().item() == 3.0 * 64 * 64
+    assert "record_stream" not in str(torch_tpu.fallback_report())
+    with pytest.raises(RuntimeError, match="record_stream: the stream is on tpu:1"):
+        torch.ones(2, device="tpu:0").record_stream(torch.tpu.Stream(1))
+    with pytest.raises(RuntimeError, match="record_stream: the stream is on cpu"):
+        torch.ones(2, device="tpu:0").record_stream(torch.Stream(device="cpu"))
+
+
 def test_accelerator_api():
     assert torch.accelerator.is_available()
     assert torch.accelerator.current_accelerator() == torch.device("tpu")

@@ -1588,7 +1588,20 @@ void resize_storage_bytes(const c10::Storage& storage, size_t newsize) {
   impl->set_nbytes(newsize);
 }
 
+// Tensor.record_stream(stream): every stream of a chip is its one in-order queue
+// (guard.cpp), so a block freed after work queued on any stream of it is reused
+// only by work queued behind that work: there is nothing to record (as the
+// guard's recordDataPtrOnStream). A stream of another device is an error.
+static void tpu_record_stream(at::Tensor& self, c10::Stream stream) {
+  TORCH_CHECK(stream.device_type() == c10::DeviceType::PrivateUse1,
+              "record_stream: the stream is on ", stream.device(), ", the tensor (", self.scalar_type(), ", sizes ",
+              self.sizes(), ") on ", self.device(), "; a tpu tensor takes a tpu stream");
+  TORCH_CHECK(stream.device_index() == self.device().index(), "record_stream: the stream is on ", stream.device(),
+              ", the tensor (", self.scalar_type(), ", sizes ", self.sizes(), ") on ", self.device());
+}
+
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  m.impl("record_stream", TORCH_FN(tpu_record_stream));
   m.impl("empty.memory_format", TORCH_FN(tpu_empty_memory_format));
   m.impl("empty_strided", TORCH_FN(tpu_empty_strided));
   m.impl("as_strided", TORCH_FN(tpu_as_strided));
