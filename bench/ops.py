@@ -33,20 +33,9 @@ def time_per_call(fn, sync, min_time=0.1, repeats=3, max_calls=100000):
     """Seconds per call: warm up once, size a batch of calls to last >= min_time, then the
     fastest of `repeats` batches (the machine may be shared; the fastest batch is the one
     least disturbed). `sync` ends each batch (torch.tpu.synchronize for tpu)."""
-    fn()
-    sync()
-    n = 1
-    while True:
-        t0 = time.perf_counter()
-        for _ in range(n):
-            fn()
-        sync()
-        dt = time.perf_counter() - t0
-        if dt >= min_time or n >= max_calls:
-            break
-        n = min(max_calls, max(n * 2, int(n * min_time / max(dt, 1e-9) * 1.2)))
-    best = dt / n
-    for _ in range(repeats - 1):
+    n = _batch_size(fn, sync, min_time, max_calls)
+    best = float("inf")
+    for _ in range(repeats):
         t0 = time.perf_counter()
         for _ in range(n):
             fn()

@@ -303,6 +303,20 @@ def test_group_norm_is_lowered():
     """)
 
 
+def _on_both_drivers(code, tmp_path):
+    """Runs `code` (which torch.saves a list of tensors to sys.argv[1]) on the host driver and
+    on pjrt, each in a fresh process; returns (host's list, pjrt's list)."""
+    import torch
+
+    host = subprocess.run([sys.executable, "-c", textwrap.dedent(code), str(tmp_path / "host.pt")],
+                          env=dict(os.environ, TORCH_TPU_DRIVER="host", PYTHONPATH=ROOT), capture_output=True,
+                          text=True, timeout=240)
+    assert host.returncode == 0, host.stderr[-3000:]
+    p = run_pjrt(code.replace("sys.argv[1]", repr(str(tmp_path / "pjrt.pt"))))
+    assert p.returncode == 0, p.stderr[-4000:]
+    return torch.load(tmp_path / "host.pt"), torch.load(tmp_path / "pjrt.pt")
+
+
 def test_dropout_is_a_program_with_the_host_drivers_streams(tmp_path):
     # native_dropout (nn.Dropout in training) is StableHLO on pjrt: Philox4x32-10 from the call's
     # (seed, offset), given to the program as a 16-byte argument, so one executable serves every
@@ -332,15 +346,9 @@ def test_dropout_is_a_program_with_the_host_drivers_streams(tmp_path):
             assert s1["program_compiles"] + s1["program_loads"] - s0["program_compiles"] - s0["program_loads"] <= 1
         torch.save(outs, sys.argv[1])
     """
-    host = subprocess.run([sys.executable, "-c", textwrap.dedent(code), str(tmp_path / "host.pt")],
-                          env=dict(os.environ, TORCH_TPU_DRIVER="host", PYTHONPATH=ROOT), capture_output=True,
-                          text=True, timeout=240)
-    assert host.returncode == 0, host.stderr[-3000:]
-    p = run_pjrt(code.replace("sys.argv[1]", repr(str(tmp_path / "pjrt.pt"))))
-    assert p.returncode == 0, p.stderr[-4000:]
+    want, got = _on_both_drivers(code, tmp_path)
     import torch
 
-    want, got = torch.load(tmp_path / "host.pt"), torch.load(tmp_path / "pjrt.pt")
     assert len(want) == len(got) == 50
     for i, (w, g) in enumerate(zip(want, got)):
         assert g.dtype == w.dtype and torch.equal(g, w), i
@@ -378,15 +386,9 @@ def test_random_fills_are_programs_with_the_host_drivers_streams(tmp_path):
             assert torch_tpu._C.queue_stats(0)["programs"] - s0["programs"] == 3   # nothing staged
         torch.save(outs, sys.argv[1])
     """
-    host = subprocess.run([sys.executable, "-c", textwrap.dedent(code), str(tmp_path / "host.pt")],
-                          env=dict(os.environ, TORCH_TPU_DRIVER="host", PYTHONPATH=ROOT), capture_output=True,
-                          text=True, timeout=240)
-    assert host.returncode == 0, host.stderr[-3000:]
-    p = run_pjrt(code.replace("sys.argv[1]", repr(str(tmp_path / "pjrt.pt"))))
-    assert p.returncode == 0, p.stderr[-4000:]
+    want, got = _on_both_drivers(code, tmp_path)
     import torch
 
-    want, got = torch.load(tmp_path / "host.pt"), torch.load(tmp_path / "pjrt.pt")
     assert len(want) == len(got) == 42
     for i, (w, g) in enumerate(zip(want, got)):
         assert g.dtype == w.dtype, i
