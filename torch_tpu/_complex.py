@@ -335,10 +335,6 @@ sinh = _unary(lambda x, y: (torch.sinh(x) * torch.cos(y), torch.cosh(x) * torch.
 cosh = _unary(lambda x, y: (torch.cosh(x) * torch.cos(y), torch.sinh(x) * torch.sin(y)), special=torch.cosh)
 
 
-def _csqrt(re, im):
-    return _sqrt(re, im)
-
-
 def _cmul(a, b):
     return _mul_parts(a[0], a[1], b[0], b[1])
 
@@ -347,7 +343,7 @@ def _asin(x, y):
     """Kahan's asin ("Branch cuts for complex elementary functions", 1987), accurate
     everywhere but at overflow: with s = sqrt(1 - z), t = sqrt(1 + z),
     asin z = atan2(x, Re(s t)) + i asinh(Im(conj(s) t))."""
-    s, t = _csqrt(1 - x, -y), _csqrt(1 + x, y)
+    s, t = _sqrt(1 - x, -y), _sqrt(1 + x, y)
     re = torch.atan2(x, _cmul(s, t)[0])
     im = torch.asinh(_cmul((s[0], -s[1]), t)[1])
     return re, im
@@ -356,14 +352,14 @@ def _asin(x, y):
 def _acos(x, y):
     """Kahan's acos: with s = sqrt(1 - z), t = sqrt(1 + z),
     acos z = 2 atan2(Re s, Re t) + i asinh(Im(conj(t) s))."""
-    s, t = _csqrt(1 - x, -y), _csqrt(1 + x, y)
+    s, t = _sqrt(1 - x, -y), _sqrt(1 + x, y)
     return 2 * torch.atan2(s[0], t[0]), torch.asinh(_cmul((t[0], -t[1]), s)[1])
 
 
 def _acosh(x, y):
     """Kahan's acosh: with s = sqrt(z - 1), t = sqrt(z + 1),
     acosh z = asinh(Re(conj(s) t)) + 2i atan2(Im s, Re t)."""
-    s, t = _csqrt(x - 1, y), _csqrt(x + 1, y)
+    s, t = _sqrt(x - 1, y), _sqrt(x + 1, y)
     return torch.asinh(_cmul((s[0], -s[1]), t)[0]), 2 * torch.atan2(s[1], t[0])
 
 
