@@ -110,6 +110,77 @@ def cache_mode(compile_opt: str, static: bool, max_new_tokens: int, device: str)
     return static or compiled, compiled
 
 
+def graph_decode_supported(device: str) -> bool:
+    """Whether the decode step can be captured once and replayed (torch.tpu.graph):
+    tpu devices of the host driver."""
+    import torch
+
+    if not device.startswith("tpu"):
+        return False
+    index = torch.device(device).index or 0
+    return torch.tpu.get_device_properties(index).driver == "host"
+
+
+def run_graph(tok, mdl, prompt: str, max_new_tokens: int, device: str, stream: bool):
+    """Greedy generation whose decode step is captured once and replayed
+    (torch.tpu.TPUGraph): prefill, one eager step with a StaticCache, then the
+    step (forward, argmax, next position) is recorded and each further token is
+    one replay. Returns what run() does. Stops at the model's EOS tokens."""
+    import torch
+    from transformers import StaticCache, TextStreamer
+
+    inputs = tok(prompt, return_tensors="pt").to(device)
+    n_in = inputs["input_ids"].shape[1]
+    eos = mdl.generation_config.eos_token_id
+    eos = set(eos if isinstance(eos, (list, tuple)) else ([] if eos is None else [eos]))
+    streamer = TextStreamer(tok, skip_prompt=True) if stream else None
+    if streamer:
+        streamer.put(inputs["input_ids"].cpu())
+    new = []
+    with torch.no_grad():
+        t0 = time.perf_counter()
+        cache = StaticCache(config=mdl.config, max_cache_len=n_in + max_new_tokens)
+        out = mdl(**inputs, past_key_values=cache, use_cache=True,
+                  cache_position=torch.arange(n_in, device=device))
+        ids = out.logits[:, -1:].argmax(-1)
+        pos = torch.full((1,), n_in, dtype=torch.long, device=device)
+        del out
+
+        def step():
+            o = mdl(input_ids=ids, past_key_values=cache, use_cache=True, cache_position=pos)
+            ids.copy_(o.logits[:, -1:].argmax(-1))
+            pos.add_(1)
+
+        def take():
+            t = ids.item()
+            new.append(t)
+            if streamer:
+                streamer.put(torch.tensor([t]))
+            return t not in eos and len(new) < max_new_tokens
+
+        going = take()
+        ttft = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        if going:
+            step()  # eagerly once: lazy set-up happens outside the capture
+            going = take()
+        graph = None
+        if going:
+            graph = torch.tpu.TPUGraph()
+            with torch.tpu.graph(graph):
+                step()
+        while going:
+            graph.replay()
+            going = take()
+        elapsed = time.perf_counter() - t0
+        if graph is not None:
+            graph.reset()
+    if streamer:
+        streamer.end()
+    ids_all = torch.cat([inputs["input_ids"][0].cpu(), torch.tensor(new, dtype=torch.long)])
+    return ids_all, ttft, len(new) / (elapsed + ttft) if elapsed + ttft > 0 else float("nan")
+
+
 def run(tok, mdl, prompt: str, max_new_tokens: int, device: str, stream: bool, static: bool = False,
         compiled: bool = False):
     """Greedy generation: (ids, seconds to the first token, new tokens/s). `static`: a
@@ -147,6 +218,13 @@ def main(argv=None):
     p.add_argument("--dequantize", action="store_true",
                    help="GGUF: use Transformers' dequantized float weights instead of keeping the blocks")
     p.add_argument("--static-cache", action="store_true", help="a StaticCache instead of the DynamicCache")
+    p.add_argument("--no-fuse", action="store_true",
+                   help="tpu: keep Transformers' RMSNorm, rotary and MLP code instead of torch_tpu.optimize()'s "
+                        "fused kernels")
+    p.add_argument("--decode", choices=["auto", "graph", "generate"], default="auto",
+                   help="graph: greedy loop whose decode step is captured once and replayed "
+                        "(torch.tpu.graph, static cache); generate: Transformers' generate(); auto: graph on "
+                        "the host driver's tpu unless --compile on or --static-cache ask for generate()")
     p.add_argument("--compile", choices=["auto", "on", "off"], default="auto",
                    help="compile the decode step (static cache, torch.compile backend 'tpu'); auto: on tpu from "
                         f"--max-new-tokens {COMPILE_PAYS_FROM}, where compiling pays for itself")
@@ -188,12 +266,24 @@ def main(argv=None):
                                                    "no quantized layer" if qrep is not None else f"device {a.device}")
         print(f"[torch_tpu] weights: dequantized to {a.dtype} ({why})")
     print(f"[torch_tpu] weight bytes read per token: {weight_bytes_per_token(mdl) / 2**20:.1f} MiB", flush=True)
-    static, compiled = cache_mode(a.compile, a.static_cache, a.max_new_tokens, a.device)
-    print(f"[torch_tpu] decode: {'static' if static else 'dynamic'} cache, "
-          + ("compiled forward" if compiled else "eager forward")
-          + ("" if a.compile != "auto" else
-             f" (--compile auto: compiling pays from --max-new-tokens {COMPILE_PAYS_FROM})"), flush=True)
-    ids, ttft, tps = run(tok, mdl, a.prompt, a.max_new_tokens, a.device, a.stream, static, compiled)
+    if a.device.startswith("tpu") and not a.no_fuse:
+        counts = torch_tpu.optimize(mdl)._tpu_optimized
+        print("[torch_tpu] fused kernels (torch_tpu.optimize, --no-fuse: off): "
+              + ", ".join(f"{k} x{v}" for k, v in counts.items()), flush=True)
+    graph = a.decode == "graph" or (a.decode == "auto" and a.compile != "on" and not a.static_cache
+                                     and graph_decode_supported(a.device))
+    if graph and not graph_decode_supported(a.device):
+        raise SystemExit(f"--decode graph: device {a.device} cannot capture work (only the host driver's tpu)")
+    if graph:
+        print("[torch_tpu] decode: static cache, the step captured once and replayed (torch.tpu.graph)", flush=True)
+        ids, ttft, tps = run_graph(tok, mdl, a.prompt, a.max_new_tokens, a.device, a.stream)
+    else:
+        static, compiled = cache_mode(a.compile, a.static_cache, a.max_new_tokens, a.device)
+        print(f"[torch_tpu] decode: generate(), {'static' if static else 'dynamic'} cache, "
+              + ("compiled forward" if compiled else "eager forward")
+              + ("" if a.compile != "auto" else
+                 f" (--compile auto: compiling pays from --max-new-tokens {COMPILE_PAYS_FROM})"), flush=True)
+        ids, ttft, tps = run(tok, mdl, a.prompt, a.max_new_tokens, a.device, a.stream, static, compiled)
     text = tok.decode(ids, skip_special_tokens=True)
     print(f"\n=== {a.device} ===\n{text}\n")
     print(f"time to first token: {ttft * 1000:.0f} ms   decode: {tps:.1f} tokens/s")

@@ -309,7 +309,7 @@ def optimize(model: torch.nn.Module, *, rms_norm: bool = True, rope: bool = True
                 m.forward = types.MethodType(_rms_forward_unit_offset, m)
                 counts["rms_norm"] += 1
                 continue
-        if swiglu and all(isinstance(getattr(m, n, None), torch.nn.Linear)
+        if swiglu and all(isinstance(getattr(m, n, None), torch.nn.Module)  # nn.Linear, QuantLinear, ...
                           for n in ("gate_proj", "up_proj", "down_proj")) and \
                 isinstance(getattr(m, "act_fn", None), torch.nn.Module) and _same(fwd, refs["mlp"]):
             act = _glu_act(m.act_fn)

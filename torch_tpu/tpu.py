@@ -5,6 +5,7 @@ from typing import Any, Optional, Union
 import torch
 
 from . import _C, _bridge
+from ._graphs import TPUGraph, graph, is_current_stream_capturing  # noqa: F401
 
 _DeviceLike = Union[torch.device, str, int, None]
 

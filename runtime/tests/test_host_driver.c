@@ -873,8 +873,102 @@ static void test_list_works(void) {
   tpu_threadpool_destroy(pool);
 }
 
+/* Capture and replay: recorded works do not run; each replay runs them all in
+ * order; waiting for the queue and single-use works spoil a capture; memory
+ * freed while capturing is held (not handed out again) until release. */
+static tpu_status_t add_one(void* ctx) {
+  int* v = ctx;
+  *v += 1;
+  return TPU_OK;
+}
+static tpu_status_t times_two(void* ctx) {
+  int* v = ctx;
+  *v *= 2;
+  return TPU_OK;
+}
+static int g_cleanups;
+static void count_cleanup(void* ctx) { g_cleanups++; }
+
+static void test_capture_replay(void) {
+  tpu_hal_driver_t* drv = make_driver(1, 16 * MiB);
+  tpu_hal_device_t* d = device_of(drv, 0);
+  int v = 1;
+  g_cleanups = 0;
+  CHECK_OK(DVT(d)->capture_begin(d));
+  CHECK_STATUS(DVT(d)->capture_begin(d), TPU_STATUS_FAILED_PRECONDITION, "already being captured");
+  tpu_hal_work_t w1 = {.name = "add", .run = add_one, .cleanup = count_cleanup, .ctx = &v};
+  tpu_hal_work_t w2 = {.name = "double", .run = times_two, .cleanup = count_cleanup, .ctx = &v};
+  CHECK_OK(DVT(d)->submit(d, &w1));
+  CHECK_OK(DVT(d)->submit(d, &w2));
+  void* p = NULL;
+  CHECK_OK(DVT(d)->allocate(d, 4096, &p)); /* allocated and freed while capturing: held */
+  DVT(d)->deallocate(d, p);
+  tpu_hal_capture_t* c = NULL;
+  CHECK_OK(DVT(d)->capture_end(d, &c));
+  CHECK(c != NULL && DVT(d)->capture_works(c) == 2);
+  CHECK_OK(DVT(d)->synchronize(d));
+  CHECK(v == 1 && g_cleanups == 0); /* recorded, not run */
+  for (int i = 0; i < 8; i++) { /* the held block is never handed out again */
+    void* q = NULL;
+    CHECK_OK(DVT(d)->allocate(d, 4096, &q));
+    CHECK(q != p);
+    DVT(d)->deallocate(d, q);
+  }
+  CHECK_OK(DVT(d)->capture_replay(d, c));
+  CHECK_OK(DVT(d)->capture_replay(d, c));
+  CHECK_OK(DVT(d)->synchronize(d));
+  CHECK(v == 10); /* ((1 + 1) * 2 + 1) * 2 */
+  tpu_hal_memory_stats_t st;
+  DVT(d)->memory_stats(d, &st);
+  uint64_t reserved = st.reserved_bytes;
+  DVT(d)->capture_release(d, c);
+  CHECK(g_cleanups == 2);
+  DVT(d)->empty_cache(d); /* the held block went to the cache: now returned */
+  DVT(d)->memory_stats(d, &st);
+  CHECK(st.reserved_bytes < reserved && st.allocated_bytes == 0);
+
+  /* Waiting for the queue spoils the capture; the device stays usable. */
+  CHECK_OK(DVT(d)->capture_begin(d));
+  tpu_hal_work_t w3 = {.name = "add", .run = add_one, .ctx = &v};
+  CHECK_OK(DVT(d)->submit(d, &w3));
+  CHECK_STATUS(DVT(d)->synchronize(d), TPU_STATUS_FAILED_PRECONDITION, "while a graph is being captured");
+  char host[8];
+  CHECK_STATUS(DVT(d)->copy_d2h(d, host, NULL, 0), TPU_STATUS_FAILED_PRECONDITION, "copy to the host");
+  CHECK_STATUS(DVT(d)->capture_end(d, &c), TPU_STATUS_FAILED_PRECONDITION, "synchronize");
+  CHECK(c == NULL);
+  CHECK_STATUS(DVT(d)->capture_end(d, &c), TPU_STATUS_FAILED_PRECONDITION, "no graph");
+  CHECK_OK(DVT(d)->submit(d, &w3));
+  CHECK_OK(DVT(d)->synchronize(d));
+  CHECK(v == 11);
+
+  /* A single-use work is refused (and cleaned up); so is the capture. */
+  CHECK_OK(DVT(d)->capture_begin(d));
+  g_cleanups = 0;
+  tpu_hal_work_t w4 = {.name = "draw", .run = add_one, .cleanup = count_cleanup, .ctx = &v, .single_use = true};
+  CHECK_STATUS(DVT(d)->submit(d, &w4), TPU_STATUS_FAILED_PRECONDITION, "random");
+  CHECK(g_cleanups == 1);
+  CHECK_STATUS(DVT(d)->capture_end(d, &c), TPU_STATUS_FAILED_PRECONDITION, "draw");
+
+  /* h2d while capturing snapshots its source. */
+  void* buf = NULL;
+  CHECK_OK(DVT(d)->allocate(d, sizeof(int), &buf));
+  int src = 5;
+  CHECK_OK(DVT(d)->capture_begin(d));
+  CHECK_OK(DVT(d)->copy_h2d(d, buf, &src, sizeof(int)));
+  CHECK_OK(DVT(d)->capture_end(d, &c));
+  src = 6;
+  CHECK_OK(DVT(d)->capture_replay(d, c));
+  int back = 0;
+  CHECK_OK(DVT(d)->copy_d2h(d, &back, buf, sizeof(int)));
+  CHECK(back == 5);
+  DVT(d)->capture_release(d, c);
+  DVT(d)->deallocate(d, buf);
+  tpu_object_release(&drv->base);
+}
+
 int main(void) {
   RUN_TEST(test_driver_create);
+  RUN_TEST(test_capture_replay);
   RUN_TEST(test_alloc_basic);
   RUN_TEST(test_peak_and_reset);
   RUN_TEST(test_oom);

@@ -101,6 +101,7 @@ static void update_peaks(tpu_hal_memory_stats_t* s) {
 
 static void mark_live(tpu_host_allocator_t* a, tpu_host_block_t* b, size_t requested) {
   b->live = true;
+  b->pool = a->recording;
   b->requested = requested;
   a->stats.allocated_bytes += b->size;
   a->stats.requested_bytes += requested;
@@ -244,7 +245,19 @@ void tpu_host_allocator_deallocate(tpu_host_allocator_t* a, void* ptr) {
   uint64_t ticket = tpu_host_queue_submitted(a->queue);
   pthread_mutex_lock(&a->mu);
   tpu_host_block_t* b = find_block(a, ptr, NULL);
-  if (b && b->live && b->ptr == (char*)ptr) {
+  tpu_host_pool_t* pool = b ? (b->pool ? b->pool : a->recording) : NULL;
+  if (b && b->live && b->ptr == (char*)ptr && pool &&
+      array_insert(&pool->held, &pool->num_held, &pool->cap_held, pool->num_held, b)) {
+    /* A capture's replays may still use it: held, not cached. */
+    b->live = false;
+    b->held = true;
+    b->pool = pool;
+    a->stats.allocated_bytes -= b->size;
+    a->stats.requested_bytes -= b->requested;
+    a->stats.num_frees++;
+  } else if (b && b->live && b->ptr == (char*)ptr && pool) {
+    /* No room to hold it: it stays live (reserved) until the process ends. */
+  } else if (b && b->live && b->ptr == (char*)ptr) {
     size_t at = cache_lower(a, b->size, b->ptr);
     if (array_insert(&a->cache, &a->num_cached, &a->cap_cached, at, b)) {
       b->live = false;
@@ -273,6 +286,53 @@ void tpu_host_allocator_deallocate(tpu_host_allocator_t* a, void* ptr) {
     }
   }
   pthread_mutex_unlock(&a->mu);
+}
+
+tpu_status_t tpu_host_allocator_begin_pool(tpu_host_allocator_t* a, tpu_host_pool_t* pool) {
+  pthread_mutex_lock(&a->mu);
+  bool busy = a->recording != NULL;
+  if (!busy) a->recording = pool;
+  pthread_mutex_unlock(&a->mu);
+  if (busy)
+    return TPU_ERROR(TPU_STATUS_FAILED_PRECONDITION, "tpu:%d: a graph is already being captured on this device",
+                     a->device_index);
+  return TPU_OK;
+}
+
+void tpu_host_allocator_end_pool(tpu_host_allocator_t* a) {
+  pthread_mutex_lock(&a->mu);
+  a->recording = NULL;
+  pthread_mutex_unlock(&a->mu);
+}
+
+void tpu_host_allocator_release_pool(tpu_host_allocator_t* a, tpu_host_pool_t* pool) {
+  uint64_t ticket = tpu_host_queue_submitted(a->queue);
+  pthread_mutex_lock(&a->mu);
+  if (a->recording == pool) a->recording = NULL;
+  for (size_t i = 0; i < a->num_blocks; i++)
+    if (a->by_addr[i]->pool == pool && a->by_addr[i]->live) a->by_addr[i]->pool = NULL;
+  for (size_t i = 0; i < pool->num_held; i++) {
+    tpu_host_block_t* b = pool->held[i];
+    b->held = false;
+    b->pool = NULL;
+    size_t at = cache_lower(a, b->size, b->ptr);
+    if (array_insert(&a->cache, &a->num_cached, &a->cap_cached, at, b)) {
+      b->free_ticket = ticket;
+      a->cached_bytes += b->size;
+    } else { /* no room in the cache: the queue is idle, return it at once */
+      size_t j;
+      if (find_block(a, b->ptr, &j) == b) array_remove(a->by_addr, &a->num_blocks, j);
+      a->stats.reserved_bytes -= b->size;
+      a->stats.num_segments--;
+      a->stats.num_device_frees++;
+      free(b->ptr);
+      free(b);
+    }
+  }
+  pthread_mutex_unlock(&a->mu);
+  free(pool->held);
+  pool->held = NULL;
+  pool->num_held = pool->cap_held = 0;
 }
 
 void tpu_host_allocator_empty_cache(tpu_host_allocator_t* a) {

@@ -1,5 +1,6 @@
 /* Host driver: N virtual chips, each an allocator + an in-order queue. */
 #define _GNU_SOURCE
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,7 +19,20 @@ typedef struct tpu_host_device_t {
   int32_t compute_units;
   tpu_host_queue_t queue;
   tpu_host_allocator_t allocator;
+  /* The capture now recording (tpu/hal.h capture_begin), or NULL. Read
+   * without the lock on every submit; changed and appended to under cap_mu. */
+  struct tpu_hal_capture_t* _Atomic recording;
+  pthread_mutex_t cap_mu;
 } tpu_host_device_t;
+
+/* A captured sequence of works and the memory its replays use. */
+struct tpu_hal_capture_t {
+  tpu_host_work_node_t** nodes;
+  size_t num_nodes, cap_nodes;
+  tpu_host_pool_t pool;
+  tpu_status_t error; /* first reason the capture is spoiled (TPU_OK: none) */
+  int32_t device_index;
+};
 
 struct tpu_host_driver_t {
   tpu_hal_driver_t base;
@@ -34,6 +48,7 @@ static tpu_host_device_t* dev(tpu_hal_device_t* d) { return (tpu_host_device_t*)
 /* ---- device: properties and memory ---- */
 static void device_destroy(tpu_object_t* object) {
   tpu_host_device_t* d = (tpu_host_device_t*)object;
+  pthread_mutex_destroy(&d->cap_mu);
   tpu_host_queue_deinit(&d->queue);
   tpu_host_allocator_deinit(&d->allocator);
   free(d);
@@ -77,12 +92,170 @@ static bool device_owns_pointer(tpu_hal_device_t* device, const void* ptr) {
 }
 
 /* ---- device: queue ---- */
+/* ---- capture ------------------------------------------------------------- */
+
+static tpu_status_t copy_status(tpu_status_t st) {
+  return TPU_ERROR(tpu_status_code(st), "%s", tpu_status_message(st));
+}
+
+/* Records `work` into the capture now recording; false if none is (then the
+ * caller queues it). When it returns true the work is the capture's (or was
+ * cleaned up on error, in *out). */
+static bool capture_work(tpu_host_device_t* d, const tpu_hal_work_t* work, tpu_status_t* out) {
+  if (atomic_load_explicit(&d->recording, memory_order_acquire) == NULL) return false;
+  pthread_mutex_lock(&d->cap_mu);
+  tpu_hal_capture_t* c = atomic_load_explicit(&d->recording, memory_order_relaxed);
+  if (!c) {
+    pthread_mutex_unlock(&d->cap_mu);
+    return false;
+  }
+  *out = TPU_OK;
+  if (work->single_use) {
+    if (work->cleanup) work->cleanup(work->ctx);
+    *out = TPU_ERROR(TPU_STATUS_FAILED_PRECONDITION,
+                     "tpu:%d: '%s' draws random numbers: a replay would repeat the captured draws, so it cannot be "
+                     "captured in a graph (torch.tpu.graph)",
+                     d->index, work->name ? work->name : "");
+    if (c->error == TPU_OK) c->error = copy_status(*out);
+    pthread_mutex_unlock(&d->cap_mu);
+    return true;
+  }
+  tpu_host_work_node_t* node = work->run ? tpu_host_work_node_new(work) : NULL;
+  if (node && c->num_nodes == c->cap_nodes) {
+    size_t ncap = c->cap_nodes ? 2 * c->cap_nodes : 256;
+    tpu_host_work_node_t** grown = realloc(c->nodes, ncap * sizeof(*grown));
+    if (grown) {
+      c->nodes = grown;
+      c->cap_nodes = ncap;
+    }
+  }
+  if (node && c->num_nodes < c->cap_nodes) {
+    c->nodes[c->num_nodes++] = node;
+  } else {
+    free(node);
+    if (work->cleanup) work->cleanup(work->ctx);
+    *out = TPU_ERROR(work->run ? TPU_STATUS_OUT_OF_MEMORY : TPU_STATUS_INVALID_ARGUMENT,
+                     "tpu:%d: cannot record '%s' in the graph being captured", d->index,
+                     work->name ? work->name : "");
+    if (c->error == TPU_OK) c->error = copy_status(*out);
+  }
+  pthread_mutex_unlock(&d->cap_mu);
+  return true;
+}
+
+/* An operation that must wait for the queue, refused while capturing (the
+ * recorded works have not run); it spoils the capture. */
+static tpu_status_t refuse_while_capturing(tpu_host_device_t* d, const char* what) {
+  if (atomic_load_explicit(&d->recording, memory_order_acquire) == NULL) return TPU_OK;
+  pthread_mutex_lock(&d->cap_mu);
+  tpu_hal_capture_t* c = atomic_load_explicit(&d->recording, memory_order_relaxed);
+  tpu_status_t st = TPU_OK;
+  if (c) {
+    st = TPU_ERROR(TPU_STATUS_FAILED_PRECONDITION,
+                   "tpu:%d: %s is not permitted while a graph is being captured on this device (torch.tpu.graph): "
+                   "captured work has not run, so nothing can wait for it or read its results (a .cpu(), .item(), "
+                   "print, a data-dependent shape or an op that falls back to the CPU does)",
+                   d->index, what);
+    if (c->error == TPU_OK) c->error = copy_status(st);
+  }
+  pthread_mutex_unlock(&d->cap_mu);
+  return st;
+}
+
+static tpu_status_t host_submit(tpu_host_device_t* d, const tpu_hal_work_t* work, uint64_t* ticket) {
+  tpu_status_t st;
+  if (capture_work(d, work, &st)) {
+    if (ticket) *ticket = 0;
+    return st;
+  }
+  return tpu_host_queue_submit(&d->queue, work, ticket);
+}
+
+static tpu_status_t device_capture_begin(tpu_hal_device_t* device) {
+  tpu_host_device_t* d = dev(device);
+  tpu_hal_capture_t* c = calloc(1, sizeof(*c));
+  if (!c) return TPU_ERROR(TPU_STATUS_OUT_OF_MEMORY, "tpu:%d: cannot allocate a graph capture", d->index);
+  c->device_index = d->index;
+  pthread_mutex_lock(&d->cap_mu);
+  tpu_status_t st = atomic_load_explicit(&d->recording, memory_order_relaxed)
+                        ? TPU_ERROR(TPU_STATUS_FAILED_PRECONDITION,
+                                    "tpu:%d: a graph is already being captured on this device", d->index)
+                        : tpu_host_allocator_begin_pool(&d->allocator, &c->pool);
+  if (st == TPU_OK) atomic_store_explicit(&d->recording, c, memory_order_release);
+  pthread_mutex_unlock(&d->cap_mu);
+  if (st != TPU_OK) free(c);
+  return st;
+}
+
+static void capture_free(tpu_host_device_t* d, tpu_hal_capture_t* c) {
+  tpu_host_queue_wait_idle(&d->queue); /* no replay may still be running */
+  for (size_t i = 0; i < c->num_nodes; i++) {
+    if (c->nodes[i]->cleanup) c->nodes[i]->cleanup(c->nodes[i]->ctx);
+    free(c->nodes[i]);
+  }
+  free(c->nodes);
+  tpu_host_allocator_release_pool(&d->allocator, &c->pool);
+  tpu_status_free(c->error);
+  free(c);
+}
+
+static tpu_status_t device_capture_end(tpu_hal_device_t* device, tpu_hal_capture_t** out) {
+  tpu_host_device_t* d = dev(device);
+  if (out) *out = NULL;
+  pthread_mutex_lock(&d->cap_mu);
+  tpu_hal_capture_t* c = atomic_load_explicit(&d->recording, memory_order_relaxed);
+  atomic_store_explicit(&d->recording, NULL, memory_order_release);
+  if (c) tpu_host_allocator_end_pool(&d->allocator);
+  pthread_mutex_unlock(&d->cap_mu);
+  if (!c) return TPU_ERROR(TPU_STATUS_FAILED_PRECONDITION, "tpu:%d: no graph is being captured", d->index);
+  if (c->error != TPU_OK || !out) {
+    tpu_status_t st = c->error != TPU_OK ? c->error
+                                         : TPU_ERROR(TPU_STATUS_INVALID_ARGUMENT, "tpu:%d: capture_end: out is NULL",
+                                                     d->index);
+    c->error = TPU_OK;
+    capture_free(d, c);
+    return st;
+  }
+  *out = c;
+  return TPU_OK;
+}
+
+static tpu_status_t replay_run(void* ctx) {
+  const tpu_hal_capture_t* c = ctx;
+  tpu_status_t first = TPU_OK;
+  for (size_t i = 0; i < c->num_nodes; i++) {
+    tpu_status_t st = c->nodes[i]->run(c->nodes[i]->ctx);
+    if (st == TPU_OK) continue;
+    if (first == TPU_OK) {
+      first = tpu_status_annotate(st, "%s (work %zu of a graph replay)", c->nodes[i]->name, i);
+    } else {
+      tpu_status_free(st);
+    }
+  }
+  return first;
+}
+
+static tpu_status_t device_capture_replay(tpu_hal_device_t* device, tpu_hal_capture_t* c) {
+  tpu_host_device_t* d = dev(device);
+  if (!c || c->device_index != d->index)
+    return TPU_ERROR(TPU_STATUS_INVALID_ARGUMENT, "tpu:%d: replay of a graph captured on another device", d->index);
+  tpu_hal_work_t work = {.name = "graph replay", .run = replay_run, .ctx = c};
+  return host_submit(d, &work, NULL);
+}
+
+static void device_capture_release(tpu_hal_device_t* device, tpu_hal_capture_t* c) {
+  if (c) capture_free(dev(device), c);
+}
+
+static int64_t device_capture_works(tpu_hal_capture_t* c) { return c ? (int64_t)c->num_nodes : 0; }
+
 static tpu_status_t device_submit(tpu_hal_device_t* device, const tpu_hal_work_t* work) {
-  return tpu_host_queue_submit(&dev(device)->queue, work, NULL);
+  return host_submit(dev(device), work, NULL);
 }
 
 static tpu_status_t device_synchronize(tpu_hal_device_t* device) {
   tpu_host_device_t* d = dev(device);
+  TPU_RETURN_IF_ERROR(refuse_while_capturing(d, "synchronize"));
   if (tpu_host_queue_on_worker(&d->queue))
     return TPU_ERROR(TPU_STATUS_FAILED_PRECONDITION,
                      "tpu:%d: synchronize called from work running on the same queue", d->index);
@@ -142,7 +315,7 @@ static tpu_status_t enqueue_copy(tpu_host_device_t* d, const char* name, void* d
   *c = (tpu_host_copy_t){.dst = dst, .src = src, .size = size, .owned = owned};
   tpu_hal_work_t work = {.name = name, .run = copy_run, .cleanup = copy_cleanup, .ctx = c,
                          .bytes = (int64_t)size};
-  return tpu_host_queue_submit(&d->queue, &work, ticket);
+  return host_submit(d, &work, ticket);
 }
 
 static tpu_status_t device_copy_h2d(tpu_hal_device_t* device, void* dst, const void* src,
@@ -152,7 +325,12 @@ static tpu_status_t device_copy_h2d(tpu_hal_device_t* device, void* dst, const v
   if (!src) return TPU_ERROR(TPU_STATUS_INVALID_ARGUMENT, "tpu:%d: copy_h2d: src is NULL",
                              d->index);
   TPU_RETURN_IF_ERROR(check_range(d, "copy_h2d", "destination", dst, size));
-  void* staging = size <= TPU_HOST_STAGING_MAX ? malloc(size) : NULL;
+  /* While capturing, always a snapshot: the recorded copy runs at replays. */
+  bool recording = atomic_load_explicit(&d->recording, memory_order_acquire) != NULL;
+  void* staging = size <= TPU_HOST_STAGING_MAX || recording ? malloc(size) : NULL;
+  if (!staging && recording)
+    return TPU_ERROR(TPU_STATUS_OUT_OF_MEMORY, "tpu:%d: copy_h2d: cannot snapshot %zu bytes for the graph "
+                     "being captured", d->index, size);
   if (staging) {
     memcpy(staging, src, size);
     return enqueue_copy(d, "copy_h2d", dst, staging, size, staging, NULL);
@@ -177,6 +355,7 @@ static tpu_status_t device_copy_d2h(tpu_hal_device_t* device, void* dst, const v
                                d->index);
     TPU_RETURN_IF_ERROR(check_range(d, "copy_d2h", "source", src, size));
   }
+  TPU_RETURN_IF_ERROR(refuse_while_capturing(d, "a copy to the host"));
   tpu_host_queue_wait_idle(&d->queue);
   if (size > 0) {
     /* Runs on the caller once the queue is drained: traced as device work. */
@@ -216,9 +395,11 @@ static tpu_status_t device_create_event(tpu_hal_device_t* device, bool enable_ti
   return tpu_host_event_create(enable_timing, out_event);
 }
 static tpu_status_t device_record_event(tpu_hal_device_t* device, tpu_hal_event_t* event) {
+  TPU_RETURN_IF_ERROR(refuse_while_capturing(dev(device), "recording an event"));
   return tpu_host_event_record(&dev(device)->queue, event);
 }
 static tpu_status_t device_wait_event(tpu_hal_device_t* device, tpu_hal_event_t* event) {
+  TPU_RETURN_IF_ERROR(refuse_while_capturing(dev(device), "waiting for an event"));
   return tpu_host_event_wait(&dev(device)->queue, event);
 }
 
@@ -244,6 +425,11 @@ static const tpu_hal_device_vtable_t tpu_host_device_vtable = {
     .wait_event = device_wait_event,
     .query_idle = device_query_idle,
     .queue_stats = device_queue_stats,
+    .capture_begin = device_capture_begin,
+    .capture_end = device_capture_end,
+    .capture_replay = device_capture_replay,
+    .capture_release = device_capture_release,
+    .capture_works = device_capture_works,
 };
 
 /* ---- driver ---- */
@@ -329,6 +515,7 @@ tpu_status_t tpu_host_driver_create(const tpu_host_driver_options_t* options,
     d->index = i;
     d->compute_units = units;
     tpu_host_allocator_init(&d->allocator, i, options->memory_per_device, &d->queue);
+    pthread_mutex_init(&d->cap_mu, NULL);
     drv->devices[i] = d;
     drv->device_count = i + 1;
   }

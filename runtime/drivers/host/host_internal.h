@@ -95,13 +95,25 @@ uint64_t tpu_host_queue_submitted(tpu_host_queue_t* q);
 uint64_t tpu_host_queue_completed(const tpu_host_queue_t* q);
 
 /* ---- Allocator ------------------------------------------------------------ */
+typedef struct tpu_host_pool_t tpu_host_pool_t;
+
 typedef struct tpu_host_block_t {
   char* ptr;
   size_t size;        /* rounded; counted in the budget */
   size_t requested;   /* size asked by the user (live blocks) */
   uint64_t free_ticket; /* queue submitted-count when it was freed */
   bool live;
+  bool held;          /* freed, but kept for `pool` (neither live nor cached) */
+  tpu_host_pool_t* pool; /* allocated while that capture was recording (or NULL) */
 } tpu_host_block_t;
+
+/* The memory of one capture (see capture_begin in tpu/hal.h): blocks freed
+ * while it records, and blocks allocated while it records whenever they are
+ * freed, are held here instead of cached until the pool is released. */
+struct tpu_host_pool_t {
+  tpu_host_block_t** held;
+  size_t num_held, cap_held;
+};
 
 typedef struct tpu_host_allocator_t {
   pthread_mutex_t mu;
@@ -112,6 +124,7 @@ typedef struct tpu_host_allocator_t {
   tpu_host_block_t** cache;   /* cached blocks, sorted by (size, ptr) */
   size_t num_cached, cap_cached;
   uint64_t cached_bytes;
+  tpu_host_pool_t* recording; /* the pool of the capture now recording, or NULL */
   tpu_hal_memory_stats_t stats; /* budget_bytes is the budget */
 } tpu_host_allocator_t;
 
@@ -129,6 +142,12 @@ void tpu_host_allocator_info(tpu_host_allocator_t* a, uint64_t* out_free, uint64
 /* True if [ptr, ptr+size) lies inside one live block (size 0: ptr inside). */
 size_t tpu_host_allocator_blocks(tpu_host_allocator_t* a, tpu_hal_memory_block_t* out, size_t cap);
 bool tpu_host_allocator_contains(tpu_host_allocator_t* a, const void* ptr, size_t size);
+/* Capture memory: from begin_pool to end_pool, allocations and frees are
+ * the pool's (see tpu_host_pool_t); release_pool (queue idle) caches every
+ * block it holds and forgets it. begin_pool fails if a pool is recording. */
+tpu_status_t tpu_host_allocator_begin_pool(tpu_host_allocator_t* a, tpu_host_pool_t* pool);
+void tpu_host_allocator_end_pool(tpu_host_allocator_t* a);
+void tpu_host_allocator_release_pool(tpu_host_allocator_t* a, tpu_host_pool_t* pool);
 
 /* ---- Events ------------------------------------------------------------------ */
 tpu_status_t tpu_host_event_create(bool enable_timing, tpu_hal_event_t** out_event);

@@ -38,6 +38,7 @@ extern "C" {
 typedef struct tpu_hal_driver_t tpu_hal_driver_t;
 typedef struct tpu_hal_device_t tpu_hal_device_t;
 typedef struct tpu_hal_event_t tpu_hal_event_t;
+typedef struct tpu_hal_capture_t tpu_hal_capture_t; /* opaque, driver-owned */
 
 /* ---- Work submitted to a queue -------------------------------------------
  * run(ctx) executes on the device's worker thread; cleanup(ctx), if not NULL,
@@ -67,6 +68,9 @@ typedef struct tpu_hal_work_t {
   /* Optional, for the device-queue trace (tpu/trace.h): bytes the work reads
    * and writes (0: unknown). Callers fill it only while tpu_trace_enabled(). */
   int64_t bytes;
+  /* Optional: the work must not run again with the same ctx (it consumed a
+   * random stream, say): a capture refuses it (capture_begin below). */
+  bool single_use;
 } tpu_hal_work_t;
 
 /* Counters of a device queue (since creation). */
@@ -247,6 +251,27 @@ typedef struct tpu_hal_device_vtable_t {
   tpu_status_t (*check_graph_node)(tpu_hal_device_t* device, const tpu_k_call_t* call);
   tpu_status_t (*run_graph)(tpu_hal_device_t* device, const tpu_hal_graph_t* graph,
                             void* const* inputs, void* const* outputs);
+
+  /* Work capture and replay (torch.tpu.graph, as CUDA graphs). Optional
+   * (NULL: the driver cannot capture). Between capture_begin and
+   * capture_end, works submitted to the device (from any thread) are
+   * recorded instead of run; copy_h2d snapshots its source. Waiting for the
+   * queue (synchronize, copy_d2h, events) is refused with
+   * FAILED_PRECONDITION and spoils the capture: capture_end then returns
+   * that error and nothing. Memory freed while capturing, and memory
+   * allocated while capturing whenever it is freed, is held for the
+   * capture (never handed out again) until capture_release, so replays may
+   * keep reading and writing it; memory allocated before the capture and
+   * still used by it must be kept alive by the caller. capture_replay queues
+   * one run of every recorded work, in order, as one work. capture_release
+   * waits for the queue, frees the recorded works and returns the held
+   * memory to the cache. */
+  tpu_status_t (*capture_begin)(tpu_hal_device_t* device);
+  tpu_status_t (*capture_end)(tpu_hal_device_t* device, tpu_hal_capture_t** out_capture);
+  tpu_status_t (*capture_replay)(tpu_hal_device_t* device, tpu_hal_capture_t* capture);
+  void (*capture_release)(tpu_hal_device_t* device, tpu_hal_capture_t* capture);
+  /* Number of works recorded in a capture. */
+  int64_t (*capture_works)(tpu_hal_capture_t* capture);
 } tpu_hal_device_vtable_t;
 
 struct tpu_hal_device_t {

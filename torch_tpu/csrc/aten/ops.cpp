@@ -164,6 +164,7 @@ void submit(std::unique_ptr<Work> w, const char* op, c10::DeviceIndex index) {
       hw.footprint = &list_part_footprint;
     }
   }
+  hw.single_use = (w->entry->flags & TPU_K_FLAG_RANDOM) != 0;   // a replay would repeat its draws
   if (tpu_trace_enabled()) hw.bytes = tpu_k_call_bytes(&w->call);  // for the device-queue trace
   hw.ctx = w.release();
   check(tpu_hal_device_vt(d)->submit(d, &hw));

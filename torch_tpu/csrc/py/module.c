@@ -191,6 +191,108 @@ static PyObject* py_empty_cache(PyObject* self, PyObject* noargs) {
   Py_RETURN_NONE;
 }
 
+/* ---- graph capture (torch.tpu.graph): a capture is a capsule "tpu_capture"
+ * whose context is the device index; released by capture_release or when
+ * the capsule dies. */
+static const char kCaptureName[] = "tpu_capture";
+
+static tpu_hal_device_t* capture_device(tpu_hal_device_t* d) {
+  if (!tpu_hal_device_vt(d)->capture_begin) {
+    tpu_hal_device_properties_t p;
+    memset(&p, 0, sizeof(p));
+    tpu_hal_device_vt(d)->query_properties(d, &p);
+    PyErr_Format(PyExc_NotImplementedError,
+                 "torch.tpu.graph: the %s driver of tpu:%d cannot capture work (only the host driver can)", p.driver,
+                 p.index);
+    return NULL;
+  }
+  return d;
+}
+
+static void capture_destroy(PyObject* capsule) {
+  tpu_hal_capture_t* c = PyCapsule_GetPointer(capsule, kCaptureName);
+  if (!c) {
+    PyErr_Clear();
+    return;
+  }
+  int index = (int)(intptr_t)PyCapsule_GetContext(capsule);
+  tpu_hal_device_t* d = NULL;
+  tpu_status_t st = tpu_runtime_is_initialized() ? tpu_runtime_device(index, &d) : TPU_OK;
+  if (st != TPU_OK || !d) {
+    tpu_status_free(st); /* runtime gone: its memory went with it */
+    return;
+  }
+  Py_BEGIN_ALLOW_THREADS tpu_hal_device_vt(d)->capture_release(d, c);
+  Py_END_ALLOW_THREADS
+}
+
+static PyObject* py_capture_begin(PyObject* self, PyObject* arg) {
+  tpu_hal_device_t* d = device_arg(arg);
+  if (!d || !capture_device(d)) return NULL;
+  tpu_status_t st = tpu_hal_device_vt(d)->capture_begin(d);
+  if (st != TPU_OK) return raise_status(st);
+  Py_RETURN_NONE;
+}
+
+static PyObject* py_capture_end(PyObject* self, PyObject* arg) {
+  tpu_hal_device_t* d = device_arg(arg);
+  if (!d || !capture_device(d)) return NULL;
+  tpu_hal_device_properties_t p;
+  memset(&p, 0, sizeof(p));
+  tpu_hal_device_vt(d)->query_properties(d, &p);
+  tpu_hal_capture_t* c = NULL;
+  tpu_status_t st;
+  Py_BEGIN_ALLOW_THREADS st = tpu_hal_device_vt(d)->capture_end(d, &c);
+  Py_END_ALLOW_THREADS
+  if (st != TPU_OK) return raise_status(st);
+  PyObject* capsule = PyCapsule_New(c, kCaptureName, capture_destroy);
+  if (!capsule) {
+    tpu_hal_device_vt(d)->capture_release(d, c);
+    return NULL;
+  }
+  PyCapsule_SetContext(capsule, (void*)(intptr_t)p.index);
+  return capsule;
+}
+
+/* The capture and its device; NULL with an exception set (released or not a capture). */
+static tpu_hal_capture_t* capture_arg(PyObject* capsule, tpu_hal_device_t** out_d) {
+  tpu_hal_capture_t* c = PyCapsule_IsValid(capsule, kCaptureName) ? PyCapsule_GetPointer(capsule, kCaptureName) : NULL;
+  if (!c) {
+    PyErr_Clear();
+    PyErr_SetString(PyExc_RuntimeError, "torch.tpu.TPUGraph: the graph was reset (or never captured)");
+    return NULL;
+  }
+  *out_d = get_device((int)(intptr_t)PyCapsule_GetContext(capsule));
+  return *out_d ? c : NULL;
+}
+
+static PyObject* py_capture_replay(PyObject* self, PyObject* capsule) {
+  tpu_hal_device_t* d = NULL;
+  tpu_hal_capture_t* c = capture_arg(capsule, &d);
+  if (!c) return NULL;
+  tpu_status_t st = tpu_hal_device_vt(d)->capture_replay(d, c);
+  if (st != TPU_OK) return raise_status(st);
+  Py_RETURN_NONE;
+}
+
+static PyObject* py_capture_works(PyObject* self, PyObject* capsule) {
+  tpu_hal_device_t* d = NULL;
+  tpu_hal_capture_t* c = capture_arg(capsule, &d);
+  if (!c) return NULL;
+  return PyLong_FromLongLong((long long)tpu_hal_device_vt(d)->capture_works(c));
+}
+
+static PyObject* py_capture_release(PyObject* self, PyObject* capsule) {
+  tpu_hal_device_t* d = NULL;
+  tpu_hal_capture_t* c = capture_arg(capsule, &d);
+  if (!c) return NULL;
+  /* A capsule cannot hold NULL: point it at a static marker that capture_arg refuses. */
+  if (PyCapsule_SetName(capsule, "tpu_capture (released)") != 0) return NULL;
+  Py_BEGIN_ALLOW_THREADS tpu_hal_device_vt(d)->capture_release(d, c);
+  Py_END_ALLOW_THREADS
+  Py_RETURN_NONE;
+}
+
 static void add_fallback(void* ctx, const char* name, uint64_t count) {
   PyObject* dict = (PyObject*)ctx;
   PyObject* v = PyLong_FromUnsignedLongLong((unsigned long long)count);
@@ -378,6 +480,11 @@ static PyMethodDef kMethods[] = {
     {"reset_peak_memory_stats", py_reset_peak, METH_O, "Reset peak statistics."},
     {"reset_accumulated_memory_stats", py_reset_accumulated, METH_O, "Reset counters."},
     {"empty_cache", py_empty_cache, METH_NOARGS, "Release cached blocks of every device."},
+    {"capture_begin", py_capture_begin, METH_O, "Start recording a device's work (torch.tpu.graph)."},
+    {"capture_end", py_capture_end, METH_O, "Stop recording; returns the capture."},
+    {"capture_replay", py_capture_replay, METH_O, "Queue one run of a capture's works."},
+    {"capture_works", py_capture_works, METH_O, "Number of works in a capture."},
+    {"capture_release", py_capture_release, METH_O, "Free a capture and its held memory."},
     {"fallback_report", py_fallback_report, METH_NOARGS, "{op name: CPU fallback count}."},
     {"fallback_reset", py_fallback_reset, METH_NOARGS, "Clear the fallback counters."},
     {"native_count", py_native_count, METH_NOARGS, "Ops run by native kernels so far."},
