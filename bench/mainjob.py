@@ -42,16 +42,16 @@ def have_llama_cpp():
 def _torch_engine(engine, tokens, t_start):
     import torch
 
-    from torch_tpu.generate import graph_decode_supported, load, run, run_graph
+    from torch_tpu.generate import decode, fuse, fuse_supported, load
 
     d, f, _ = _gguf()
     device = "cpu" if engine == "torch CPU" else "tpu"
     torch.set_num_threads(os.cpu_count() or 1)
     tok, mdl, rep = load(d, f, device, torch.float32, quantized=(engine == "tpu"))
     load_s = time.perf_counter() - t_start
-    # the main job's default decode: the captured step on tpu, generate() elsewhere
-    decode = run_graph if engine == "tpu" and graph_decode_supported(device) else run
-    ids, ttft, tps = decode(tok, mdl, PROMPT, tokens, device, False)
+    if fuse_supported(device):  # what the main job does by default: fused kernels, the captured decode step
+        fuse(mdl)
+    ids, ttft, tps = decode(tok, mdl, PROMPT, tokens, device, False, log=lambda *a, **k: None)
     n_in = tok(PROMPT, return_tensors="pt")["input_ids"].shape[1]
     return {"load_s": load_s, "ttft_s": ttft, "tok_s": tps, "new_ids": ids[n_in:].tolist(),
             "path": (rep or {}).get("path", "transformers")}

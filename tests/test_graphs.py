@@ -189,16 +189,9 @@ def test_a_transformers_decode_step_replays_as_it_runs_eagerly(fuse):
 def test_main_job_graph_decode_matches_generate():
     # torch_tpu.generate.run_graph (the main job's default on tpu) against generate() on the CPU,
     # with a tiny model and a character tokenizer built here.
-    from transformers import PreTrainedTokenizerFast
-    from tokenizers import Tokenizer, models, pre_tokenizers
-
     from torch_tpu.generate import graph_decode_supported, run_graph
 
-    vocab = {chr(ord("a") + i): i for i in range(26)}
-    vocab.update({" ": 26, "<unk>": 27})
-    tk = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
-    tk.pre_tokenizer = pre_tokenizers.Split("", "isolated")
-    tok = PreTrainedTokenizerFast(tokenizer_object=tk, unk_token="<unk>")
+    tok = _char_tokenizer()
     mdl = _tiny_llama()
     mdl.generation_config.eos_token_id = None
     with torch.no_grad():
@@ -207,3 +200,35 @@ def test_main_job_graph_decode_matches_generate():
     ids, ttft, tps = run_graph(tok, mdl.to(DEV), "the cat", 12, "tpu", False)
     assert ids.tolist() == ref[0].tolist()
     assert ttft > 0 and tps > 0
+
+
+def _char_tokenizer():
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {chr(ord("a") + i): i for i in range(26)}
+    vocab.update({" ": 26, "<unk>": 27})
+    tk = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    tk.pre_tokenizer = pre_tokenizers.Split("", "isolated")
+    return PreTrainedTokenizerFast(tokenizer_object=tk, unk_token="<unk>")
+
+
+def test_main_job_defaults_to_the_captured_step_and_matches_cpu(tmp_path):
+    # `python -m torch_tpu.generate --model DIR --compare-cpu` on a tiny local model: the default
+    # decode is the captured step, with the fused kernels, and its greedy tokens are the CPU's.
+    import os
+    import subprocess
+    import sys
+
+    mdl = _tiny_llama()
+    mdl.generation_config.eos_token_id = None
+    mdl.save_pretrained(tmp_path)
+    _char_tokenizer().save_pretrained(tmp_path)
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    for flags, want in [([], "the step captured once and replayed"), (["--decode", "generate"], "decode: generate()")]:
+        p = subprocess.run([sys.executable, "-m", "torch_tpu.generate", "the cat", "--model", str(tmp_path),
+                            "--max-new-tokens", "10", "--compare-cpu", *flags],
+                           env=dict(os.environ, PYTHONPATH=root), capture_output=True, text=True, timeout=300)
+        assert p.returncode == 0, p.stderr[-3000:]
+        assert want in p.stdout and "fused kernels" in p.stdout, p.stdout
+        assert "greedy tokens identical on tpu and cpu: True" in p.stdout, p.stdout

@@ -712,3 +712,21 @@ def test_main_job_greedy_tokens_equal_cpu():
                         "--compare-cpu"], env=e, capture_output=True, text=True, timeout=900)
     assert p.returncode == 0, p.stderr[-3000:]
     assert "greedy tokens identical on tpu and cpu: True" in p.stdout, p.stdout[-3000:]
+
+
+def test_graph_capture_is_refused_clearly():
+    # torch.tpu.graph needs the host driver's capture; on pjrt it says so and nothing changes.
+    check_ok("""
+        import torch, torch_tpu
+        g = torch.tpu.TPUGraph()
+        try:
+            with torch.tpu.graph(g):
+                pass
+        except NotImplementedError as e:
+            assert "pjrt driver" in str(e) and "cannot capture" in str(e), e
+        else:
+            raise AssertionError("no error")
+        assert not torch.tpu.is_current_stream_capturing()
+        x = torch.ones(3, device="tpu")
+        assert (x + 1).cpu().tolist() == [2.0] * 3
+    """)

@@ -181,6 +181,48 @@ def run_graph(tok, mdl, prompt: str, max_new_tokens: int, device: str, stream: b
     return ids_all, ttft, len(new) / (elapsed + ttft) if elapsed + ttft > 0 else float("nan")
 
 
+def fuse_supported(device: str) -> bool:
+    """Whether the device's driver runs torch_tpu.optimize's fused kernels natively
+    (the host driver runs every kernel; pjrt lowers a list of ops)."""
+    import torch
+
+    if not device.startswith("tpu"):
+        return False
+    from torch_tpu._graph import _native_ops
+
+    ops = _native_ops(torch.device(device).index or 0)
+    return all(f"tpu::{k}" in ops for k in ("rms_norm", "rope", "swiglu"))
+
+
+def fuse(mdl) -> str:
+    """The main job's fused kernels on tpu (torch_tpu.optimize: RMSNorm, rotary, gated
+    MLP); returns what was swapped, e.g. "rms_norm x61, swiglu x30, rope x30"."""
+    import torch_tpu
+
+    counts = torch_tpu.optimize(mdl)._tpu_optimized
+    return ", ".join(f"{k} x{v}" for k, v in counts.items())
+
+
+def decode(tok, mdl, prompt: str, max_new_tokens: int, device: str, stream: bool, how: str = "auto",
+           compile_opt: str = "auto", static: bool = False, log=print):
+    """The main job's decode (--decode, --compile, --static-cache): the captured step
+    (run_graph) where the device can capture and nothing asks for generate(), else
+    Transformers' generate() (run). Returns run()'s (ids, seconds to first token, tok/s)."""
+    graph = how == "graph" or (how == "auto" and compile_opt != "on" and not static
+                               and graph_decode_supported(device))
+    if graph and not graph_decode_supported(device):
+        raise SystemExit(f"--decode graph: device {device} cannot capture work (only the host driver's tpu)")
+    if graph:
+        log("[torch_tpu] decode: static cache, the step captured once and replayed (torch.tpu.graph)", flush=True)
+        return run_graph(tok, mdl, prompt, max_new_tokens, device, stream)
+    static, compiled = cache_mode(compile_opt, static, max_new_tokens, device)
+    log(f"[torch_tpu] decode: generate(), {'static' if static else 'dynamic'} cache, "
+        + ("compiled forward" if compiled else "eager forward")
+        + ("" if compile_opt != "auto" else
+           f" (--compile auto: compiling pays from --max-new-tokens {COMPILE_PAYS_FROM})"), flush=True)
+    return run(tok, mdl, prompt, max_new_tokens, device, stream, static, compiled)
+
+
 def run(tok, mdl, prompt: str, max_new_tokens: int, device: str, stream: bool, static: bool = False,
         compiled: bool = False):
     """Greedy generation: (ids, seconds to the first token, new tokens/s). `static`: a
@@ -266,24 +308,10 @@ def main(argv=None):
                                                    "no quantized layer" if qrep is not None else f"device {a.device}")
         print(f"[torch_tpu] weights: dequantized to {a.dtype} ({why})")
     print(f"[torch_tpu] weight bytes read per token: {weight_bytes_per_token(mdl) / 2**20:.1f} MiB", flush=True)
-    if a.device.startswith("tpu") and not a.no_fuse:
-        counts = torch_tpu.optimize(mdl)._tpu_optimized
-        print("[torch_tpu] fused kernels (torch_tpu.optimize, --no-fuse: off): "
-              + ", ".join(f"{k} x{v}" for k, v in counts.items()), flush=True)
-    graph = a.decode == "graph" or (a.decode == "auto" and a.compile != "on" and not a.static_cache
-                                     and graph_decode_supported(a.device))
-    if graph and not graph_decode_supported(a.device):
-        raise SystemExit(f"--decode graph: device {a.device} cannot capture work (only the host driver's tpu)")
-    if graph:
-        print("[torch_tpu] decode: static cache, the step captured once and replayed (torch.tpu.graph)", flush=True)
-        ids, ttft, tps = run_graph(tok, mdl, a.prompt, a.max_new_tokens, a.device, a.stream)
-    else:
-        static, compiled = cache_mode(a.compile, a.static_cache, a.max_new_tokens, a.device)
-        print(f"[torch_tpu] decode: generate(), {'static' if static else 'dynamic'} cache, "
-              + ("compiled forward" if compiled else "eager forward")
-              + ("" if a.compile != "auto" else
-                 f" (--compile auto: compiling pays from --max-new-tokens {COMPILE_PAYS_FROM})"), flush=True)
-        ids, ttft, tps = run(tok, mdl, a.prompt, a.max_new_tokens, a.device, a.stream, static, compiled)
+    if not a.no_fuse and fuse_supported(a.device):
+        print(f"[torch_tpu] fused kernels (torch_tpu.optimize, --no-fuse: off): {fuse(mdl)}", flush=True)
+    ids, ttft, tps = decode(tok, mdl, a.prompt, a.max_new_tokens, a.device, a.stream, a.decode, a.compile,
+                            a.static_cache)
     text = tok.decode(ids, skip_special_tokens=True)
     print(f"\n=== {a.device} ===\n{text}\n")
     print(f"time to first token: {ttft * 1000:.0f} ms   decode: {tps:.1f} tokens/s")
