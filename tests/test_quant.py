@@ -411,6 +411,20 @@ def test_q_linear_registered_in_cpp():
         assert "csrc/aten/quant.cpp" in lines[key], lines[key]
     assert "quant.py" in lines["CPU"]
     assert "python" not in dump.lower().replace("quant.py", "")
+    # an eager call on tpu runs no Python function but OpOverload.__call__ (before the move to
+    # C++: torch.library's autograd wrapper and the Python Meta kernel ran on every call)
+    import sys
+
+    x = torch.randn(1, 64).to("tpu").requires_grad_()
+    raw = random_blocks(3, 32, 64).to("tpu")
+    op(x, raw, 3, 32)
+    frames = []
+    sys.setprofile(lambda f, e, a: frames.append((f.f_code.co_filename, f.f_code.co_name)) if e == "call" else None)
+    try:
+        y = op(x, raw, 3, 32, 8)
+    finally:
+        sys.setprofile(None)
+    assert y.requires_grad and all(name == "__call__" and fn.endswith("_ops.py") for fn, name in frames), frames
     dq = torch._C._dispatch_dump("tpu::q_dequantize")
     assert "csrc/aten/quant.cpp" in dq and "Meta" in dq
 
