@@ -6,7 +6,7 @@ cost of one eager QuantLinear call (for information; not part of ``python -m ben
 Kernel: csrc/qgemv.c, compiled at run time against torch_tpu/libtpu_runtime.so, calls the
 kernel table's entry directly (no bridge, no queue) with one row of x, the two modes taking
 turns batch by batch (best batch kept), the weights cycling through 64 MiB of copies so they
-come from memory as in a decode step. G weights/s = N * K / time.
+come from memory as in a decode step (``--cache``: one copy, in cache when it fits). G weights/s = N * K / time.
 
 Host cost: torch.ops.tpu.q_linear, a QuantLinear module (32x32 and 576x576 Q4_1: kernels
 shorter and longer than a call's host time) and, for comparison,
@@ -79,12 +79,12 @@ def compile_qgemv(tmp):
     return exe
 
 
-def gemv_rows(exe, threads, rounds, log=print):
+def gemv_rows(exe, threads, rounds, cache=False, log=print):
     rows = []
     for name, qtype, n, k in SHAPES:
         for t in threads:
-            r = subprocess.run([exe, str(qtype), str(n), str(k), str(t), str(rounds)], capture_output=True,
-                               text=True, timeout=600)
+            r = subprocess.run([exe, str(qtype), str(n), str(k), str(t), str(rounds)] + (["cache"] if cache else []),
+                               capture_output=True, text=True, timeout=600)
             if r.returncode != 0:
                 raise RuntimeError(f"qgemv {name}: {r.stderr.strip()}")
             sec = {int(p[1]): float(p[2]) for p in (ln.split() for ln in r.stdout.splitlines())
@@ -113,11 +113,12 @@ def main(argv=None):
     ap.add_argument("--threads", default="1,2")
     ap.add_argument("--root", help="another checkout whose host cost per call to measure too")
     ap.add_argument("--skip-gemv", action="store_true")
+    ap.add_argument("--cache", action="store_true", help="reuse one weight copy (in cache when it fits)")
     a = ap.parse_args(argv)
     if not a.skip_gemv:
         tmp = tempfile.mkdtemp(prefix="torch_tpu_qgemv_")
         try:
-            gemv_rows(compile_qgemv(tmp), [int(t) for t in a.threads.split(",")], a.rounds)
+            gemv_rows(compile_qgemv(tmp), [int(t) for t in a.threads.split(",")], a.rounds, a.cache)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
     roots = [ROOT] + ([os.path.abspath(a.root)] if a.root else [])

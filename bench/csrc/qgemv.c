@@ -2,13 +2,14 @@
  * the runtime's kernel table (no bridge, no queue), act_bits 32 and 8 taking
  * turns. Compiled and run by bench/qgemv.py against torch_tpu/libtpu_runtime.so.
  *
- *   qgemv QTYPE N K THREADS ROUNDS
+ *   qgemv QTYPE N K THREADS ROUNDS [cache]
  *
  * prints "RESULT <act_bits> <best seconds per call>" for 32 and 8: each round
  * times a batch of calls (about 50 ms) of one mode, then of the other; the
  * best batch per mode is kept. Weights: random blocks (scales 0.01), a
  * different weight matrix copy per call cycling through 64 MiB, so the
- * weights come from memory as in a model's decode step, not from cache. */
+ * weights come from memory as in a model's decode step, not from cache
+ * ("cache": one copy, reused, so the weights stay in cache when they fit). */
 #define _POSIX_C_SOURCE 200809L
 #include <stdint.h>
 #include <stdio.h>
@@ -41,8 +42,8 @@ static tpu_tensor_t tensor(void* data, int dtype, int64_t rows, int64_t cols) {
 }
 
 int main(int argc, char** argv) {
-  if (argc != 6) {
-    fprintf(stderr, "usage: qgemv QTYPE N K THREADS ROUNDS\n");
+  if (argc != 6 && !(argc == 7 && strcmp(argv[6], "cache") == 0)) {
+    fprintf(stderr, "usage: qgemv QTYPE N K THREADS ROUNDS [cache]\n");
     return 2;
   }
   int qtype = atoi(argv[1]), threads = atoi(argv[4]), rounds = atoi(argv[5]);
@@ -53,7 +54,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   int64_t row = K / 32 * bb, bytes = N * row;
-  int64_t copies = (64ll << 20) / bytes + 1;
+  int64_t copies = argc == 7 ? 1 : (64ll << 20) / bytes + 1;
   uint8_t* w = malloc((size_t)(bytes * copies));
   float* x = malloc(sizeof(float) * (size_t)K);
   float* y = malloc(sizeof(float) * (size_t)N);
