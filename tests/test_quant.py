@@ -320,3 +320,148 @@ def test_from_pretrained_with_weight_only_config(tmp_path, bits):
         q.save_pretrained(tmp_path / "out")
     with pytest.raises(ValueError, match="bits must be 8 or 4"):
         quant.WeightOnlyConfig(bits=2)
+
+
+# ---- act_bits=8: int8 activations per block of 32 (decode) --------------------------------
+
+def _a8_reference(x, raw, qtype):
+    """(y computed in double on x quantized as act_bits=8 defines it, the error bound against the
+    exact x): sum over blocks of d_x / 2 * sum_j |w_j - c| (c: Q4_1's min, else 0)."""
+    k = x.shape[-1]
+    n, nb = raw.shape[0], k // 32
+    w = quant.dequantize(raw, qtype, k).double().reshape(n, nb, 32)
+    c = torch.zeros(n, nb, 1, dtype=torch.float64)
+    if qtype == 3:
+        c = quant._f16(raw.reshape(n, nb, 20), 2).double()
+    xb = x.double().reshape(-1, nb, 32)
+    xh = quant.quantize_activations(x).double().reshape(-1, nb, 32)
+    ref_q = torch.einsum("mbj,nbj->mn", xh, w - c) + torch.einsum("mb,nb->mn", xb.sum(-1), c[..., 0])
+    dx = xb.abs().amax(-1) / 127  # [m, nb]
+    bound = 0.5 * (1 + 1e-4) * dx @ (w - c).abs().sum(-1).T
+    mag = torch.einsum("mbj,nbj->mn", xb.abs(), w.abs()) + torch.einsum("mbj,nbj->mn", xh.abs(), (w - c).abs() + 16)
+    return ref_q, bound, 1e-5 * mag + 1e-6
+
+
+@pytest.mark.parametrize("qtype", [2, 3, 8])
+@pytest.mark.parametrize("rows", [1, 4])
+def test_q_linear_act8_error_bound(qtype, rows):
+    """act_bits=8 equals the float sum over the quantized x up to float32 rounding, and is within
+    the quantization bound of the exact float result; the CPU kernel computes the same."""
+    n, k = 67, 1536 + 32
+    raw = random_blocks(qtype, n, k, seed=qtype * 7 + rows)
+    x = torch.randn(rows, k)
+    x[0, 64:96] = 0  # a block of zeros (d_x = 0)
+    x[-1, 128:160] *= 1e4  # a large block
+    ref_q, bound, tol = _a8_reference(x, raw, qtype)
+    ref = x.double() @ quant.dequantize(raw, qtype, k).double().T
+    for dev in ("tpu", "cpu"):
+        y = torch.ops.tpu.q_linear(x.to(dev), raw.to(dev), qtype, n, 8).cpu().double()
+        assert bool(((y - ref_q).abs() <= tol).all()), (dev, ((y - ref_q).abs() - tol).max())
+        assert bool(((y - ref).abs() <= bound + tol).all()), (dev, ((y - ref).abs() - bound - tol).max())
+    # act_bits=8 is not the float path: with this x the two differ
+    y32 = torch.ops.tpu.q_linear(x.to("tpu"), raw.to("tpu"), qtype, n).cpu().double()
+    assert (y32 - ref).abs().max() < (ref_q - ref).abs().max()
+
+
+@pytest.mark.parametrize("qtype,rows", [(12, 1), (14, 1), (3, 5), (8, 17)])
+def test_q_linear_act8_falls_back_to_float(qtype, rows):
+    """Q4_K/Q6_K, or more rows of x than ACT8_MAX_ROWS: act_bits=8 runs the exact float path."""
+    n, k = 19, 512
+    raw = random_blocks(qtype, n, k, seed=rows).to("tpu")
+    x = torch.randn(rows, k).to("tpu")
+    assert torch.equal(torch.ops.tpu.q_linear(x, raw, qtype, n, 8).cpu(), torch.ops.tpu.q_linear(x, raw, qtype, n).cpu())
+
+
+def test_q_linear_act_bits_errors_and_module_attribute():
+    n, k = 32, 64
+    raw = random_blocks(3, n, k)
+    x = torch.randn(1, k)
+    for dev in ("tpu", "cpu"):
+        with pytest.raises(RuntimeError, match=r"tpu::q_linear: act_bits must be 32 .* or 8 .*, got 16"):
+            torch.ops.tpu.q_linear(x.to(dev), raw.to(dev), 3, n, 16).cpu()
+    with pytest.raises(ValueError, match="act_bits must be 32 or 8"):
+        quant.QuantLinear(raw, 3, k, n, act_bits=4)
+    m = torch.nn.Sequential(quant.QuantLinear(raw.to("tpu"), 3, k, n), torch.nn.ReLU(),
+                            quant.QuantLinear(random_blocks(8, k, n).to("tpu"), 8, n, k, act_bits=8))
+    assert m[0].act_bits == 32 and m[2].act_bits == 8 and "act_bits=8" in repr(m[2])
+    y_mixed = m(x.to("tpu")).cpu()
+    assert quant.set_activation_bits(m, 32) == 2 and m[2].act_bits == 32
+    y32 = m(x.to("tpu")).cpu()
+    assert not torch.equal(y_mixed, y32)
+    assert quant.set_activation_bits(m, 8) == 2 and m[0].act_bits == 8
+    y8 = m(x.to("tpu")).cpu()
+    h = torch.ops.tpu.q_linear(x, raw, 3, n, 8).relu()  # the same chain on the CPU kernel
+    torch.testing.assert_close(y8, torch.ops.tpu.q_linear(h, random_blocks(8, k, n), 8, k, 8), rtol=1e-5, atol=1e-5)
+    assert not torch.equal(y8, y32)
+    assert quant.set_activation_bits(m, 32) == 2
+    assert torch.equal(m(x.to("tpu")).cpu(), y32)
+    with pytest.raises(ValueError, match="bits must be 32 or 8"):
+        quant.set_activation_bits(m, 16)
+
+
+def test_q_linear_registered_in_cpp():
+    """Schema, Meta and Autograd kernels come from the C++ bridge (no Python wrapper on the
+    eager tpu path); only the CPU kernel is Python."""
+    op = torch.ops.tpu.q_linear.default
+    assert "int act_bits=32" in str(op._schema)
+    assert torch._C._dispatch_has_computed_kernel_for_dispatch_key("tpu::q_linear", "AutogradPrivateUse1")
+    dump = torch._C._dispatch_dump("tpu::q_linear")
+    lines = {ln.split(":")[0]: ln for ln in dump.splitlines()}
+    for key in ("debug", "Meta", "Autograd[alias]"):
+        assert "csrc/aten/quant.cpp" in lines[key], lines[key]
+    assert "quant.py" in lines["CPU"]
+    assert "python" not in dump.lower().replace("quant.py", "")
+    # an eager call on tpu runs no Python function but OpOverload.__call__ (before the move to
+    # C++: torch.library's autograd wrapper and the Python Meta kernel ran on every call)
+    import sys
+
+    x = torch.randn(1, 64).to("tpu").requires_grad_()
+    raw = random_blocks(3, 32, 64).to("tpu")
+    op(x, raw, 3, 32)
+    frames = []
+    sys.setprofile(lambda f, e, a: frames.append((f.f_code.co_filename, f.f_code.co_name)) if e == "call" else None)
+    try:
+        y = op(x, raw, 3, 32, 8)
+    finally:
+        sys.setprofile(None)
+    assert y.requires_grad and all(name == "__call__" and fn.endswith("_ops.py") for fn, name in frames), frames
+    dq = torch._C._dispatch_dump("tpu::q_dequantize")
+    assert "csrc/aten/quant.cpp" in dq and "Meta" in dq
+
+
+@pytest.mark.parametrize("qtype", [3, 8, 12])
+@pytest.mark.parametrize("act_bits", [32, 8])
+def test_q_linear_gradient_to_x(qtype, act_bits):
+    """grad_x = grad @ dequantize(W) (the C++ backward, W from tpu::q_dequantize), as on the CPU."""
+    n, k = 40, 256
+    raw = random_blocks(qtype, n, k, seed=5)
+    w = quant.dequantize(raw, qtype, k)
+    x = torch.randn(2, 3, k)
+    g = torch.randn(2, 3, n)
+    xt = x.to("tpu").requires_grad_()
+    y = torch.ops.tpu.q_linear(xt, raw.to("tpu"), qtype, n, act_bits)
+    assert y.requires_grad and y.grad_fn is not None
+    y.backward(g.to("tpu"))
+    torch.testing.assert_close(xt.grad.cpu(), g @ w, rtol=1e-5, atol=1e-5)
+    xc = x.clone().requires_grad_()
+    torch.ops.tpu.q_linear(xc, raw, qtype, n, act_bits).backward(g)  # the CPU path: same C++ autograd
+    torch.testing.assert_close(xc.grad, g @ w, rtol=1e-5, atol=1e-5)
+    # gradcheck-style: the directional derivative of the float path matches in double
+    if act_bits == 32:
+        v = torch.randn_like(x)
+        eps = 1e-2
+        fd = (torch.ops.tpu.q_linear((x + eps * v).to("tpu"), raw.to("tpu"), qtype, n).cpu()
+              - torch.ops.tpu.q_linear((x - eps * v).to("tpu"), raw.to("tpu"), qtype, n).cpu()) / (2 * eps)
+        torch.testing.assert_close((fd * g).sum(), (xt.grad.cpu() * v).sum(), rtol=2e-3, atol=2e-3)
+
+
+def test_q_linear_act8_under_compile():
+    """torch.compile (FakeTensor through the C++ Meta kernel) keeps act_bits."""
+    n, k = 32, 96
+    raw = random_blocks(2, n, k).to("tpu")
+    layer = quant.QuantLinear(raw, 2, k, n, act_bits=8)
+    x = torch.randn(1, k).to("tpu")
+    eager = layer(x).cpu()
+    compiled = torch.compile(layer, backend="tpu")(x).cpu()
+    torch.testing.assert_close(compiled, eager, rtol=1e-6, atol=1e-6)
+    assert not torch.equal(eager, quant.QuantLinear(raw, 2, k, n)(x).cpu())

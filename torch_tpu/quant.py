@@ -8,22 +8,27 @@ swaps a loaded model's ``nn.Linear`` layers for :class:`QuantLinear` layers
 that hold the GGUF file's raw blocks (Q4_0, Q4_1, Q8_0, Q4_K, Q6_K) as a uint8 tensor on
 the device and run ``torch.ops.tpu.q_linear`` (runtime/kernels/quant.c):
 y = x @ W^T with the weights dequantized inside the kernel, activations in
-float32 (bfloat16/float16 inputs are computed in float32 and cast back).
+float32 (bfloat16/float16 inputs are computed in float32 and cast back), or,
+with ``act_bits=8`` (QuantLinear.act_bits, :func:`set_activation_bits`), for
+Q4_0/Q4_1/Q8_0 weights and decode-sized inputs, activations quantized to
+int8 per block of 32 and integer dot products (an error bound in quant.c).
 
 Float checkpoints (safetensors) get the same layers by quantizing their weights:
 :func:`quantize_weights` (int8 -> Q8_0 blocks, int4 -> Q4_1 blocks, groups of 32
 weights with float16 scales) on a loaded model, or at load time through
 Transformers' ``quantization_config=torch_tpu.quant.WeightOnlyConfig(bits=4)``.
 
-The op is defined here (schema + Meta function); its tpu kernel is found by
-the bridge's boxed path under the name "tpu::q_linear". A CPU kernel
-(dequantize, then ``F.linear``) lets a quantized layer run off the device.
+The ops (schemas, Meta and Autograd kernels) are defined in C++
+(torch_tpu/csrc/aten/quant.cpp); their tpu kernels are found by the bridge's
+boxed path under the names "tpu::q_linear" and "tpu::q_dequantize". CPU
+kernels (dequantize, then ``F.linear``), registered here, let a quantized
+layer run off the device.
 """
 import numpy as np
 import torch
 import torch.nn.functional as F
 
-__all__ = ["QuantLinear", "dequantize", "quantize_from_gguf", "quantize_weights", "quantize_blocks",
+__all__ = ["QuantLinear", "set_activation_bits", "quantize_activations", "dequantize", "quantize_from_gguf", "quantize_weights", "quantize_blocks",
            "WeightOnlyConfig", "QTYPES"]
 
 # GGML type id -> (name, bytes per block); blocks of 32 weights, super-blocks of 256 for *_K
@@ -34,37 +39,56 @@ _BLOCK = 32
 def block_size(qtype):
     return 256 if qtype in (12, 14) else 32
 
-_lib = torch.library.Library("tpu", "FRAGMENT")
-_lib.define("q_linear(Tensor x, Tensor qweight, int qtype, int out_features) -> Tensor")
+# The ops tpu::q_linear and tpu::q_dequantize, their Meta kernels and q_linear's
+# Autograd kernel are defined in C++ (torch_tpu/csrc/aten/quant.cpp), so an eager call
+# on the device does not go through Python; only the CPU kernels are registered here.
+_lib = torch.library.Library("tpu", "IMPL")
 
 
-def _q_linear_meta(x, qweight, qtype, out_features):
-    torch._check(qtype in QTYPES, lambda: f"tpu::q_linear: quantization type {qtype} is not supported")
-    torch._check(x.dtype == torch.float32, lambda: f"tpu::q_linear: x must be float32, got {x.dtype}")
-    torch._check(qweight.dtype == torch.uint8, lambda: "tpu::q_linear: qweight must be uint8")
-    return x.new_empty(tuple(x.shape[:-1]) + (out_features,))
-
-
-def _q_linear_cpu(x, qweight, qtype, out_features):
-    w = dequantize(qweight, qtype, x.shape[-1])
+def _q_linear_cpu(x, qweight, qtype, out_features, act_bits=32):
+    # act_bits = 8 quantizes x per block of 32 on the CPU too (the same quantity as the kernel)
+    if act_bits not in (8, 32):
+        raise RuntimeError(f"tpu::q_linear: act_bits must be 32 (float32 activations) or 8 "
+                           f"(int8 activations), got {act_bits}")
+    k = x.shape[-1]
+    w = _dequantize_py(qweight, qtype, k)
+    if act_bits == 8 and qtype in (2, 3, 8) and x.numel() // max(k, 1) <= ACT8_MAX_ROWS:
+        xh = quantize_activations(x)
+        if qtype == 3:  # Q4_1: d * nib on the quantized x, the min term on the exact x
+            n, nb = qweight.shape[0], k // _BLOCK
+            qz = qweight.reshape(n, nb, 20).clone()
+            m = _f16(qz, 2).reshape(n, nb)
+            qz[..., 2:4] = 0  # min 0: d * nib exactly
+            wd = _dequantize_py(qz.reshape(n, -1), qtype, k)
+            return F.linear(xh, wd) + x.reshape(*x.shape[:-1], nb, _BLOCK).sum(-1) @ m.T
+        return F.linear(xh, w)
     return F.linear(x, w)
 
 
-def _q_linear_setup(ctx, inputs, output):
-    x, qweight, qtype, _ = inputs
-    ctx.qweight, ctx.qtype, ctx.in_features = qweight, qtype, x.shape[-1]
+def _q_dequantize_cpu(qweight, qtype, in_features):
+    return _dequantize_py(qweight, qtype, in_features)
 
 
-def _q_linear_backward(ctx, grad):
-    # dL/dx = grad @ W with W dequantized on the weights' device; the blocks get no gradient.
-    w = dequantize(ctx.qweight, ctx.qtype, ctx.in_features)
-    return grad @ w, None, None, None
-
-
-_lib.impl("q_linear", _q_linear_meta, "Meta")
 _lib.impl("q_linear", _q_linear_cpu, "CPU")
-torch.library.register_autograd("tpu::q_linear", _q_linear_backward, setup_context=_q_linear_setup)
+_lib.impl("q_dequantize", _q_dequantize_cpu, "CPU")
 _Q_LINEAR = torch.ops.tpu.q_linear.default
+_Q_DEQUANTIZE = torch.ops.tpu.q_dequantize.default
+
+ACT8_MAX_ROWS = 4  # TPU_QU_ACT8_MAXM (runtime/kernels/quant.h): more rows of x stay float32
+
+
+def quantize_activations(x: torch.Tensor) -> torch.Tensor:
+    """x (float32 [..., K], K a multiple of 32) as act_bits=8 sees it: per block of 32,
+    d = max|x| / 127 (float32), q = round-half-even(x * (1 / d)), returned as d * q in float32
+    (a block of zeros stays zero; a block with inf or nan becomes nan)."""
+    xb = x.float().reshape(*x.shape[:-1], x.shape[-1] // _BLOCK, _BLOCK)
+    amax = xb.abs().amax(-1, keepdim=True)
+    d = amax / 127
+    inv = torch.where(d != 0, 1.0 / d, torch.zeros_like(d))
+    q = torch.round(xb * inv).clamp(-127, 127)
+    bad = ~torch.isfinite(xb).all(-1, keepdim=True)
+    out = torch.where(bad, torch.full_like(xb, float("nan")), q * d)
+    return out.reshape(x.shape)
 
 
 def _f16(b, off):
@@ -95,7 +119,14 @@ def _dequantize_k(q, qtype):
 
 
 def dequantize(qweight: torch.Tensor, qtype: int, in_features: int) -> torch.Tensor:
-    """float32 [N, in_features] from raw blocks [N, in_features / block * block_bytes], on qweight's device."""
+    """float32 [N, in_features] from raw blocks [N, in_features / block * block_bytes], on qweight's device
+    (the tpu::q_dequantize kernel there; the same values as on the CPU)."""
+    if qweight.device.type == "tpu":
+        return _Q_DEQUANTIZE(qweight.contiguous(), qtype, in_features)
+    return _dequantize_py(qweight, qtype, in_features)
+
+
+def _dequantize_py(qweight, qtype, in_features):
     name, bb = QTYPES[qtype]
     q = qweight.reshape(qweight.shape[0], in_features // block_size(qtype), bb)
     if qtype in (12, 14):
@@ -113,17 +144,25 @@ def dequantize(qweight: torch.Tensor, qtype: int, in_features: int) -> torch.Ten
 class QuantLinear(torch.nn.Module):
     """``nn.Linear`` with GGUF-block weights: ``qweight`` uint8 [out, in / block * block_bytes]
     (block: 32 weights, 256 for Q4_K/Q6_K). The blocks are frozen: gradients reach x (and bias),
-    as for a frozen base layer under LoRA, never qweight."""
+    as for a frozen base layer under LoRA, never qweight.
 
-    def __init__(self, qweight: torch.Tensor, qtype: int, in_features: int, out_features: int, bias=None):
+    ``act_bits`` (32 or 8) is passed to ``tpu::q_linear``: 8 quantizes the activations to int8
+    per block of 32 for Q4_0/Q4_1/Q8_0 weights and at most ACT8_MAX_ROWS rows of x (decode),
+    with integer dot products; see :func:`set_activation_bits`."""
+
+    def __init__(self, qweight: torch.Tensor, qtype: int, in_features: int, out_features: int, bias=None,
+                 act_bits: int = 32):
         super().__init__()
         if qtype not in QTYPES:
             raise ValueError(f"unsupported GGUF quantization type {qtype}")
+        if act_bits not in (8, 32):
+            raise ValueError(f"QuantLinear: act_bits must be 32 or 8, got {act_bits!r}")
         bb, qk = QTYPES[qtype][1], block_size(qtype)
         if in_features % qk or tuple(qweight.shape) != (out_features, in_features // qk * bb):
             raise ValueError(f"qweight {tuple(qweight.shape)} does not hold [{out_features}, {in_features}] "
                              f"{QTYPES[qtype][0]} weights")
         self.in_features, self.out_features, self.qtype = in_features, out_features, qtype
+        self.act_bits = act_bits
         self.register_buffer("qweight", qweight.contiguous())
         self.bias = bias
 
@@ -131,13 +170,27 @@ class QuantLinear(torch.nn.Module):
         xf = x if x.dtype == torch.float32 else x.float()
         if not xf.is_contiguous():
             xf = xf.contiguous()
-        y = _Q_LINEAR(xf, self.qweight, self.qtype, self.out_features)
+        y = _Q_LINEAR(xf, self.qweight, self.qtype, self.out_features, self.act_bits)
         if self.bias is not None:
             y = y + self.bias.float()
         return y if y.dtype == x.dtype else y.to(x.dtype)
 
     def extra_repr(self):
-        return f"in_features={self.in_features}, out_features={self.out_features}, qtype={QTYPES[self.qtype][0]}"
+        r = f"in_features={self.in_features}, out_features={self.out_features}, qtype={QTYPES[self.qtype][0]}"
+        return r if self.act_bits == 32 else r + f", act_bits={self.act_bits}"
+
+
+def set_activation_bits(model: torch.nn.Module, bits: int) -> int:
+    """Sets ``act_bits`` (32: float32 activations; 8: int8 activations per block of 32, see
+    QuantLinear) on every QuantLinear of `model`; returns how many layers it set."""
+    if bits not in (8, 32):
+        raise ValueError(f"set_activation_bits: bits must be 32 or 8, got {bits!r}")
+    n = 0
+    for m in model.modules():
+        if isinstance(m, QuantLinear):
+            m.act_bits = bits
+            n += 1
+    return n
 
 
 # ---- a minimal GGUF reader: metadata scalars and tensor infos, data as a memmap ----------

@@ -2,15 +2,37 @@
  * weights stay in GGUF block formats on the device (see tpu/kernels.h for
  * the ABI, kernels/quant.h for the formats).
  *
- *   tpu::q_linear(Tensor x, Tensor qweight, int qtype, int out_features) -> y
+ *   tpu::q_linear(Tensor x, Tensor qweight, int qtype, int out_features,
+ *                 int act_bits=32) -> y
+ *   tpu::q_dequantize(Tensor qweight, int qtype, int in_features) -> W
  *
  * y = x @ W^T with W [N = out_features, K] stored as `qweight`, a contiguous
  * uint8 tensor [N, K / block * block_bytes] of raw blocks (Q4_0, Q4_1, Q8_0:
  * blocks of 32; Q4_K, Q6_K: super-blocks of 256); x [..., K] float32,
- * contiguous, K a multiple of the block; y [..., N] float32, contiguous. Activations
- * stay float32: each weight is dequantized exactly (the scale's f16 value
- * times the integer, plus the min for Q4_1) and multiplied in float32, so y
- * differs from x @ dequantize(W)^T only by the order of float32 sums.
+ * contiguous, K a multiple of the block; y [..., N] float32, contiguous.
+ *
+ * act_bits = 32 (the default): activations stay float32: each weight is
+ * dequantized exactly (the scale's f16 value times the integer, plus the min
+ * for Q4_1) and multiplied in float32, so y differs from x @ dequantize(W)^T
+ * only by the order of float32 sums.
+ *
+ * act_bits = 8: for Q4_0, Q4_1 and Q8_0 weights and at most TPU_QU_ACT8_MAXM
+ * rows of x (decode), x is quantized once per call, per block of 32 values:
+ * d_x = max|x_j| / 127 (float32), q_j = round-to-nearest-even(x_j / d_x) in
+ * [-127, 127] (d_x = 0, q = 0 for a block of zeros; a block holding an inf
+ * or NaN gets d_x = NaN, so the rows it reaches are NaN). Each block's dot
+ * product is then an integer one, sum_j nib_j * q_j (Q8_0: int8 * int8),
+ * scaled by d_w * d_x in float32. Q4_0 subtracts 8 * d_w * d_x * sum_j q_j;
+ * Q4_1 adds m * sum_j x_j with the exact float32 sum of x (not of q). So y
+ * is x_hat @ W^T up to float32 rounding, x_hat_j = d_x * q_j (Q4_1: with the
+ * min term on the exact x), and |y - x @ W^T| <= sum over blocks of
+ * d_x / 2 * sum_j |w_j - c| (c = m for Q4_1, else 0) plus float32 rounding.
+ * Q4_K, Q6_K and more rows of x take the exact float path (act_bits is then
+ * accepted and has no effect). Other values of act_bits are an error.
+ *
+ * q_dequantize: W float32 [N, in_features], each weight as the
+ * exact path multiplies it (tpu_k_qu_dequant_block), rows split over the
+ * thread pool; the backward of q_linear (grad_x = grad @ W) uses it.
  *
  * One row of x (decode) runs a fused dequantize-and-dot per output row; more
  * rows (prefill) dequantize 256 weights of a row at a time into a stack
@@ -19,6 +41,9 @@
  * AVX2 + FMA + F16C one (arch/x86_64/quant_avx2.c), chosen at run time.
  * Q4_K and Q6_K take a simpler path for now: each super-block is
  * dequantized by the portable code into a buffer, then dotted (AVX2). */
+#include <float.h>
+#include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "kernels/kutil.h"
@@ -152,6 +177,67 @@ static void qu_gemm_portable(void* vctx, int64_t n0, int64_t n1) {
   }
 }
 
+/* act_bits = 8: the nb blocks of 32 floats at x -> int8 q, scale d and the
+ * per-block term s of tpu_qu_ctx_t (xs). */
+static void qu_quantize_x(int qtype, const float* x, int64_t nb, int8_t* q, float* d, float* s) {
+  for (int64_t b = 0; b < nb; ++b, x += 32, q += 32) {
+    float amax = 0.0f, sum = 0.0f;
+    bool finite = true;
+    for (int j = 0; j < 32; ++j) {
+      float a = fabsf(x[j]);
+      if (!(a <= FLT_MAX)) finite = false;
+      if (a > amax) amax = a;
+      sum += x[j];
+    }
+    if (!finite) {
+      memset(q, 0, 32);
+      d[b] = NAN;
+      s[b] = NAN;
+      continue;
+    }
+    float db = amax / 127.0f;
+    float id = db != 0.0f ? 1.0f / db : 0.0f;
+    int32_t isum = 0;
+    for (int j = 0; j < 32; ++j) {
+      float r = nearbyintf(x[j] * id);
+      int32_t v = r > 127.0f ? 127 : r < -127.0f ? -127 : (int32_t)r;
+      q[j] = (int8_t)v;
+      isum += v;
+    }
+    d[b] = db;
+    s[b] = qtype == TPU_QU_Q4_1 ? sum : 8.0f * db * (float)isum;
+  }
+}
+
+/* act_bits = 8, portable: an integer dot product per block. */
+static void qu_gemv_a8_portable(void* vctx, int64_t n0, int64_t n1) {
+  const tpu_qu_ctx_t* c = (const tpu_qu_ctx_t*)vctx;
+  const int64_t nb = c->K / TPU_QU_BLOCK;
+  for (int64_t n = n0; n < n1; ++n) {
+    for (int64_t m = 0; m < c->M; ++m) {
+      const uint8_t* p = c->w + n * c->row_bytes;
+      const int8_t* q = c->xq + m * c->K;
+      const float* xd = c->xd + m * nb;
+      const float* xs = c->xs + m * nb;
+      float acc = 0.0f;
+      for (int64_t b = 0; b < nb; ++b, p += c->block_bytes, q += 32) {
+        int32_t dot = 0;
+        float dw = qu_f16(p);
+        if (c->qtype == TPU_QU_Q8_0) {
+          for (int j = 0; j < 32; ++j) dot += (int32_t)(int8_t)p[2 + j] * q[j];
+        } else {
+          const uint8_t* qs = p + (c->qtype == TPU_QU_Q4_1 ? 4 : 2);
+          for (int j = 0; j < 16; ++j) dot += (int32_t)(qs[j] & 15) * q[j] + (int32_t)(qs[j] >> 4) * q[j + 16];
+        }
+        acc += dw * xd[b] * (float)dot;
+        if (c->qtype == TPU_QU_Q4_1) acc += qu_f16(p + 2) * xs[b];
+        if (c->qtype == TPU_QU_Q4_0) acc -= dw * xs[b];
+      }
+      c->y[m * c->N + n] = acc;
+    }
+  }
+}
+
 #if defined(__x86_64__) && defined(__GNUC__)
 #define QU_X86 1
 #else
@@ -172,6 +258,10 @@ static tpu_status_t qu_parse(const tpu_k_call_t* call, tpu_qu_ctx_t* c) {
                   "quantization type %d is not supported (Q4_0 = 2, Q4_1 = 3, Q8_0 = 8, Q4_K = 12, Q6_K = 14)", qtype),
         "%s", call->op);
   const int64_t QK = qu_block(qtype);
+  int64_t act_bits = tpu_ku_int(call, 4, 32);
+  if (act_bits != 32 && act_bits != 8)
+    return TPU_KU_INVALID(call, "act_bits must be 32 (float32 activations) or 8 (int8 activations), got %lld",
+                          (long long)act_bits);
   if (x->dtype != TPU_DTYPE_F32) return tpu_ku_unsupported_dtype(call, x->dtype);
   if (w->dtype != TPU_DTYPE_U8)
     return TPU_KU_INVALID(call, "qweight must be uint8 (raw %s blocks), got %s", qu_name(qtype),
@@ -201,6 +291,7 @@ static tpu_status_t qu_parse(const tpu_k_call_t* call, tpu_qu_ctx_t* c) {
   }
   if (c) {
     c->qtype = qtype;
+    c->act_bits = (int)act_bits;
     c->M = M;
     c->N = N;
     c->K = K;
@@ -225,17 +316,115 @@ static tpu_status_t qu_run(const tpu_k_call_t* call) {
     memset(c.y, 0, (size_t)(c.M * c.N) * sizeof(float));
     return TPU_OK;
   }
+  int64_t per_row = c.K * (c.M < 8 ? c.M : 8);
+  int64_t grain = per_row >= QU_GRAIN ? 1 : QU_GRAIN / per_row;
+  if (c.act_bits == 8 && c.block == TPU_QU_BLOCK && c.M <= TPU_QU_ACT8_MAXM) {
+    const int64_t nb = c.K / TPU_QU_BLOCK;
+    void* scratch = malloc((size_t)(c.M * c.K) + 2 * sizeof(float) * (size_t)(c.M * nb));
+    if (!scratch)
+      return TPU_ERROR(TPU_STATUS_OUT_OF_MEMORY, "%s: out of host memory for the int8 activations [%lld, %lld]",
+                       call->op, (long long)c.M, (long long)c.K);
+    float* xd = (float*)scratch;
+    float* xs = xd + c.M * nb;
+    int8_t* xq = (int8_t*)(xs + c.M * nb);
+    tpu_parallel_fn_t fn = qu_gemv_a8_portable;
+    void (*quantize)(int, const float*, int64_t, int8_t*, float*, float*) = qu_quantize_x;
+#if QU_X86
+    if (tpu_ku_use_avx2()) {
+      fn = tpu_k_avx2_qu_gemv_a8;
+      quantize = tpu_k_avx2_qu_quantize_x;
+    }
+#endif
+    for (int64_t m = 0; m < c.M; ++m) quantize(c.qtype, c.x + m * c.K, nb, xq + m * c.K, xd + m * nb, xs + m * nb);
+    c.xq = xq;
+    c.xd = xd;
+    c.xs = xs;
+    tpu_parallel_for(call->pool, c.N, grain, fn, &c);
+    free(scratch);
+    return TPU_OK;
+  }
   tpu_parallel_fn_t fn = qu_gemm_portable;
 #if QU_X86
   if (tpu_ku_use_avx2()) fn = c.M == 1 ? tpu_k_avx2_qu_gemv : tpu_k_avx2_qu_gemm;
 #endif
-  int64_t per_row = c.K * (c.M < 8 ? c.M : 8);
-  int64_t grain = per_row >= QU_GRAIN ? 1 : QU_GRAIN / per_row;
   tpu_parallel_for(call->pool, c.N, grain, fn, &c);
+  return TPU_OK;
+}
+
+/* ---- tpu::q_dequantize ------------------------------------------------------------ */
+
+typedef struct {
+  int qtype;
+  int64_t K, block, block_bytes, row_bytes;
+  const uint8_t* w;
+  float* y;
+} qu_deq_ctx_t;
+
+static void qu_deq_rows(void* vctx, int64_t n0, int64_t n1) {
+  const qu_deq_ctx_t* c = (const qu_deq_ctx_t*)vctx;
+  for (int64_t n = n0; n < n1; ++n)
+    for (int64_t b = 0; b < c->K / c->block; ++b)
+      tpu_k_qu_dequant_block(c->qtype, c->w + n * c->row_bytes + b * c->block_bytes, c->y + n * c->K + b * c->block);
+}
+
+static tpu_status_t qu_deq_parse(const tpu_k_call_t* call, qu_deq_ctx_t* c) {
+  const tpu_tensor_t* w = tpu_ku_tensor(call, 0);
+  if (!w) return TPU_KU_INVALID(call, "expected a tensor qweight");
+  int qtype = (int)tpu_ku_int(call, 1, -1);
+  int64_t K = tpu_ku_int(call, 2, -1);
+  int64_t bb = qu_block_bytes(qtype);
+  if (bb == 0)
+    return tpu_status_annotate(
+        TPU_ERROR(TPU_STATUS_UNIMPLEMENTED,
+                  "quantization type %d is not supported (Q4_0 = 2, Q4_1 = 3, Q8_0 = 8, Q4_K = 12, Q6_K = 14)", qtype),
+        "%s", call->op);
+  const int64_t QK = qu_block(qtype);
+  if (w->dtype != TPU_DTYPE_U8)
+    return TPU_KU_INVALID(call, "qweight must be uint8 (raw %s blocks), got %s", qu_name(qtype),
+                          tpu_dtype_name((tpu_dtype_t)w->dtype));
+  if (K < 0 || K % QK != 0)
+    return TPU_KU_INVALID(call, "in_features %lld is not a multiple of the %s block size %lld", (long long)K,
+                          qu_name(qtype), (long long)QK);
+  int64_t row_bytes = K / QK * bb;
+  if (w->ndim != 2 || w->sizes[1] != row_bytes || !tpu_tensor_is_contiguous(w))
+    return TPU_KU_INVALID(call, "qweight must be a contiguous [N, %lld] tensor of %lld %s weights per row",
+                          (long long)row_bytes, (long long)K, qu_name(qtype));
+  int64_t N = w->sizes[0];
+  if (call->outputs && call->num_outputs >= 1) {
+    const tpu_tensor_t* y = &call->outputs[0];
+    if (y->dtype != TPU_DTYPE_F32 || !tpu_tensor_is_contiguous(y) || y->ndim != 2 || y->sizes[0] != N ||
+        y->sizes[1] != K)
+      return TPU_KU_INVALID(call, "output must be a contiguous float32 [%lld, %lld] tensor", (long long)N,
+                            (long long)K);
+    if (c) c->y = (float*)y->data;
+  }
+  if (c) {
+    c->qtype = qtype;
+    c->K = K;
+    c->block = QK;
+    c->block_bytes = bb;
+    c->row_bytes = row_bytes;
+    c->w = (const uint8_t*)w->data;
+  }
+  return TPU_OK;
+}
+
+static tpu_status_t qu_deq_check(const tpu_k_call_t* call) { return qu_deq_parse(call, NULL); }
+
+static tpu_status_t qu_deq_run(const tpu_k_call_t* call) {
+  qu_deq_ctx_t c;
+  memset(&c, 0, sizeof(c));
+  TPU_RETURN_IF_ERROR(qu_deq_parse(call, &c));
+  const tpu_tensor_t* w = tpu_ku_tensor(call, 0);
+  int64_t N = w->sizes[0];
+  if (N == 0 || c.K == 0) return TPU_OK;
+  if (!c.y) return TPU_KU_INVALID(call, "missing output");
+  tpu_parallel_for(call->pool, N, c.K >= QU_GRAIN ? 1 : QU_GRAIN / c.K, qu_deq_rows, &c);
   return TPU_OK;
 }
 
 const tpu_k_entry_t tpu_k_quant_entries[] = {
     {"tpu::q_linear", qu_run, qu_check, 0, NULL},
+    {"tpu::q_dequantize", qu_deq_run, qu_deq_check, 0, NULL},
 };
 const size_t tpu_k_quant_count = sizeof(tpu_k_quant_entries) / sizeof(tpu_k_quant_entries[0]);

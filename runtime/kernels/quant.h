@@ -50,7 +50,17 @@ typedef struct {
   const float* x;       /* contiguous [M, K] */
   const uint8_t* w;     /* contiguous [N, row_bytes] */
   float* y;             /* contiguous [M, N] */
+  /* act_bits = 8 (Q4_0, Q4_1, Q8_0, M <= TPU_QU_ACT8_MAXM): x quantized once
+   * per call, per block of 32 (see quant.c): */
+  int act_bits;         /* 32 (x in float32) or 8 */
+  const int8_t* xq;     /* [M, K] int8 values q, x ~= xd * q */
+  const float* xd;      /* [M, K / 32] the block's scale d_x = max|x| / 127 */
+  const float* xs;      /* [M, K / 32] Q4_1: the exact float sum of the block's x;
+                         * Q4_0: 8 * d_x * sum(q) (the -8 offset of the nibbles) */
 } tpu_qu_ctx_t;
+
+/* The most rows of x that act_bits = 8 serves; more rows take the float path. */
+#define TPU_QU_ACT8_MAXM 4
 
 /* Row engines: compute y[:, n] for n in [n0, n1). Portable ones live in
  * quant.c; the AVX2 + FMA + F16C ones in arch/x86_64/quant_avx2.c. */
@@ -58,6 +68,11 @@ typedef struct {
 void tpu_k_qu_dequant_block(int qtype, const uint8_t* b, float* out);
 
 void tpu_k_avx2_qu_gemv(void* vctx, int64_t n0, int64_t n1);
+/* act_bits = 8: y[:, n0..n1) from c->xq, xd, xs (AVX2 integer dot products). */
+void tpu_k_avx2_qu_gemv_a8(void* vctx, int64_t n0, int64_t n1);
+/* act_bits = 8: the nb blocks of 32 floats at x -> q, d, s (see tpu_qu_ctx_t;
+ * the same values as quant.c's portable quantizer, s up to float rounding). */
+void tpu_k_avx2_qu_quantize_x(int qtype, const float* x, int64_t nb, int8_t* q, float* d, float* s);
 void tpu_k_avx2_qu_gemm(void* vctx, int64_t n0, int64_t n1);
 
 #endif /* TPU_KERNELS_QUANT_H_ */

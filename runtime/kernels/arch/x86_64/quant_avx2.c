@@ -4,7 +4,9 @@
  * A block's 32 weights become four vectors of 8 floats: the nibbles (or
  * int8s) are widened to int32 and converted exactly, multiplied with x in
  * float32, and the block's sum is scaled by d (plus m * sum(x) for Q4_1). */
+#include <float.h>
 #include <immintrin.h>
+#include <math.h>
 #include <stdbool.h>
 #include <string.h>
 
@@ -406,6 +408,151 @@ void tpu_k_avx2_qu_gemm(void* vctx, int64_t n0, int64_t n1) {
     for (int64_t m = 0; m < c->M; ++m) {
       qa_panel_dots(buf, rows, K, c->x + m * K, ys);
       memcpy(c->y + m * c->N + n, ys, (size_t)rows * sizeof(float));
+    }
+  }
+}
+
+/* ---- act_bits = 8 (quant.c): int8 activations, integer dot products -----------
+ * Per block: the 32 weights as bytes in their natural order (Q4_0/Q4_1: the
+ * 16 low nibbles, then the 16 high ones, unsigned 0..15; Q8_0: signed), times
+ * the block's 32 int8 q of x through vpmaddubsw (unsigned x signed bytes ->
+ * 16 int16 pair sums, at most 2 * 15 * 127 or, for Q8_0 after moving the
+ * weight's sign onto x, 2 * 128 * 127 < 32768: no saturation) and vpmaddwd
+ * (-> 8 int32), converted to float and scaled by d_w * d_x. */
+
+static inline __m256i qa_nib_bytes(const uint8_t* qs) {
+  const __m128i q = _mm_loadu_si128((const __m128i*)qs);
+  const __m256i v = _mm256_inserti128_si256(_mm256_castsi128_si256(q), _mm_srli_epi16(q, 4), 1);
+  return _mm256_and_si256(v, _mm256_set1_epi8(15));
+}
+
+/* 8 int32 partial sums of u[j] * s[j] (u unsigned bytes, s signed). */
+static inline __m256i qa_dot_us(__m256i u, __m256i s) {
+  return _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1));
+}
+
+/* The block's integer dot product (as 8 int32 lanes) with x's q. */
+static inline __m256i qa_a8_block(const uint8_t* p, __m256i xq, const int qt) {
+  if (qt == TPU_QU_Q8_0) {
+    const __m256i w = _mm256_loadu_si256((const __m256i*)(p + 2));
+    return qa_dot_us(_mm256_sign_epi8(w, w), _mm256_sign_epi8(xq, w));
+  }
+  return qa_dot_us(qa_nib_bytes(p + (qt == TPU_QU_Q4_1 ? 4 : 2)), xq);
+}
+
+/* y[n0..n1) for row m of x; `qt` is a constant in each instantiation. */
+static inline __attribute__((always_inline)) void qa_a8_rows_t(const tpu_qu_ctx_t* c, int64_t m, int64_t n0,
+                                                               int64_t n1, const int qt) {
+  const int64_t nb = c->K / TPU_QU_BLOCK, rb = c->row_bytes;
+  const int64_t bb = qt == TPU_QU_Q4_0 ? 18 : qt == TPU_QU_Q4_1 ? 20 : 34;
+  const int8_t* xq = c->xq + m * c->K;
+  const float* xd = c->xd + m * nb;
+  const float* xs = c->xs + m * nb;
+  float* y = c->y + m * c->N;
+  int64_t n = n0;
+  for (; n + 2 <= n1; n += 2) {
+    const uint8_t* p0 = c->w + n * rb;
+    const uint8_t* p1 = p0 + rb;
+    __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
+    float o0 = 0.0f, o1 = 0.0f;
+    for (int64_t b = 0; b < nb; ++b, p0 += bb, p1 += bb) {
+      __builtin_prefetch(p0 + QA_AHEAD * rb, 0, 0);
+      __builtin_prefetch(p1 + QA_AHEAD * rb, 0, 0);
+      const __m256i x = _mm256_loadu_si256((const __m256i*)(xq + 32 * b));
+      const __m128 s0 = qa_scales(p0), s1 = qa_scales(p1); /* lane 0: d_w, lane 1: m */
+      const __m256 dx = _mm256_broadcast_ss(xd + b);
+      const __m256 i0 = _mm256_cvtepi32_ps(qa_a8_block(p0, x, qt));
+      const __m256 i1 = _mm256_cvtepi32_ps(qa_a8_block(p1, x, qt));
+      a0 = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_broadcastss_ps(s0), dx), i0, a0);
+      a1 = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_broadcastss_ps(s1), dx), i1, a1);
+      if (qt == TPU_QU_Q4_1) {
+        o0 += _mm_cvtss_f32(_mm_movehdup_ps(s0)) * xs[b];
+        o1 += _mm_cvtss_f32(_mm_movehdup_ps(s1)) * xs[b];
+      } else if (qt == TPU_QU_Q4_0) {
+        o0 -= _mm_cvtss_f32(s0) * xs[b];
+        o1 -= _mm_cvtss_f32(s1) * xs[b];
+      }
+    }
+    y[n] = qa_hsum(a0) + o0;
+    y[n + 1] = qa_hsum(a1) + o1;
+  }
+  for (; n < n1; ++n) {
+    const uint8_t* p0 = c->w + n * rb;
+    __m256 a0 = _mm256_setzero_ps();
+    float o0 = 0.0f;
+    for (int64_t b = 0; b < nb; ++b, p0 += bb) {
+      const __m256i x = _mm256_loadu_si256((const __m256i*)(xq + 32 * b));
+      const __m128 s0 = qa_scales(p0);
+      const __m256 i0 = _mm256_cvtepi32_ps(qa_a8_block(p0, x, qt));
+      a0 = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_broadcastss_ps(s0), _mm256_broadcast_ss(xd + b)), i0, a0);
+      if (qt == TPU_QU_Q4_1) o0 += _mm_cvtss_f32(_mm_movehdup_ps(s0)) * xs[b];
+      if (qt == TPU_QU_Q4_0) o0 -= _mm_cvtss_f32(s0) * xs[b];
+    }
+    y[n] = qa_hsum(a0) + o0;
+  }
+}
+
+#define QA_A8_CHUNK 16 /* W rows per pass over the rows of x (they stay in L1) */
+
+void tpu_k_avx2_qu_gemv_a8(void* vctx, int64_t n0, int64_t n1) {
+  const tpu_qu_ctx_t* c = (const tpu_qu_ctx_t*)vctx;
+  for (int64_t n = n0; n < n1; n += QA_A8_CHUNK) {
+    const int64_t e = n1 - n < QA_A8_CHUNK ? n1 : n + QA_A8_CHUNK;
+    for (int64_t m = 0; m < c->M; ++m) {
+      switch (c->qtype) {
+        case TPU_QU_Q4_0: qa_a8_rows_t(c, m, n, e, TPU_QU_Q4_0); break;
+        case TPU_QU_Q4_1: qa_a8_rows_t(c, m, n, e, TPU_QU_Q4_1); break;
+        case TPU_QU_Q8_0: qa_a8_rows_t(c, m, n, e, TPU_QU_Q8_0); break;
+        default: break;
+      }
+    }
+  }
+}
+
+static inline float qa_hmax(__m256 v) {
+  __m128 s = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_max_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_max_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+void tpu_k_avx2_qu_quantize_x(int qtype, const float* x, int64_t nb, int8_t* q, float* d, float* s) {
+  const __m256 sign = _mm256_set1_ps(-0.0f);
+  const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+  for (int64_t b = 0; b < nb; ++b, x += 32, q += 32) {
+    __m256 v[4];
+    __m256 mx = _mm256_setzero_ps(), bad = _mm256_setzero_ps();
+    for (int i = 0; i < 4; ++i) {
+      v[i] = _mm256_loadu_ps(x + 8 * i);
+      mx = _mm256_max_ps(mx, _mm256_andnot_ps(sign, v[i]));
+      bad = _mm256_or_ps(bad, _mm256_cmp_ps(v[i], v[i], _CMP_UNORD_Q));
+    }
+    const float amax = qa_hmax(mx);
+    if (_mm256_movemask_ps(bad) != 0 || !(amax <= FLT_MAX)) {
+      memset(q, 0, 32);
+      d[b] = NAN;
+      s[b] = NAN;
+      continue;
+    }
+    const float db = amax / 127.0f;
+    const __m256 id = _mm256_set1_ps(db != 0.0f ? 1.0f / db : 0.0f);
+    __m256i r[4];
+    for (int i = 0; i < 4; ++i)
+      r[i] = _mm256_cvttps_epi32(
+          _mm256_round_ps(_mm256_mul_ps(v[i], id), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    /* |r| <= 127, so the saturating packs are exact; they interleave the
+     * 128-bit lanes, which the permutation undoes. */
+    const __m256i p = _mm256_packs_epi16(_mm256_packs_epi32(r[0], r[1]), _mm256_packs_epi32(r[2], r[3]));
+    _mm256_storeu_si256((__m256i*)q, _mm256_permutevar8x32_epi32(p, order));
+    d[b] = db;
+    if (qtype == TPU_QU_Q4_1) {
+      s[b] = qa_hsum(_mm256_add_ps(_mm256_add_ps(v[0], v[1]), _mm256_add_ps(v[2], v[3])));
+    } else {
+      const __m256i t = _mm256_add_epi32(_mm256_add_epi32(r[0], r[1]), _mm256_add_epi32(r[2], r[3]));
+      __m128i u = _mm_add_epi32(_mm256_castsi256_si128(t), _mm256_extracti128_si256(t, 1));
+      u = _mm_add_epi32(u, _mm_shuffle_epi32(u, 0x4e));
+      u = _mm_add_epi32(u, _mm_shuffle_epi32(u, 0xb1));
+      s[b] = 8.0f * db * (float)_mm_cvtsi128_si32(u);
     }
   }
 }
