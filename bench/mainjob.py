@@ -4,8 +4,10 @@ Each engine runs in a fresh child process of its own (`python -m bench.mainjob E
 the engines taking turns round by round (the order reversed every other round, so the
 machine's drift falls on all of them), and each child prints one JSON line:
 
-- `tpu`: the main job's default path (`torch_tpu.generate.load` + `run`): the file's
-  Q4_1/Q8_0 blocks on the device, greedy `generate()`;
+- `tpu`: the main job's default path (`torch_tpu.generate.load`, `fuse`, `decode`): the
+  file's Q4_1/Q8_0 blocks on the device, fused kernels, the greedy decode step captured
+  once and replayed (`torch.tpu.graph`);
+- `tpu --act-bits 8`: the same with int8 activations in the quantized products;
 - `tpu --dequantize`: the same on Transformers' dequantized float32 weights;
 - `llama.cpp`: `llama_cpp.Llama` (PyPI `llama-cpp-python`, when installed; skipped
   with a note otherwise), the same file, the same number of threads, greedy;
@@ -22,7 +24,7 @@ import subprocess
 import sys
 import time
 
-ENGINES = ("tpu", "tpu --dequantize", "llama.cpp", "torch CPU")
+ENGINES = ("tpu", "tpu --act-bits 8", "tpu --dequantize", "llama.cpp", "torch CPU")
 PROMPT = "The future of AI is"
 
 
@@ -47,8 +49,12 @@ def _torch_engine(engine, tokens, t_start):
     d, f, _ = _gguf()
     device = "cpu" if engine == "torch CPU" else "tpu"
     torch.set_num_threads(os.cpu_count() or 1)
-    tok, mdl, rep = load(d, f, device, torch.float32, quantized=(engine == "tpu"))
+    tok, mdl, rep = load(d, f, device, torch.float32, quantized=device == "tpu" and "--dequantize" not in engine)
     load_s = time.perf_counter() - t_start
+    if "--act-bits 8" in engine:
+        from torch_tpu.quant import set_activation_bits
+
+        set_activation_bits(mdl, 8)
     if fuse_supported(device):  # what the main job does by default: fused kernels, the captured decode step
         fuse(mdl)
     ids, ttft, tps = decode(tok, mdl, PROMPT, tokens, device, False, log=lambda *a, **k: None)

@@ -260,6 +260,10 @@ def main(argv=None):
     p.add_argument("--dequantize", action="store_true",
                    help="GGUF: use Transformers' dequantized float weights instead of keeping the blocks")
     p.add_argument("--static-cache", action="store_true", help="a StaticCache instead of the DynamicCache")
+    p.add_argument("--act-bits", type=int, choices=[8, 32], default=32,
+                   help="quantized layers: 8 quantizes each 32-block of the activations to int8 for integer dot "
+                        "products (faster; outputs within a stated bound of the float ones, see the README); 32 "
+                        "keeps them float32 (exact products of the stored weights)")
     p.add_argument("--no-fuse", action="store_true",
                    help="tpu: keep Transformers' RMSNorm, rotary and MLP code instead of torch_tpu.optimize()'s "
                         "fused kernels")
@@ -308,6 +312,11 @@ def main(argv=None):
                                                    "no quantized layer" if qrep is not None else f"device {a.device}")
         print(f"[torch_tpu] weights: dequantized to {a.dtype} ({why})")
     print(f"[torch_tpu] weight bytes read per token: {weight_bytes_per_token(mdl) / 2**20:.1f} MiB", flush=True)
+    if a.act_bits != 32:
+        from torch_tpu.quant import set_activation_bits
+
+        print(f"[torch_tpu] activations of {set_activation_bits(mdl, a.act_bits)} quantized layers: int{a.act_bits} "
+              "per 32-block", flush=True)
     if not a.no_fuse and fuse_supported(a.device):
         print(f"[torch_tpu] fused kernels (torch_tpu.optimize, --no-fuse: off): {fuse(mdl)}", flush=True)
     ids, ttft, tps = decode(tok, mdl, a.prompt, a.max_new_tokens, a.device, a.stream, a.decode, a.compile,
