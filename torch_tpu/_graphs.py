@@ -21,7 +21,8 @@ of the captured code is paid once, at capture. As with CUDA graphs:
   capture (``.cpu()``, ``.item()``, printing a tensor, data-dependent shapes,
   an op that falls back to the CPU, ``torch.tpu.synchronize()``) raises
   RuntimeError and spoils the capture; so do ops that draw random numbers
-  (a replay would repeat the draws);
+  (a replay would repeat the draws), and optimizers with capturable=False
+  (Adam, AdamW, ...: their step count stays on the host), as for CUDA;
 * memory the captured code allocated, and memory freed while capturing, is
   held for the graph until ``reset()`` (or the graph is garbage collected);
   tensors created before the capture and used by it must stay alive.
@@ -52,6 +53,27 @@ def is_current_stream_capturing() -> bool:
     return torch.tpu.current_device() in _capturing
 
 
+def _optimizer_capture_check(optimizer, args, kwargs):
+    """Optimizer step pre-hook: PyTorch's own check that an optimizer is
+    `capturable` while a graph is being captured only looks at CUDA. Adam,
+    AdamW, ... with capturable=False keep their step count on the host and bake
+    the bias corrections into the captured work, so replays would silently
+    repeat the captured step's constants."""
+    if not _capturing:
+        return
+    for group in optimizer.param_groups:
+        if group.get("capturable", True):
+            continue
+        if any(p.device.type == "tpu" and p.device.index in _capturing for p in group["params"]):
+            raise RuntimeError(
+                f"torch.tpu.graph: {type(optimizer).__name__}.step() is being captured with capturable=False: its "
+                "step count and bias corrections stay on the host, so replays would reuse the captured ones; "
+                f"create it with capturable=True")
+
+
+_hook = None
+
+
 class TPUGraph:
     """A captured sequence of tpu work (see the module docstring)."""
 
@@ -69,6 +91,11 @@ class TPUGraph:
         if self._capture is not None:
             raise RuntimeError("torch.tpu.TPUGraph: this graph already holds a capture; reset() it first")
         index = _device_index(device)
+        global _hook
+        if _hook is None:
+            from torch.optim.optimizer import register_optimizer_step_pre_hook
+
+            _hook = register_optimizer_step_pre_hook(_optimizer_capture_check)
         _C.capture_begin(index)
         _capturing.add(index)
         self._device = index
