@@ -284,3 +284,40 @@ def test_a_whole_training_step_is_captured_and_replayed():
         with torch.tpu.graph(torch.tpu.TPUGraph()):
             step()
     opt2 = step_fn
+
+
+def test_compiled_graphs_and_large_host_copies_are_captured():
+    def f(x, w):
+        return torch.relu(x @ w).sum(-1) * 2 + x.mean()
+
+    cf = torch.compile(f, backend="tpu")
+    x, w = torch.randn(8, 16, device=DEV), torch.randn(16, 4, device=DEV)
+    cf(x, w)
+    big = torch.randn(3 << 20)  # 12 MiB: above the host driver's staging size, snapshotted anyway
+    t = torch.empty(3 << 20, device=DEV)
+    g = torch.tpu.TPUGraph()
+    with torch.tpu.graph(g):
+        y = cf(x, w)  # one compiled-graph run: one work
+        t.copy_(big)
+    want = big.clone()
+    big.zero_()
+    for _ in range(2):
+        xn = torch.randn(8, 16)
+        x.copy_(xn)
+        g.replay()
+        torch.testing.assert_close(y.cpu(), f(xn, w.cpu()))
+    assert torch.equal(t.cpu(), want)
+    g.reset()
+
+
+def test_capture_on_another_chip():
+    if torch.tpu.device_count() < 2:
+        pytest.skip("needs TORCH_TPU_HOST_DEVICES >= 2")
+    a = torch.ones(3, device="tpu:1")
+    with torch.tpu.device(1):
+        g = torch.tpu.TPUGraph()
+        with torch.tpu.graph(g):
+            b = a * 5
+    g.replay()
+    assert b.device == torch.device("tpu:1") and b.cpu().tolist() == [5.0] * 3
+    g.reset()
