@@ -321,3 +321,28 @@ def test_capture_on_another_chip():
     g.replay()
     assert b.device == torch.device("tpu:1") and b.cpu().tolist() == [5.0] * 3
     g.reset()
+
+
+def test_main_job_decodes_eagerly_when_the_step_cannot_be_captured(capsys):
+    # A model whose step reads a value on the host: the capture is refused twice, the loop
+    # goes on eagerly (saying so) and still gives generate()'s tokens.
+    from torch_tpu.generate import run_graph
+
+    mdl = _tiny_llama()
+    mdl.generation_config.eos_token_id = None
+    tok = _char_tokenizer()
+    with torch.no_grad():
+        ref = mdl.generate(**tok("the cat", return_tensors="pt"), max_new_tokens=6, do_sample=False)
+    mdl = mdl.to(DEV)
+    norm = mdl.model.norm
+    calls = []
+    orig = type(norm).forward
+
+    def reads_host(self, x):
+        calls.append(float(x.abs().max()))  # a sync: refused while capturing
+        return orig(self, x)
+
+    norm.forward = reads_host.__get__(norm)
+    ids, _, _ = run_graph(tok, mdl, "the cat", 6, DEV, False)
+    assert ids.tolist() == ref[0].tolist()
+    assert "could not be captured, decoding eagerly" in capsys.readouterr().err

@@ -123,9 +123,8 @@ def graph_decode_supported(device: str) -> bool:
 
 def run_graph(tok, mdl, prompt: str, max_new_tokens: int, device: str, stream: bool):
     """Greedy generation whose decode step is captured once and replayed
-    (torch.tpu.TPUGraph): prefill, one eager step with a StaticCache, then the
-    step (forward, argmax, next position) is recorded and each further token is
-    one replay. Stops at the model's EOS tokens. Timed as run() times generate():
+    (torch.tpu.TPUGraph): prefill into a StaticCache, then the step (forward,
+    argmax, next position) is recorded and each further token is one replay. Stops at the model's EOS tokens. Timed as run() times generate():
     a one-token generation first (time to first token), then the whole one."""
     import torch
     from transformers import TextStreamer
@@ -143,7 +142,9 @@ def run_graph(tok, mdl, prompt: str, max_new_tokens: int, device: str, stream: b
 
 
 def _greedy_graph(mdl, inputs, max_new_tokens: int, device: str, streamer):
-    """run_graph's loop; returns the new token ids."""
+    """run_graph's loop; returns the new token ids. The step is captured right after
+    the prefill; if that fails (the model's step reads a result on the host or draws
+    random numbers), once more after an eager step, then the loop stays eager."""
     import torch
     from transformers import StaticCache
 
@@ -173,17 +174,32 @@ def _greedy_graph(mdl, inputs, max_new_tokens: int, device: str, streamer):
                 streamer.put(torch.tensor([t]))
             return t not in eos and len(new) < max_new_tokens
 
+        def capture():
+            graph = torch.tpu.TPUGraph()
+            try:
+                with torch.tpu.graph(graph):
+                    step()
+            except RuntimeError as e:  # a host read or random op in the model's step: not capturable
+                return None, e
+            return graph, None
+
         going = take()
-        if going:
-            step()  # eagerly once: lazy set-up happens outside the capture
-            going = take()
         graph = None
         if going:
-            graph = torch.tpu.TPUGraph()
-            with torch.tpu.graph(graph):
+            graph, why = capture()
+            if graph is None:  # once more after an eager step (lazy set-up done), else stay eager
                 step()
+                going = take()
+                if going:
+                    graph, why = capture()
+                if graph is None:
+                    print(f"[torch_tpu] the decode step could not be captured, decoding eagerly: {why}",
+                          file=sys.stderr, flush=True)
         while going:
-            graph.replay()
+            if graph is not None:
+                graph.replay()
+            else:
+                step()
             going = take()
         if graph is not None:
             graph.reset()
