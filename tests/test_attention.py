@@ -153,6 +153,40 @@ def test_no_grad_inference_and_decode():
         _compare(q, k, v, grad=False, enable_gqa=True)
 
 
+@pytest.mark.parametrize("kind", ["tail", "tail_additive", "per_head_holes", "one_key", "none_live", "all_live"])
+def test_decode_over_a_masked_static_cache(kind):
+    # One query row against a cache whose unwritten tail is masked (a StaticCache decode step):
+    # the kernel skips keys past the last live one; results equal the CPU's in every case.
+    torch.manual_seed(3)
+    S = 300
+    q, k, v = _rand(2, 6, 1, 64), _rand(2, 2, S, 64), _rand(2, 2, S, 64)
+    live = torch.zeros(2, 1, 1, S, dtype=torch.bool)
+    live[0, ..., :37] = True
+    live[1, ..., :150] = True
+    if kind == "per_head_holes":
+        live = (torch.rand(2, 6, 1, S) > 0.6) & (torch.arange(S) < 200)
+    elif kind == "one_key":
+        live = torch.zeros(1, 1, 1, S, dtype=torch.bool)
+        live[..., 0] = True
+    elif kind == "none_live":
+        live = torch.zeros(1, 1, 1, S, dtype=torch.bool)
+        live[..., 0] = True
+        live = live.expand(2, 6, 1, S).clone()
+        live[1, 2] = False  # one row sees no key: 0 out on both (the math path's rule)
+    elif kind == "all_live":
+        live = torch.ones(2, 1, 1, S, dtype=torch.bool)
+    mask = live if kind != "tail_additive" else torch.zeros(live.shape).masked_fill(~live, float("-inf"))
+    with torch.no_grad():
+        if kind == "none_live":
+            ref = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True)
+            got = F.scaled_dot_product_attention(q.to("tpu"), k.to("tpu"), v.to("tpu"), attn_mask=mask.to("tpu"),
+                                                 enable_gqa=True).cpu()
+            torch.testing.assert_close(got[0], ref[0], atol=2e-5, rtol=2e-4)
+            assert torch.equal(got[1, 2], torch.zeros_like(got[1, 2]))
+            return
+        _compare(q, k, v, grad=False, enable_gqa=True, attn_mask=mask)
+
+
 def test_unsupported_cases_use_math():
     q = torch.randn(1, 2, 8, 16, device="tpu")
     mask = torch.ones(8, 8, dtype=torch.bool, device="tpu")

@@ -617,7 +617,34 @@ static void at_fwd_dec_merge(const at_dec_t* d, int64_t bh) {
   }
 }
 
-static tpu_status_t at_fwd_dec(const tpu_k_call_t* call, const at_ctx_t* c) {
+/* 1 + the last key any query row may attend to under the mask (0: none).
+ * A decode step over a static cache masks the cache's unwritten tail: the
+ * keys past this are skipped (they would add exp(-inf) = 0). */
+static int64_t at_mask_kmax(const at_ctx_t* c) {
+  int64_t kmax = 0;
+  const int64_t s3 = c->bias.s[3];
+  for (int64_t b = 0; b < c->B; ++b)
+    for (int64_t h = 0; h < c->Hq; ++h)
+      for (int64_t i = 0; i < c->L; ++i) {
+        const char* bp = at_row(&c->bias, b, h, i);
+        for (int64_t j = c->S - 1; j >= kmax; --j)
+          if (at_bias_val(bp + j * s3, c->bias.dt) != -INFINITY) {
+            kmax = j + 1;
+            break;
+          }
+        if (kmax == c->S) return kmax;
+      }
+  return kmax;
+}
+
+static tpu_status_t at_fwd_dec(const tpu_k_call_t* call, const at_ctx_t* full) {
+  at_ctx_t trimmed;
+  const at_ctx_t* c = full;
+  if (full->has_bias) {
+    trimmed = *full;
+    trimmed.S = at_mask_kmax(full);
+    c = &trimmed;
+  }
   const int64_t heads = c->B * c->Hkv, threads = tpu_threadpool_size(call->pool);
   at_dec_t d = {c, 1, c->S, NULL};
   if (heads < 2 * threads && c->S >= 2 * AT_SPLIT_MIN) {
