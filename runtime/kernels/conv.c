@@ -450,6 +450,8 @@ enum {
 /* arch/x86_64/conv_avx2.c */
 void tpu_k_avx2_conv_4x3(const float* const x[3], int64_t C, int64_t cs, const int64_t* toff,
                          int64_t K, const float* const w[4], float* acc);
+void tpu_k_avx2_conv3x3_4x3(const float* const x[3], int64_t C, int64_t cs, int64_t rl,
+                            const float* const w[4], float* acc);
 #endif
 
 /* Portable twin of tpu_k_avx2_conv_4x3 (tests, CPUs without AVX2). */
@@ -594,6 +596,7 @@ static void cv_blk_task(const cv_ctx_t* x, int64_t t) {
     for (int64_t kw = 0; kw < b.KW; ++kw)
       toff[kh * b.KW + kw] = kh * b.dh * b.RL + ((kw * b.dw) % b.sw) * b.PL + (kw * b.dw) / b.sw;
   bool wdirect = cv_blk_w_direct(q, &b);
+  bool k3 = b.KH == 3 && b.KW == 3 && b.sw == 1 && b.dh == 1 && b.dw == 1; /* toff = kh * RL + kw */
   int64_t nv = rows * b.nvr;
   /* output channels per chunk: their weights (packed or not) stay in cache
    * while every vector group of the band runs over them */
@@ -629,7 +632,9 @@ static void cv_blk_task(const cv_ctx_t* x, int64_t t) {
           w[m] = wdirect ? (const float*)(q->w + (g * q->wg + (mc0 + mm) * q->wm) * q->wes) : wp + mm * Cg * K;
         }
 #if defined(__x86_64__)
-        if (q->avx2)
+        if (q->avx2 && k3)
+          tpu_k_avx2_conv3x3_4x3(xp, Cg, CS, b.RL, w, acc);
+        else if (q->avx2)
           tpu_k_avx2_conv_4x3(xp, Cg, CS, toff, K, w, acc);
         else
 #endif
