@@ -85,6 +85,53 @@ def test_conv2d(dtype, cin, cout, groups, stride, padding, dilation, k):
              [x, w, b], dtype)
 
 
+# The blocked path (runtime/kernels/conv.c: no im2col, 4 output channels x 24
+# outputs per register tile) on its own (TORCH_TPU_CONV_PATH=blocked) and as
+# chosen by default: channels 1..80, 1x1 and 3x3 kernels, padding 0/1,
+# stride 1/2, dilation, groups, odd sizes, batch > 1; forward and both
+# gradients (grad_input runs the flipped kernel through the same path).
+BLOCKED_CASES = [
+    # batch, cin, cout, groups, H, W, k, stride, padding, dilation
+    (1, 1, 1, 1, 7, 9, 3, 1, 1, 1),
+    (2, 3, 4, 1, 9, 11, 3, 1, 0, 1),
+    (2, 4, 32, 1, 16, 16, 3, 1, 1, 1),
+    (3, 8, 5, 1, 5, 13, 1, 1, 0, 1),
+    (1, 13, 17, 1, 12, 23, 3, 2, 1, 1),
+    (2, 32, 32, 1, 17, 17, 3, 2, 0, 1),
+    (1, 33, 64, 1, 8, 8, 3, 1, 1, 1),
+    (2, 64, 7, 1, 10, 9, 1, 2, 0, 1),
+    (1, 80, 80, 1, 6, 37, 3, 1, 1, 1),
+    (2, 2, 80, 1, 11, 5, 3, 1, 1, 2),
+    (2, 12, 16, 2, 9, 14, 3, 1, 1, 1),
+    (1, 16, 24, 4, 13, 10, 3, (2, 1), (1, 0), (1, 2)),
+    (2, 24, 40, 1, 40, 40, 3, 1, 1, 1),  # several bands per image
+]
+
+
+@pytest.mark.parametrize("path", ["blocked", "auto"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("case", BLOCKED_CASES, ids=lambda c: "x".join(map(str, c[:7])))
+def test_conv2d_blocked(monkeypatch, path, dtype, case):
+    n, cin, cout, groups, h, w_, k, stride, padding, dilation = case
+    if path == "blocked":
+        monkeypatch.setenv("TORCH_TPU_CONV_PATH", "blocked")
+    else:
+        monkeypatch.delenv("TORCH_TPU_CONV_PATH", raising=False)
+    torch.manual_seed(0)
+    x = torch.randn(n, cin, h, w_)
+    w = torch.randn(cout, cin // groups, k, k) / (cin // groups * k * k) ** 0.5
+    b = torch.randn(cout)
+    run_both(lambda x, w, b: F.conv2d(x, w, b, stride=stride, padding=padding, dilation=dilation, groups=groups),
+             [x, w, b], dtype)
+
+
+def test_conv1d_blocked(monkeypatch):
+    monkeypatch.setenv("TORCH_TPU_CONV_PATH", "blocked")
+    x, w, b = torch.randn(2, 7, 29), torch.randn(9, 7, 3), torch.randn(9)
+    run_both(lambda x, w, b: F.conv1d(x, w, b, padding=1), [x, w, b], torch.float32)
+    run_both(lambda x, w, b: F.conv1d(x, w, b, stride=2, padding=1, dilation=3), [x, w, b], torch.float32)
+
+
 def test_conv2d_no_bias_channels_last_and_same_padding():
     x = torch.randn(2, 8, 10, 10).to(memory_format=torch.channels_last)
     w = torch.randn(12, 8, 3, 3)

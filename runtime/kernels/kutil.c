@@ -520,14 +520,14 @@ void tpu_ku_iter_parallel(const tpu_ku_iter_t* it, tpu_threadpool_t* pool, int64
 }
 
 static const char* const kIsaValues[] = {"generic", "avx2"};
-static const char* const kConvPathValues[] = {"direct", "gemm"};
+static const char* const kConvPathValues[] = {"direct", "gemm", "blocked"};
 static const struct {
   const char* name;
   const char* const* values;
   int32_t n;
 } kEnv[] = {
     [TPU_KU_ENV_KERNEL_ISA] = {"TORCH_TPU_KERNEL_ISA", kIsaValues, 2},
-    [TPU_KU_ENV_CONV_PATH] = {"TORCH_TPU_CONV_PATH", kConvPathValues, 2},
+    [TPU_KU_ENV_CONV_PATH] = {"TORCH_TPU_CONV_PATH", kConvPathValues, 3},
 };
 
 int32_t tpu_ku_env(tpu_ku_env_t var) {

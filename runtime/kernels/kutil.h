@@ -78,7 +78,7 @@ void tpu_ku_store_i64(void* p, int dtype, int64_t v);
  * The kernels' environment variables, each with a fixed list of values:
  * tpu_ku_env(TPU_KU_ENV_x) is the index of the variable's value in its list
  * (TORCH_TPU_KERNEL_ISA: 0 "generic", 1 "avx2"; TORCH_TPU_CONV_PATH: 0
- * "direct", 1 "gemm"), or -1 when it is unset or (after tpu_k_check_environment
+ * "direct", 1 "gemm", 2 "blocked"), or -1 when it is unset or (after tpu_k_check_environment
  * reported it) invalid. */
 typedef enum tpu_ku_env_e { TPU_KU_ENV_KERNEL_ISA = 0, TPU_KU_ENV_CONV_PATH = 1 } tpu_ku_env_t;
 int32_t tpu_ku_env(tpu_ku_env_t var);

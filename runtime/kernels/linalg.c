@@ -331,8 +331,17 @@ static void la_sgemm_task(const la_gemm_t* g, int64_t t) {
       bool same = g->bias.p == g->c.p && g->bias.dt == TPU_DTYPE_F32 && g->bias.bs == g->c.bs &&
                   g->bias.rs == g->c.rs && g->bias.cs == g->c.cs;
       if (!(same && g->beta == 1.0)) {
-        for (int64_t m = m0; m < m1; ++m)
-          for (int64_t n = n0; n < n1; ++n) C[(m - m0) * ldc + (n - n0)] = la_bias_f(g, bi, m, n);
+        if (g->bias.dt == TPU_DTYPE_F32 && g->bias.cs == 1) { /* rows of f32 (a broadcast bias: rs 0) */
+          float beta = (float)g->beta;
+          for (int64_t m = m0; m < m1; ++m) {
+            const float* src = (const float*)la_at(&g->bias, bi, m, n0);
+            float* dst = C + (m - m0) * ldc;
+            for (int64_t n = 0; n < n1 - n0; ++n) dst[n] = beta * src[n];
+          }
+        } else {
+          for (int64_t m = m0; m < m1; ++m)
+            for (int64_t n = n0; n < n1; ++n) C[(m - m0) * ldc + (n - n0)] = la_bias_f(g, bi, m, n);
+        }
       }
       acc0 = true;
     }

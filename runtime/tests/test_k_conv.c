@@ -1,6 +1,7 @@
 /* test_k_conv.c - tpu::conv_fwd / tpu::conv_bwd against a double-precision
  * reference: 1-d/2-d/3-d/4-d, stride, padding, dilation, groups (depthwise),
- * bias, transposed, strided layouts; direct and gemm paths; f32/bf16/f16/f64/int64. */
+ * bias, transposed, strided layouts; direct, gemm and blocked paths (and a
+ * shape sweep for the blocked one); f32/bf16/f16/f64/int64. */
 #define _POSIX_C_SOURCE 200809L
 #include <math.h>
 #include <stdio.h>
@@ -400,6 +401,51 @@ static void test_mask_and_empty(void) {
   fr(&X); fr(&W); fr(&gY); fr(&gW); fr(&X0); fr(&Y0);
 }
 
+/* Shapes for the blocked path (1-D/2-D, 4 output channels x 3 vectors of 8
+ * per register tile): channels 1..80 on both sides, 1x1 and 3x3 kernels,
+ * padding 0/1, stride 1/2, dilation 2, groups, odd and short rows (partial
+ * vectors, fewer than 3 vectors per band), batch > 1, bands split over the
+ * pool, and strided layouts. Every case also runs conv_bwd (its grad_input
+ * is a flipped-kernel forward) and, transposed, conv^T. */
+static void run_blocked_sweep(const int* dts, int ndt) {
+  static const int64_t ch[][2] = {{1, 1}, {3, 4}, {4, 32}, {8, 5}, {13, 17}, {32, 32}, {33, 64}, {64, 7}, {80, 80}, {2, 80}};
+  static const int64_t sp[][2] = {{1, 0}, {1, 1}, {2, 1}, {2, 0}};
+  cfg_t cs[160];
+  int n = 0;
+  for (int i = 0; i < 10; ++i)
+    for (int k = 1; k <= 3; k += 2)
+      for (int j = 0; j < 4; ++j) {
+        int64_t H = 3 + (i * 3 + j) % 7, W = 5 + (i * 5 + j * 3) % 13;
+        if (ch[i][0] * ch[i][1] > 2000 && (i + j) % 2) W = 3; /* keep the reference cheap */
+        cs[n++] = C2(1 + (i + j) % 3, ch[i][0], ch[i][1], 1, H, W, k, k, sp[j][0], sp[j][0], sp[j][1], sp[j][1], 1, 1);
+      }
+  cs[n++] = C2(2, 6, 8, 1, 9, 13, 3, 3, 1, 1, 2, 2, 2, 2);     /* dilation 2 */
+  cs[n++] = C2(1, 8, 12, 2, 7, 11, 3, 3, 1, 1, 1, 1, 1, 1);    /* groups 2 */
+  cs[n++] = C2(2, 16, 16, 4, 6, 9, 3, 3, 2, 1, 1, 0, 1, 2);    /* groups 4, mixed stride/dilation */
+  cs[n++] = C2(3, 5, 9, 1, 11, 37, 3, 3, 1, 1, 1, 1, 1, 1);    /* batch 3, 5 vectors per row */
+  cs[n++] = C2(1, 4, 8, 1, 40, 40, 3, 3, 1, 1, 1, 1, 1, 1);    /* several bands per image */
+  cs[n++] = C2(1, 3, 5, 1, 6, 8, 3, 5, 1, 1, 0, 2, 1, 1);      /* 3x5 kernel, asymmetric padding */
+  cs[n++] = C2(1, 80, 6, 1, 3, 200, 3, 3, 1, 1, 1, 1, 1, 1);   /* band does not fit: other paths */
+  cs[n++] = C1(2, 7, 9, 1, 29, 3, 1, 1, 1);                    /* 1-D */
+  cs[n++] = C1(1, 4, 4, 1, 23, 3, 2, 1, 3);                    /* 1-D, stride 2, dilation 3 */
+  cfg_t l1 = cs[5 * 8 + 1]; l1.layout = 1; cs[n++] = l1;       /* channels-last input */
+  cfg_t l2 = cs[3 * 8 + 6]; l2.layout = 2; cs[n++] = l2;       /* gapped input, permuted weight */
+  int base = n;
+  for (int i = 0; i < base; i += 3) { /* transposed: the backward's own P1/P2 problems */
+    cfg_t t = cs[i];
+    t.transposed = true;
+    bool okop = true;
+    for (int j = 0; j < t.nd; ++j) {
+      int64_t ys = ysize(&t, j);
+      t.op[j] = t.xs[j] - ((ys - 1) * t.s[j] - 2 * t.p[j] + t.d[j] * (t.k[j] - 1) + 1);
+      okop = okop && t.op[j] >= 0 && (t.op[j] < t.s[j] || t.op[j] < t.d[j]);
+    }
+    if (okop) cs[n++] = t;
+  }
+  for (int di = 0; di < ndt; ++di)
+    for (int i = 0; i < n; ++i) run_cfg(&cs[i], dts[di]);
+}
+
 int main(void) {
   if (!tku_start(3)) return 1;
   int all[5] = {TPU_DTYPE_F32, TPU_DTYPE_F64, TPU_DTYPE_BF16, TPU_DTYPE_F16, TPU_DTYPE_I64};
@@ -412,7 +458,14 @@ int main(void) {
   setenv("TORCH_TPU_CONV_PATH", "gemm", 1);
   g_path = "gemm";
   run_all_cfgs(all, 1);
+  int halves[3] = {TPU_DTYPE_F32, TPU_DTYPE_BF16, TPU_DTYPE_F16};
+  setenv("TORCH_TPU_CONV_PATH", "blocked", 1);
+  g_path = "blocked";
+  run_all_cfgs(halves, 3);
+  run_blocked_sweep(halves, 3);
   unsetenv("TORCH_TPU_CONV_PATH");
+  g_path = "auto";
+  run_blocked_sweep(halves, 1);
   tpu_threadpool_destroy(g_pool);
   g_pool = NULL;
   /* single-threaded, portable micro-kernel */
@@ -420,5 +473,9 @@ int main(void) {
   g_path = "generic-1thread";
   int f32[1] = {TPU_DTYPE_F32};
   run_all_cfgs(f32, 1);
+  setenv("TORCH_TPU_CONV_PATH", "blocked", 1); /* the portable 4x3 tile */
+  g_path = "blocked-generic-1thread";
+  run_blocked_sweep(f32, 1);
+  unsetenv("TORCH_TPU_CONV_PATH");
   return TEST_REPORT();
 }

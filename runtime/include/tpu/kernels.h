@@ -176,7 +176,7 @@ typedef struct tpu_k_entry_t {
 /* Finds the native kernel of an op; NULL when there is none. */
 const tpu_k_entry_t* tpu_k_lookup(const char* name);
 /* Checks the kernels' environment variables: TORCH_TPU_KERNEL_ISA ("generic"
- * or "avx2") and TORCH_TPU_CONV_PATH ("direct" or "gemm"). INVALID_ARGUMENT
+ * or "avx2") and TORCH_TPU_CONV_PATH ("direct", "gemm" or "blocked"). INVALID_ARGUMENT
  * naming the variable and its value for anything else (the kernels read an
  * invalid value as unset: call this once at start-up to report it). */
 tpu_status_t tpu_k_check_environment(void);
