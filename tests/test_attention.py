@@ -187,6 +187,44 @@ def test_decode_over_a_masked_static_cache(kind):
         _compare(q, k, v, grad=False, enable_gqa=True, attn_mask=mask)
 
 
+@pytest.mark.parametrize("case", ["gqa_folded", "gqa_folded_bf16", "causal_rows", "causal_rows_gqa",
+                                  "prefill_tail", "prefill_dead_rows"])
+def test_few_rows_and_prefill_over_a_masked_cache(case):
+    # Transformers folds a GQA decode's query heads into rows ([B, Hkv, G, E] against
+    # [B, Hkv, S, E], one broadcast additive mask row): few rows per kv head take the
+    # decode kernel, and every forward skips keys past the last one the mask leaves
+    # live (a prefill into a static cache); causal rows on the decode kernel; equal to
+    # the CPU's math path, gradients included (the backward reads every key).
+    torch.manual_seed(5)
+    dtype = torch.bfloat16 if case.endswith("bf16") else torch.float32
+    S = 300
+    if case.startswith("gqa_folded"):
+        q, k, v = _rand(2, 3, 3, 64, dtype=dtype), _rand(2, 3, S, 64, dtype=dtype), _rand(2, 3, S, 64, dtype=dtype)
+        live = torch.arange(S) < torch.tensor([41, 133]).view(2, 1, 1, 1)
+        kw = {"attn_mask": torch.zeros(live.shape).masked_fill(~live, float("-inf")).to(dtype)}
+        grad = False
+    elif case.startswith("causal_rows"):
+        hq = 4 if case.endswith("gqa") else 2
+        q, k, v = _rand(1, hq, 4, 32), _rand(1, 2, 4, 32), _rand(1, 2, 4, 32)
+        kw = {"is_causal": True, "enable_gqa": True}
+        grad = True
+    else:
+        n = 20
+        q, k, v = _rand(1, 4, n, 64), _rand(1, 2, S, 64), _rand(1, 2, S, 64)
+        live = torch.ones(n, n, dtype=torch.bool).tril()
+        live = torch.cat([live, torch.zeros(n, S - n, dtype=torch.bool)], 1).expand(1, 1, n, S).clone()
+        if case == "prefill_dead_rows":
+            live[..., 7, :] = False
+        kw = {"attn_mask": live, "enable_gqa": True}
+        grad = case == "prefill_tail"
+    if grad:
+        ops = _compare(q, k, v, **kw)
+    else:
+        with torch.no_grad():
+            ops = _compare(q, k, v, dtype=dtype, grad=False, **kw)
+    assert FWD in ops
+
+
 def test_unsupported_cases_use_math():
     q = torch.randn(1, 2, 8, 16, device="tpu")
     mask = torch.ones(8, 8, dtype=torch.bool, device="tpu")

@@ -510,7 +510,7 @@ static void at_fwd_tasks(void* vctx, int64_t t0, int64_t t1) {
 }
 
 /* ---- forward, few query rows per kv head (decoding) ----------------------------------------
- * Decoding one token (L = 1) with at most AT_DR query heads per kv head,
+ * Decoding one token with at most AT_DR query rows per kv head (G heads x L rows),
  * one task takes a kv head's rows against a range of keys with the scores row-major (keys
  * along the vector lanes of the dot products, the softmax and P.V); the
  * transposed 64-row blocks above would leave most lanes of their score
@@ -623,9 +623,11 @@ static void at_fwd_dec_merge(const at_dec_t* d, int64_t bh) {
 static int64_t at_mask_kmax(const at_ctx_t* c) {
   int64_t kmax = 0;
   const int64_t s3 = c->bias.s[3];
-  for (int64_t b = 0; b < c->B; ++b)
-    for (int64_t h = 0; h < c->Hq; ++h)
-      for (int64_t i = 0; i < c->L; ++i) {
+  /* a broadcast (stride-0) dimension of the mask is scanned once */
+  const int64_t nb = c->bias.s[0] ? c->B : 1, nh = c->bias.s[1] ? c->Hq : 1, nl = c->bias.s[2] ? c->L : 1;
+  for (int64_t b = 0; b < nb; ++b)
+    for (int64_t h = 0; h < nh; ++h)
+      for (int64_t i = nl - 1; i >= 0; --i) { /* later rows usually see more keys */
         const char* bp = at_row(&c->bias, b, h, i);
         for (int64_t j = c->S - 1; j >= kmax; --j)
           if (at_bias_val(bp + j * s3, c->bias.dt) != -INFINITY) {
@@ -637,14 +639,7 @@ static int64_t at_mask_kmax(const at_ctx_t* c) {
   return kmax;
 }
 
-static tpu_status_t at_fwd_dec(const tpu_k_call_t* call, const at_ctx_t* full) {
-  at_ctx_t trimmed;
-  const at_ctx_t* c = full;
-  if (full->has_bias) {
-    trimmed = *full;
-    trimmed.S = at_mask_kmax(full);
-    c = &trimmed;
-  }
+static tpu_status_t at_fwd_dec(const tpu_k_call_t* call, const at_ctx_t* c) {
   const int64_t heads = c->B * c->Hkv, threads = tpu_threadpool_size(call->pool);
   at_dec_t d = {c, 1, c->S, NULL};
   if (heads < 2 * threads && c->S >= 2 * AT_SPLIT_MIN) {
@@ -671,7 +666,10 @@ static tpu_status_t at_fwd_run(const tpu_k_call_t* call) {
   at_ctx_t c;
   TPU_RETURN_IF_ERROR(at_parse(call, false, &c));
   if (c.B == 0 || c.Hq == 0 || c.L == 0) return TPU_OK;
-  if (c.L == 1 && c.G <= AT_DR) return at_fwd_dec(call, &c);
+  if (c.has_bias) c.S = at_mask_kmax(&c); /* the forward reads no key past this one */
+  /* Few rows per kv head: one token with its group of query heads, or the
+   * group folded into the rows (Transformers' GQA decode: [B, Hkv, G, E]). */
+  if (c.G * c.L <= AT_DR) return at_fwd_dec(call, &c);
   tpu_parallel_for(call->pool, c.B * c.Hkv * c.nrb, 1, at_fwd_tasks, &c);
   return TPU_OK;
 }

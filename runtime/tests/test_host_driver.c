@@ -10,6 +10,7 @@
 
 #include "test_util.h"
 #include "tpu/hal.h"
+#include "tpu/trace.h"
 
 #define MiB ((uint64_t)1 << 20)
 #define GiB ((uint64_t)1 << 30)
@@ -915,9 +916,24 @@ static void test_capture_replay(void) {
     DVT(d)->deallocate(d, q);
   }
   CHECK_OK(DVT(d)->capture_replay(d, c));
+  CHECK_OK(DVT(d)->synchronize(d)); /* the first replay's steps are not in the trace */
+  CHECK_OK(tpu_trace_start(0)); /* the second replay traced: its work, and a step per recorded work */
   CHECK_OK(DVT(d)->capture_replay(d, c));
   CHECK_OK(DVT(d)->synchronize(d));
+  tpu_trace_stop();
   CHECK(v == 10); /* ((1 + 1) * 2 + 1) * 2 */
+  tpu_trace_event_t* ev = NULL;
+  uint64_t dropped = 1;
+  size_t nev = tpu_trace_take(&ev, &dropped);
+  CHECKF(nev == 3 && dropped == 0, "%zu events", nev);
+  if (nev == 3) {
+    CHECK(ev[0].kind == TPU_TRACE_STEP && ev[1].kind == TPU_TRACE_STEP && ev[2].kind == TPU_TRACE_WORK);
+    CHECK_STREQ(ev[0].name, "add");
+    CHECK_STREQ(ev[1].name, "double");
+    CHECK_STREQ(ev[2].name, "graph replay");
+    CHECK(ev[0].end_ns <= ev[1].start_ns && ev[2].start_ns <= ev[0].start_ns && ev[1].end_ns <= ev[2].end_ns);
+  }
+  free(ev);
   tpu_hal_memory_stats_t st;
   DVT(d)->memory_stats(d, &st);
   uint64_t reserved = st.reserved_bytes;

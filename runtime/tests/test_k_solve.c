@@ -12,13 +12,6 @@
 #include "tpu/base.h"
 #include "tpu/kernels.h"
 
-#define CHECKF(cond, ...)                                                     \
-  do {                                                                        \
-    char chkf_[512];                                                          \
-    snprintf(chkf_, sizeof(chkf_), __VA_ARGS__);                              \
-    tpu_test_result_((cond) ? true : false, __FILE__, __LINE__, #cond, chkf_); \
-  } while (0)
-
 static uint64_t g_rng = 88172645463325252ull;
 static double urand(void) { /* [-1, 1) */
   g_rng ^= g_rng << 13;

@@ -16,14 +16,6 @@
 #include "tpu/base.h"
 #include "tpu/kernels.h"
 
-/* CHECK with a printf-style detail line. */
-#define CHECKF(cond, ...)                                                     \
-  do {                                                                        \
-    char chkf_[512];                                                          \
-    snprintf(chkf_, sizeof(chkf_), __VA_ARGS__);                              \
-    tpu_test_result_((cond) ? true : false, __FILE__, __LINE__, #cond, chkf_); \
-  } while (0)
-
 /* ---- random numbers ---------------------------------------------------------- */
 
 /* xorshift64: advances *s and returns the new state. */

@@ -27,6 +27,14 @@ static inline void tpu_test_result_(bool ok, const char* file, int line, const c
 
 #define CHECK(cond) tpu_test_result_((cond) ? true : false, __FILE__, __LINE__, #cond, NULL)
 
+/* CHECK with a printf-style detail line. */
+#define CHECKF(cond, ...)                                                     \
+  do {                                                                        \
+    char chkf_[512];                                                          \
+    snprintf(chkf_, sizeof(chkf_), __VA_ARGS__);                              \
+    tpu_test_result_((cond) ? true : false, __FILE__, __LINE__, #cond, chkf_); \
+  } while (0)
+
 /* Expects TPU_OK; frees (and prints) an unexpected error. */
 #define CHECK_OK(expr)                                                                   \
   do {                                                                                   \

@@ -220,11 +220,21 @@ static tpu_status_t device_capture_end(tpu_hal_device_t* device, tpu_hal_capture
   return TPU_OK;
 }
 
+/* Runs the recorded works in order. With the trace on, each is one step event
+ * (tpu/trace.h) inside the replay's work, named as it was submitted. */
 static tpu_status_t replay_run(void* ctx) {
   const tpu_hal_capture_t* c = ctx;
   tpu_status_t first = TPU_OK;
+  const bool traced = tpu_trace_enabled();
   for (size_t i = 0; i < c->num_nodes; i++) {
+    int64_t t0 = traced ? (int64_t)tpu_now_ns() : 0;
     tpu_status_t st = c->nodes[i]->run(c->nodes[i]->ctx);
+    if (traced) {
+      tpu_trace_event_t e = {.kind = TPU_TRACE_STEP, .device = c->device_index, .start_ns = t0,
+                             .end_ns = (int64_t)tpu_now_ns()};
+      snprintf(e.name, sizeof(e.name), "%.*s", (int)sizeof(e.name) - 1, c->nodes[i]->name);
+      tpu_trace_record(&e);
+    }
     if (st == TPU_OK) continue;
     if (first == TPU_OK) {
       first = tpu_status_annotate(st, "%s (work %zu of a graph replay)", c->nodes[i]->name, i);

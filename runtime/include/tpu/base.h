@@ -105,7 +105,8 @@ void tpu_parallel_for(tpu_threadpool_t* pool, int64_t n, int64_t grain,
  * Work arrives in bursts a few microseconds apart (eager ops, the kernels of a
  * graph); sleeping on a condition variable between them costs a futex wake
  * and a context switch. Threads that would sleep (the queue worker, pool
- * workers, a thread waiting for the queue) first spin on a counter, with a
+ * workers, a loop's caller waiting for its helpers, a thread waiting for the
+ * queue) first spin on a counter, with a
  * CPU pause, for at most the process-wide budget (TORCH_TPU_SPIN_US, set at
  * runtime initialisation; 0 turns spinning off).
  * Returns true when `*word` became >= `target` in time (acquire order). */
