@@ -155,6 +155,16 @@ static inline __m128 qa_scales(const uint8_t* p) {
   return _mm_cvtph_ps(_mm_cvtsi32_si128(v));
 }
 
+/* The offset term of a row's dot product from o = sum over blocks of (d, m) * sx
+ * (qa_scales' lanes times the block sums of x): Q4_1 adds m * sum(x), Q4_0
+ * subtracts 8 d * sum(x) (its nibbles are q + 8), Q8_0 has none. Kept in a vector
+ * accumulator: one FMA per block instead of a scalar chain. */
+static inline float qa_offset(__m128 o, const int qt) {
+  if (qt == TPU_QU_Q4_1) return _mm_cvtss_f32(_mm_movehdup_ps(o));
+  if (qt == TPU_QU_Q4_0) return -8.0f * _mm_cvtss_f32(o);
+  return 0.0f;
+}
+
 /* y[n0..n1) for one row of x, laid out as above (xp, sx); `qt` is a
  * constant in each instantiation below. */
 static inline __attribute__((always_inline)) void qa_gemv_rows_t(const tpu_qu_ctx_t* c, const float* xp,
@@ -167,7 +177,7 @@ static inline __attribute__((always_inline)) void qa_gemv_rows_t(const tpu_qu_ct
     const uint8_t* p0 = c->w + n * rb;
     const uint8_t* p1 = p0 + rb;
     __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
-    float o0 = 0.0f, o1 = 0.0f;
+    __m128 o0 = _mm_setzero_ps(), o1 = _mm_setzero_ps(); /* sum of (d, m) * sx, see qa_offset */
     const int64_t bb = qt == TPU_QU_Q4_0 ? 18 : qt == TPU_QU_Q4_1 ? 20 : 34;
     for (int64_t b = 0; b < nb; ++b, p0 += bb, p1 += bb) {
       __builtin_prefetch(p0 + QA_AHEAD * rb, 0, 0); /* the rows QA_AHEAD / 2 pairs ahead */
@@ -179,21 +189,19 @@ static inline __attribute__((always_inline)) void qa_gemv_rows_t(const tpu_qu_ct
       __m256 t1 = qt == TPU_QU_Q8_0 ? qa_i8_dot(p1 + 2, x) : qa_nib_dot(p1 + qoff, x);
       a0 = _mm256_fmadd_ps(_mm256_broadcastss_ps(d0), t0, a0);
       a1 = _mm256_fmadd_ps(_mm256_broadcastss_ps(d1), t1, a1);
-      if (qt == TPU_QU_Q4_1) {
-        o0 += _mm_cvtss_f32(_mm_movehdup_ps(d0)) * sx[b];
-        o1 += _mm_cvtss_f32(_mm_movehdup_ps(d1)) * sx[b];
-      } else if (qt == TPU_QU_Q4_0) {
-        o0 -= 8.0f * _mm_cvtss_f32(d0) * sx[b];
-        o1 -= 8.0f * _mm_cvtss_f32(d1) * sx[b];
+      if (qt != TPU_QU_Q8_0) {
+        const __m128 s = _mm_broadcast_ss(sx + b);
+        o0 = _mm_fmadd_ps(d0, s, o0);
+        o1 = _mm_fmadd_ps(d1, s, o1);
       }
     }
-    c->y[n] = qa_hsum(a0) + o0;
-    c->y[n + 1] = qa_hsum(a1) + o1;
+    c->y[n] = qa_hsum(a0) + qa_offset(o0, qt);
+    c->y[n + 1] = qa_hsum(a1) + qa_offset(o1, qt);
   }
   for (; n < n1; ++n) {
     const uint8_t* p0 = c->w + n * rb;
     __m256 a0 = _mm256_setzero_ps();
-    float o0 = 0.0f;
+    __m128 o0 = _mm_setzero_ps();
     const int64_t bb = qt == TPU_QU_Q4_0 ? 18 : qt == TPU_QU_Q4_1 ? 20 : 34;
     for (int64_t b = 0; b < nb; ++b, p0 += bb) {
       __m256 x[4] = {_mm256_load_ps(xp + 32 * b), _mm256_load_ps(xp + 32 * b + 8), _mm256_load_ps(xp + 32 * b + 16),
@@ -201,10 +209,9 @@ static inline __attribute__((always_inline)) void qa_gemv_rows_t(const tpu_qu_ct
       __m128 d0 = qa_scales(p0);
       __m256 t0 = qt == TPU_QU_Q8_0 ? qa_i8_dot(p0 + 2, x) : qa_nib_dot(p0 + qoff, x);
       a0 = _mm256_fmadd_ps(_mm256_broadcastss_ps(d0), t0, a0);
-      if (qt == TPU_QU_Q4_1) o0 += _mm_cvtss_f32(_mm_movehdup_ps(d0)) * sx[b];
-      if (qt == TPU_QU_Q4_0) o0 -= 8.0f * _mm_cvtss_f32(d0) * sx[b];
+      if (qt != TPU_QU_Q8_0) o0 = _mm_fmadd_ps(d0, _mm_broadcast_ss(sx + b), o0);
     }
-    c->y[n] = qa_hsum(a0) + o0;
+    c->y[n] = qa_hsum(a0) + qa_offset(o0, qt);
   }
 }
 
