@@ -156,12 +156,13 @@ static inline __m128 qa_scales(const uint8_t* p) {
 }
 
 /* The offset term of a row's dot product from o = sum over blocks of (d, m) * sx
- * (qa_scales' lanes times the block sums of x): Q4_1 adds m * sum(x), Q4_0
- * subtracts 8 d * sum(x) (its nibbles are q + 8), Q8_0 has none. Kept in a vector
- * accumulator: one FMA per block instead of a scalar chain. */
-static inline float qa_offset(__m128 o, const int qt) {
+ * (qa_scales' lanes times the block sums sx of x): Q4_1 adds m * sx, Q4_0
+ * subtracts q40 * d * sx (its nibbles are q + 8: q40 = 8 where sx sums x, 1 where
+ * it already holds 8 times the sum), Q8_0 has none. Kept in a vector accumulator:
+ * one FMA per block instead of a scalar chain. */
+static inline float qa_offset(__m128 o, const int qt, const float q40) {
   if (qt == TPU_QU_Q4_1) return _mm_cvtss_f32(_mm_movehdup_ps(o));
-  if (qt == TPU_QU_Q4_0) return -8.0f * _mm_cvtss_f32(o);
+  if (qt == TPU_QU_Q4_0) return -q40 * _mm_cvtss_f32(o);
   return 0.0f;
 }
 
@@ -195,8 +196,8 @@ static inline __attribute__((always_inline)) void qa_gemv_rows_t(const tpu_qu_ct
         o1 = _mm_fmadd_ps(d1, s, o1);
       }
     }
-    c->y[n] = qa_hsum(a0) + qa_offset(o0, qt);
-    c->y[n + 1] = qa_hsum(a1) + qa_offset(o1, qt);
+    c->y[n] = qa_hsum(a0) + qa_offset(o0, qt, 8.0f);
+    c->y[n + 1] = qa_hsum(a1) + qa_offset(o1, qt, 8.0f);
   }
   for (; n < n1; ++n) {
     const uint8_t* p0 = c->w + n * rb;
@@ -211,7 +212,7 @@ static inline __attribute__((always_inline)) void qa_gemv_rows_t(const tpu_qu_ct
       a0 = _mm256_fmadd_ps(_mm256_broadcastss_ps(d0), t0, a0);
       if (qt != TPU_QU_Q8_0) o0 = _mm_fmadd_ps(d0, _mm_broadcast_ss(sx + b), o0);
     }
-    c->y[n] = qa_hsum(a0) + qa_offset(o0, qt);
+    c->y[n] = qa_hsum(a0) + qa_offset(o0, qt, 8.0f);
   }
 }
 
@@ -461,7 +462,7 @@ static inline __attribute__((always_inline)) void qa_a8_rows_t(const tpu_qu_ctx_
     const uint8_t* p0 = c->w + n * rb;
     const uint8_t* p1 = p0 + rb;
     __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
-    float o0 = 0.0f, o1 = 0.0f;
+    __m128 o0 = _mm_setzero_ps(), o1 = _mm_setzero_ps();
     for (int64_t b = 0; b < nb; ++b, p0 += bb, p1 += bb) {
       __builtin_prefetch(p0 + QA_AHEAD * rb, 0, 0);
       __builtin_prefetch(p1 + QA_AHEAD * rb, 0, 0);
@@ -472,30 +473,27 @@ static inline __attribute__((always_inline)) void qa_a8_rows_t(const tpu_qu_ctx_
       const __m256 i1 = _mm256_cvtepi32_ps(qa_a8_block(p1, x, qt));
       a0 = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_broadcastss_ps(s0), dx), i0, a0);
       a1 = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_broadcastss_ps(s1), dx), i1, a1);
-      if (qt == TPU_QU_Q4_1) {
-        o0 += _mm_cvtss_f32(_mm_movehdup_ps(s0)) * xs[b];
-        o1 += _mm_cvtss_f32(_mm_movehdup_ps(s1)) * xs[b];
-      } else if (qt == TPU_QU_Q4_0) {
-        o0 -= _mm_cvtss_f32(s0) * xs[b];
-        o1 -= _mm_cvtss_f32(s1) * xs[b];
+      if (qt != TPU_QU_Q8_0) {
+        const __m128 sb = _mm_broadcast_ss(xs + b);
+        o0 = _mm_fmadd_ps(s0, sb, o0);
+        o1 = _mm_fmadd_ps(s1, sb, o1);
       }
     }
-    y[n] = qa_hsum(a0) + o0;
-    y[n + 1] = qa_hsum(a1) + o1;
+    y[n] = qa_hsum(a0) + qa_offset(o0, qt, 1.0f);
+    y[n + 1] = qa_hsum(a1) + qa_offset(o1, qt, 1.0f);
   }
   for (; n < n1; ++n) {
     const uint8_t* p0 = c->w + n * rb;
     __m256 a0 = _mm256_setzero_ps();
-    float o0 = 0.0f;
+    __m128 o0 = _mm_setzero_ps();
     for (int64_t b = 0; b < nb; ++b, p0 += bb) {
       const __m256i x = _mm256_loadu_si256((const __m256i*)(xq + 32 * b));
       const __m128 s0 = qa_scales(p0);
       const __m256 i0 = _mm256_cvtepi32_ps(qa_a8_block(p0, x, qt));
       a0 = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_broadcastss_ps(s0), _mm256_broadcast_ss(xd + b)), i0, a0);
-      if (qt == TPU_QU_Q4_1) o0 += _mm_cvtss_f32(_mm_movehdup_ps(s0)) * xs[b];
-      if (qt == TPU_QU_Q4_0) o0 -= _mm_cvtss_f32(s0) * xs[b];
+      if (qt != TPU_QU_Q8_0) o0 = _mm_fmadd_ps(s0, _mm_broadcast_ss(xs + b), o0);
     }
-    y[n] = qa_hsum(a0) + o0;
+    y[n] = qa_hsum(a0) + qa_offset(o0, qt, 1.0f);
   }
 }
 
