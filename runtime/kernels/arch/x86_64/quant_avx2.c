@@ -107,11 +107,15 @@ static float qa_row_dot(int qtype, const uint8_t* p, const float* x, int64_t nb)
 /* ---- one row of x (decode) ----------------------------------------------------
  * x is first rearranged, once per task, into the order in which the nibbles
  * come out of a cheap unpack: the block's 16 bytes broadcast to both halves
- * of a ymm register as dwords, vector k (0..3) = (dwords >> shift_k) & 15
- * with shift_k = 8k in lanes 0-3 and 8k + 4 in lanes 4-7. Lane i of vector k
- * then holds weight kQaPerm[8k + i] of the block. This needs no shuffle
- * beyond the broadcast load. Per-block sums of x carry the offsets: Q4_1's
- * m * sum(x) and Q4_0's -8 d * sum(x). Two rows of W share each x load. */
+ * of a ymm register as dwords; nibble k (0..3) of lane i sits at bit
+ * shift_k = 8k (lanes 0-3) or 8k + 4 (lanes 4-7), so lane i of vector k holds
+ * weight kQaPerm[8k + i] of the block. The unpack does not shift it down:
+ * vector k = dwords & (15 << shift_k), converted to float, is the weight times
+ * 2^shift_k, and x is stored times 2^-shift_k (exact: powers of two) - one AND
+ * and one conversion per vector. Vector 3 is shifted right by 24 first (it
+ * would reach the sign bit). Per-block sums of x (unscaled) carry the
+ * offsets: Q4_1's m * sum(x) and Q4_0's -8 d * sum(x). Two rows of W share
+ * each x load. */
 #define QA_MAXK 8192 /* larger K takes the plain path (stack buffers) */
 #define QA_AHEAD 16   /* rows of W prefetched ahead */
 
@@ -119,21 +123,25 @@ static const uint8_t kQaPerm[32] = {0, 4, 8,  12, 16, 20, 24, 28, 1, 5, 9,  13, 
                                     2, 6, 10, 14, 18, 22, 26, 30, 3, 7, 11, 15, 19, 23, 27, 31};
 
 static inline __m256 qa_nib_dot(const uint8_t* qs, const __m256* x) {
-  const __m256i m15 = _mm256_set1_epi32(15);
-  const __m256i s0 = _mm256_setr_epi32(0, 0, 0, 0, 4, 4, 4, 4);
-  const __m256i s1 = _mm256_setr_epi32(8, 8, 8, 8, 12, 12, 12, 12);
-  const __m256i s2 = _mm256_setr_epi32(16, 16, 16, 16, 20, 20, 20, 20);
-  const __m256i s3 = _mm256_setr_epi32(24, 24, 24, 24, 28, 28, 28, 28);
+  const __m256i m0 = _mm256_setr_epi32(0xF, 0xF, 0xF, 0xF, 0xF0, 0xF0, 0xF0, 0xF0);
+  const __m256i m1 = _mm256_slli_epi32(m0, 8), m2 = _mm256_slli_epi32(m0, 16);
   __m256i v = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i*)qs));
-  __m256 w0 = _mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srlv_epi32(v, s0), m15));
-  __m256 w1 = _mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srlv_epi32(v, s1), m15));
-  __m256 w2 = _mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srlv_epi32(v, s2), m15));
-  __m256 w3 = _mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srlv_epi32(v, s3), m15));
+  __m256 w0 = _mm256_cvtepi32_ps(_mm256_and_si256(v, m0));
+  __m256 w1 = _mm256_cvtepi32_ps(_mm256_and_si256(v, m1));
+  __m256 w2 = _mm256_cvtepi32_ps(_mm256_and_si256(v, m2));
+  __m256 w3 = _mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srli_epi32(v, 24), m0));
   __m256 t = _mm256_mul_ps(w0, x[0]);
   __m256 u = _mm256_mul_ps(w2, x[2]);
   t = _mm256_fmadd_ps(w1, x[1], t);
   u = _mm256_fmadd_ps(w3, x[3], u);
   return _mm256_add_ps(t, u);
+}
+
+/* 2^-shift_k of weight j = 8k + i's position in qa_nib_dot's vectors (vector 3: after its shift). */
+static inline float qa_nib_scale(int j) {
+  const int k = j >> 3, hi = (j & 7) >= 4;
+  static const float kScale[4][2] = {{1.0f, 0x1p-4f}, {0x1p-8f, 0x1p-12f}, {0x1p-16f, 0x1p-20f}, {1.0f, 0x1p-4f}};
+  return kScale[k][hi];
 }
 
 static inline __m256 qa_i8_dot(const uint8_t* qs, const __m256* x) {
@@ -332,7 +340,7 @@ void tpu_k_avx2_qu_gemv(void* vctx, int64_t n0, int64_t n1) {
       const float* xb = x + 32 * b;
       float s = 0.0f;
       for (int j = 0; j < 32; ++j) {
-        xp[32 * b + j] = nibbles ? xb[kQaPerm[j]] : xb[j];
+        xp[32 * b + j] = nibbles ? xb[kQaPerm[j]] * qa_nib_scale(j) : xb[j];
         s += xb[j];
       }
       sx[b] = s;
