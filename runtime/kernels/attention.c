@@ -510,7 +510,7 @@ static void at_fwd_tasks(void* vctx, int64_t t0, int64_t t1) {
 }
 
 /* ---- forward, few query rows per kv head (decoding) ----------------------------------------
- * Decoding one token with at most AT_DR query rows per kv head (G heads x L rows),
+ * Decoding one token (L = 1) with at most AT_DR query heads per kv head,
  * one task takes a kv head's rows against a range of keys with the scores row-major (keys
  * along the vector lanes of the dot products, the softmax and P.V); the
  * transposed 64-row blocks above would leave most lanes of their score
@@ -669,7 +669,7 @@ static tpu_status_t at_fwd_run(const tpu_k_call_t* call) {
   if (c.has_bias) c.S = at_mask_kmax(&c); /* the forward reads no key past this one */
   /* One token with its group of query heads. (Transformers' GQA decode folds the
    * group into rows, [B, Hkv, G, E]: the general kernel, over the trimmed keys. The
-   * decode kernel would take it faster (32 vs 61 us per call in SmolLM2's decode
+   * decode kernel would take it faster (32 vs 50 us per call in SmolLM2's decode
    * step) but its lse rounds differently from the general kernel's, and the
    * backward's OpInfo checks against the CPU at float32 tolerances failed.) */
   if (c.L == 1 && c.G <= AT_DR) return at_fwd_dec(call, &c);
