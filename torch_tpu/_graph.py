@@ -298,11 +298,13 @@ def _lower_sdpa(g, n, vid, vals, outs):
     qv = _val(q)
     if scale is None:
         scale = 1.0 / math.sqrt(qv.shape[3]) if qv.shape[3] > 0 else 1.0
+    # an lse nothing reads (an inference graph) lets the kernel take its decode path for few rows
+    lse_read = any(u.target is operator.getitem and u.args[1] == 1 for u in n.users)
     # outputs in the meta function's layout (downstream views rely on it); the kernel writes any strides
     o, lse = g.node("tpu::sdpa_fwd", 0,
                     [(K_TENSOR, vid[q]), (K_TENSOR, vid[k]), (K_TENSOR, vid[v]),
                      (K_TENSOR, vid[bias]) if bias is not None else (K_NONE, 0), (K_BOOL, int(is_causal)),
-                     (K_DOUBLE, float(scale))],
+                     (K_DOUBLE, float(scale)), (K_BOOL, int(lse_read))],
                     [_meta(outs[0]), _meta(outs[1])], [-1, -1])
     ids = []
     for j, fake in enumerate(outs):

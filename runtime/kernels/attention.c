@@ -2,7 +2,7 @@
  * attention, forward and backward, flash style (online softmax over key
  * blocks; the L x S score matrix is never materialised).
  *
- *   tpu::sdpa_fwd(q, k, v, bias?, is_causal, scale) -> (out, lse)
+ *   tpu::sdpa_fwd(q, k, v, bias?, is_causal, scale, for_backward = true) -> (out, lse)
  *   tpu::sdpa_bwd(grad_out, q, k, v, bias?, out, lse, is_causal, scale)
  *       -> (dq, dk, dv, dbias)          (any output may be absent: INVALID)
  *
@@ -30,6 +30,10 @@
  * fills a block); the dk/dv pass runs one task per (batch, kv head, block
  * of AT_BC keys) and loops over the group's heads, so no two tasks write
  * the same gradient. Backward recomputes the probabilities from lse.
+ * for_backward = false (the bridge's calls that autograd does not record)
+ * lets a forward with few query rows per kv head take the decode kernel;
+ * its lse is as accurate but rounds otherwise than the blocks' kernel,
+ * against which the backward's gradient checks were made.
  * Float32 blocks of K/V with unit column stride are read in place; other
  * layouts/dtypes are converted into stack buffers. Every task keeps its
  * blocks on the stack (no allocation): up to ~420 KiB with E = Ev = 256.
@@ -226,7 +230,7 @@ typedef struct {
   at_v4_t q, k, v, bias;
   /* forward */
   at_v4_t o, lse;
-  bool want_lse;
+  bool want_lse, for_bwd;
   /* backward */
   at_v4_t go, oin, lsein, dq, dk, dv, db;
   bool want_dq, want_dk, want_dv, want_db;
@@ -341,6 +345,7 @@ static tpu_status_t at_parse(const tpu_k_call_t* call, bool bwd, at_ctx_t* ctx) 
   ctx->nrb = (ctx->G * L + AT_BR - 1) / AT_BR;
   ctx->nkb = (S + AT_BC - 1) / AT_BC;
   if (!bwd) {
+    ctx->for_bwd = tpu_ku_bool(call, 6, true);
     at_view(&call->outputs[0], osz, &ctx->o);
     if (at_has(call, 1)) {
       const tpu_tensor_t* l = &call->outputs[1];
@@ -510,7 +515,8 @@ static void at_fwd_tasks(void* vctx, int64_t t0, int64_t t1) {
 }
 
 /* ---- forward, few query rows per kv head (decoding) ----------------------------------------
- * Decoding one token (L = 1) with at most AT_DR query heads per kv head,
+ * Decoding: at most AT_DR query rows per kv head (one token's group of heads, or
+ * for a forward no backward reads, a few positions of it),
  * one task takes a kv head's rows against a range of keys with the scores row-major (keys
  * along the vector lanes of the dot products, the softmax and P.V); the
  * transposed 64-row blocks above would leave most lanes of their score
@@ -667,12 +673,13 @@ static tpu_status_t at_fwd_run(const tpu_k_call_t* call) {
   TPU_RETURN_IF_ERROR(at_parse(call, false, &c));
   if (c.B == 0 || c.Hq == 0 || c.L == 0) return TPU_OK;
   if (c.has_bias) c.S = at_mask_kmax(&c); /* the forward reads no key past this one */
-  /* One token with its group of query heads. (Transformers' GQA decode folds the
-   * group into rows, [B, Hkv, G, E]: the general kernel, over the trimmed keys. The
-   * decode kernel would take it faster (32 vs 50 us per call in SmolLM2's decode
-   * step) but its lse rounds differently from the general kernel's, and the
-   * backward's OpInfo checks against the CPU at float32 tolerances failed.) */
-  if (c.L == 1 && c.G <= AT_DR) return at_fwd_dec(call, &c);
+  /* One token with its group of query heads, or (inference only) a few rows per kv
+   * head: Transformers' GQA decode folds the group into rows, [B, Hkv, G, E]. The
+   * decode kernel takes those in 32 us per call in SmolLM2's decode step, against 50 us
+   * on the blocks' kernel; a forward the backward will read keeps the blocks' kernel
+   * for L > 1 (the OpInfo gradient checks against the CPU's float32 failed on the
+   * decode kernel's lse rounding). */
+  if (c.G * c.L <= AT_DR && (c.L == 1 || !c.for_bwd)) return at_fwd_dec(call, &c);
   tpu_parallel_for(call->pool, c.B * c.Hkv * c.nrb, 1, at_fwd_tasks, &c);
   return TPU_OK;
 }

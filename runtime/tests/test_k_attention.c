@@ -1,6 +1,7 @@
 /* test_k_attention.c - tpu::sdpa_fwd / tpu::sdpa_bwd against a naive
  * double-precision reference: causal (L < S and L > S), bool and additive
- * masks with broadcasting and fully masked rows, GQA, decode (L = 1),
+ * masks with broadcasting and fully masked rows, GQA, decode (L = 1, and a
+ * few rows per kv head when no backward reads lse),
  * E != Ev, non-contiguous inputs, float32/bfloat16/float16, the AVX2 and
  * the portable paths, and argument errors. */
 #define _POSIX_C_SOURCE 200809L
@@ -51,6 +52,7 @@ typedef struct {
   bool permute_q;   /* q stored as [B, L, H, E] */
   double scale;     /* 0: default */
   bool bwd;
+  bool inference;   /* for_backward = false: few rows per kv head take the decode kernel */
 } case_t;
 
 /* Scores with mask for (b, h, i) into s[0..S); returns the row's max. */
@@ -108,9 +110,10 @@ static void run_case(const case_t* c) {
   }
   const double scale = c->scale != 0 ? c->scale : 1.0 / sqrt((double)E);
   tt_t o = mk(c->dt, 4, os, NULL), lse = mk(TPU_DTYPE_F32, 3, ls, NULL);
-  tpu_k_value_t a[6] = {vt(&q.t), vt(&k.t), vt(&v.t), has_m ? vt(&m.t) : vn(), vb(c->causal), vd(scale)};
+  tpu_k_value_t a[7] = {vt(&q.t),     vt(&k.t),     vt(&v.t), has_m ? vt(&m.t) : vn(),
+                        vb(c->causal), vd(scale), vb(!c->inference)};
   tpu_tensor_t outs[2] = {o.t, lse.t};
-  bool st = ok(call_op("tpu::sdpa_fwd", 6, a, 2, outs));
+  bool st = ok(call_op("tpu::sdpa_fwd", c->inference ? 7 : 6, a, 2, outs));
   /* reference forward (and backward) */
   double* s = (double*)malloc(sizeof(double) * (size_t)(S + 1));
   double* p = (double*)malloc(sizeof(double) * (size_t)(S + 1));
@@ -235,6 +238,12 @@ static const case_t kCases[] = {
     {"f16 decode dead",    TPU_DTYPE_F16,  1, 3, 1,  1,   600, 20, 12, false, 1, true,  true, 0, true},
     {"f32 decode tiny",    TPU_DTYPE_F32,  1, 9, 3,  1,   46,  64, 64, false, 2, false, true, 0, true},
     {"f32 decode head mask", TPU_DTYPE_F32, 2, 4, 2, 1,   531, 24, 40, false, 3, false, false, 0, false},
+    /* inference (for_backward = false): a few rows per kv head on the decode kernel; the backward still
+     * accepts its lse */
+    {"f32 rows folded",    TPU_DTYPE_F32,  2, 3, 3,  3,   262, 64, 64, false, 2, true,  false, 0, true, true},
+    {"f32 rows causal gqa", TPU_DTYPE_F32, 1, 4, 2,  4,   300, 32, 32, true,  0, false, true, 0, true, true},
+    {"bf16 rows split",    TPU_DTYPE_BF16, 1, 2, 1,  3,   1100, 32, 16, false, 1, false, false, 0, true, true},
+    {"f32 rows causal L>S", TPU_DTYPE_F32, 1, 1, 1,  8,   5,   16, 16, true,  1, true,  false, 0, false, true},
 };
 
 static void test_cases(void) {

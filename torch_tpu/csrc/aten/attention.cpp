@@ -22,6 +22,7 @@
 // itself accepts any Hq that is a multiple of Hkv.
 #include <ATen/Context.h>
 #include <ATen/SDPBackend.h>
+#include <ATen/core/grad_mode.h>
 #include <ATen/native/DispatchStub.h>
 #include <ATen/native/transformers/attention.h>
 #include <torch/library.h>
@@ -178,9 +179,14 @@ tpu_sdpa_overrideable(const at::Tensor& query, const at::Tensor& key, const at::
   const int64_t B = query.size(0), H = query.size(1), L = query.size(2), S = key.size(2), Ev = value.size(3);
   at::Tensor out = empty_matching(query, {B, H, L, Ev}, index);
   at::Tensor lse = empty_contig({B, H, L}, at::kFloat, index);
+  // Whether a backward may read this lse (autograd records the op); if not, the
+  // kernel may take its decode path for few query rows (see attention.c).
+  const bool for_backward =
+      at::GradMode::is_enabled() && (query.requires_grad() || key.requires_grad() || value.requires_grad() ||
+                                     (attn_bias.has_value() && attn_bias->defined() && attn_bias->requires_grad()));
   submit_kernel("tpu::sdpa_fwd",
                 {query, key, value, bias.defined() ? c10::IValue(bias) : c10::IValue(), is_causal,
-                 softmax_scale(query, scale)},
+                 softmax_scale(query, scale), for_backward},
                 {out, lse}, index);
   at::Tensor seed = empty_contig({}, at::kLong, index);
   at::Tensor offset = empty_contig({}, at::kLong, index);
