@@ -1,12 +1,12 @@
 """Decode GEMV of tpu::q_linear at SmolLM2-135M's shapes, act_bits 32 against 8, and the host
 cost of one eager QuantLinear call (for information; not part of ``python -m bench``).
 
-    python -m bench.qgemv [--rounds 5] [--threads 1,2] [--root OTHER_CHECKOUT]
+    python -m bench.qgemv [--rounds 5] [--threads 1,2] [--rows 1,6] [--root OTHER_CHECKOUT]
 
 Kernel: csrc/qgemv.c, compiled at run time against torch_tpu/libtpu_runtime.so, calls the
-kernel table's entry directly (no bridge, no queue) with one row of x, the two modes taking
+kernel table's entry directly (no bridge, no queue) with M rows of x (``--rows``, 1 by default), the two modes taking
 turns batch by batch (best batch kept), the weights cycling through 64 MiB of copies so they
-come from memory as in a decode step (``--cache``: one copy, in cache when it fits). G weights/s = N * K / time.
+come from memory as in a decode step (``--cache``: one copy, in cache when it fits). G weights/s = M * N * K / time.
 
 Host cost: torch.ops.tpu.q_linear, a QuantLinear module (32x32 and 576x576 Q4_1: kernels
 shorter and longer than a call's host time) and, for comparison,
@@ -79,20 +79,21 @@ def compile_qgemv(tmp):
     return exe
 
 
-def gemv_rows(exe, threads, rounds, cache=False, log=print):
+def gemv_rows(exe, threads, rounds, cache=False, log=print, m=1):
     rows = []
     for name, qtype, n, k in SHAPES:
         for t in threads:
-            r = subprocess.run([exe, str(qtype), str(n), str(k), str(t), str(rounds)] + (["cache"] if cache else []),
+            r = subprocess.run([exe, str(qtype), str(n), str(k), str(t), str(rounds), str(m)]
+                               + (["cache"] if cache else []),
                                capture_output=True, text=True, timeout=600)
             if r.returncode != 0:
                 raise RuntimeError(f"qgemv {name}: {r.stderr.strip()}")
             sec = {int(p[1]): float(p[2]) for p in (ln.split() for ln in r.stdout.splitlines())
                    if p and p[0] == "RESULT"}
-            row = {"shape": name, "threads": t, "us32": sec[32] * 1e6, "us8": sec[8] * 1e6,
-                   "gw32": n * k / sec[32] / 1e9, "gw8": n * k / sec[8] / 1e9}
+            row = {"shape": name, "threads": t, "rows": m, "us32": sec[32] * 1e6, "us8": sec[8] * 1e6,
+                   "gw32": m * n * k / sec[32] / 1e9, "gw8": m * n * k / sec[8] / 1e9}
             rows.append(row)
-            log(f"{name:26s} {t} thr  act32 {row['us32']:8.1f} us {row['gw32']:6.2f} Gw/s   "
+            log(f"{name:26s} M={m} {t} thr  act32 {row['us32']:8.1f} us {row['gw32']:6.2f} Gw/s   "
                 f"act8 {row['us8']:8.1f} us {row['gw8']:6.2f} Gw/s   x{sec[32] / sec[8]:.2f}")
     return rows
 
@@ -114,11 +115,14 @@ def main(argv=None):
     ap.add_argument("--root", help="another checkout whose host cost per call to measure too")
     ap.add_argument("--skip-gemv", action="store_true")
     ap.add_argument("--cache", action="store_true", help="reuse one weight copy (in cache when it fits)")
+    ap.add_argument("--rows", default="1", help="rows of x (M), comma-separated: 1 decodes, more prefill")
     a = ap.parse_args(argv)
     if not a.skip_gemv:
         tmp = tempfile.mkdtemp(prefix="torch_tpu_qgemv_")
         try:
-            gemv_rows(compile_qgemv(tmp), [int(t) for t in a.threads.split(",")], a.rounds, a.cache)
+            exe = compile_qgemv(tmp)
+            for m in (int(v) for v in a.rows.split(",")):
+                gemv_rows(exe, [int(t) for t in a.threads.split(",")], a.rounds, a.cache, m=m)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
     roots = [ROOT] + ([os.path.abspath(a.root)] if a.root else [])

@@ -1,8 +1,9 @@
-/* qgemv.c - tpu::q_linear's decode GEMV (one row of x) timed directly through
- * the runtime's kernel table (no bridge, no queue), act_bits 32 and 8 taking
- * turns. Compiled and run by bench/qgemv.py against torch_tpu/libtpu_runtime.so.
+/* qgemv.c - tpu::q_linear's decode GEMV (M rows of x, 1 when decoding) timed
+ * directly through the runtime's kernel table (no bridge, no queue), act_bits
+ * 32 and 8 taking turns. Compiled and run by bench/qgemv.py against
+ * torch_tpu/libtpu_runtime.so.
  *
- *   qgemv QTYPE N K THREADS ROUNDS [cache]
+ *   qgemv QTYPE N K THREADS ROUNDS M [cache]
  *
  * prints "RESULT <act_bits> <best seconds per call>" for 32 and 8: each round
  * times a batch of calls (about 50 ms) of one mode, then of the other; the
@@ -42,22 +43,22 @@ static tpu_tensor_t tensor(void* data, int dtype, int64_t rows, int64_t cols) {
 }
 
 int main(int argc, char** argv) {
-  if (argc != 6 && !(argc == 7 && strcmp(argv[6], "cache") == 0)) {
-    fprintf(stderr, "usage: qgemv QTYPE N K THREADS ROUNDS [cache]\n");
+  if (argc != 7 && !(argc == 8 && strcmp(argv[7], "cache") == 0)) {
+    fprintf(stderr, "usage: qgemv QTYPE N K THREADS ROUNDS M [cache]\n");
     return 2;
   }
   int qtype = atoi(argv[1]), threads = atoi(argv[4]), rounds = atoi(argv[5]);
-  int64_t N = atoll(argv[2]), K = atoll(argv[3]);
+  int64_t N = atoll(argv[2]), K = atoll(argv[3]), M = atoll(argv[6]);
   int64_t bb = qtype == 2 ? 18 : qtype == 3 ? 20 : qtype == 8 ? 34 : 0;
-  if (bb == 0 || K % 32) {
-    fprintf(stderr, "qgemv: QTYPE must be 2, 3 or 8 and K a multiple of 32\n");
+  if (bb == 0 || K % 32 || M < 1) {
+    fprintf(stderr, "qgemv: QTYPE must be 2, 3 or 8, K a multiple of 32 and M at least 1\n");
     return 2;
   }
   int64_t row = K / 32 * bb, bytes = N * row;
-  int64_t copies = argc == 7 ? 1 : (64ll << 20) / bytes + 1;
+  int64_t copies = argc == 8 ? 1 : (64ll << 20) / bytes + 1;
   uint8_t* w = malloc((size_t)(bytes * copies));
-  float* x = malloc(sizeof(float) * (size_t)K);
-  float* y = malloc(sizeof(float) * (size_t)N);
+  float* x = malloc(sizeof(float) * (size_t)(M * K));
+  float* y = malloc(sizeof(float) * (size_t)(M * N));
   if (!w || !x || !y) return 1;
   uint64_t s = 88172645463325252ull;
   for (int64_t i = 0; i < bytes * copies; ++i) {
@@ -66,7 +67,7 @@ int main(int argc, char** argv) {
   }
   uint16_t h = tpu_ku_f32_to_f16(0.01f);
   for (int64_t b = 0; b < N * (K / 32) * copies; ++b) memcpy(w + b * bb, &h, 2);
-  for (int64_t k = 0; k < K; ++k) {
+  for (int64_t k = 0; k < M * K; ++k) {
     s ^= s << 13, s ^= s >> 7, s ^= s << 17;
     x[k] = (float)((double)(s >> 11) / 9007199254740992.0 * 2.0 - 1.0);
   }
@@ -74,7 +75,7 @@ int main(int argc, char** argv) {
   if (tpu_threadpool_create(threads, &pool) != TPU_OK) return 1;
   const tpu_k_entry_t* e = tpu_k_lookup("tpu::q_linear");
   if (!e) return 1;
-  tpu_tensor_t xt = tensor(x, TPU_DTYPE_F32, 1, K), yt = tensor(y, TPU_DTYPE_F32, 1, N);
+  tpu_tensor_t xt = tensor(x, TPU_DTYPE_F32, M, K), yt = tensor(y, TPU_DTYPE_F32, M, N);
   double best[2] = {1e9, 1e9};
   const int bits[2] = {32, 8};
   int64_t calls = 0;

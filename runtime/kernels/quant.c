@@ -306,6 +306,7 @@ static tpu_status_t qu_parse(const tpu_k_call_t* call, tpu_qu_ctx_t* c) {
 
 static tpu_status_t qu_check(const tpu_k_call_t* call) { return qu_parse(call, NULL); }
 
+
 static tpu_status_t qu_run(const tpu_k_call_t* call) {
   tpu_qu_ctx_t c;
   memset(&c, 0, sizeof(c));
@@ -345,7 +346,7 @@ static tpu_status_t qu_run(const tpu_k_call_t* call) {
   }
   tpu_parallel_fn_t fn = qu_gemm_portable;
 #if QU_X86
-  if (tpu_ku_use_avx2()) fn = c.M == 1 ? tpu_k_avx2_qu_gemv : tpu_k_avx2_qu_gemm;
+  if (tpu_ku_use_avx2()) fn = c.M <= TPU_QU_GEMV_MAXM ? tpu_k_avx2_qu_gemv : tpu_k_avx2_qu_gemm;
 #endif
   tpu_parallel_for(call->pool, c.N, grain, fn, &c);
   return TPU_OK;

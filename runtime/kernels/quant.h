@@ -62,6 +62,13 @@ typedef struct {
 /* The most rows of x that act_bits = 8 serves; more rows take the float path. */
 #define TPU_QU_ACT8_MAXM 4
 
+/* The most rows of x the AVX2 float path takes on the GEMV engine (each weight
+ * block unpacked once per 4 rows); more take the panel-dequantizing GEMM.
+ * Measured (bench.qgemv --rows, gate 1536x576 Q4_1, two threads, weights
+ * streamed): M = 2, 4, 6, 8 took 58, 88, 146, 175 us against the GEMM's 88,
+ * 125, 164, 200; M = 16 the same on both (346 us). */
+#define TPU_QU_GEMV_MAXM 8
+
 /* Row engines: compute y[:, n] for n in [n0, n1). Portable ones live in
  * quant.c; the AVX2 + FMA + F16C ones in arch/x86_64/quant_avx2.c. */
 /* The `block` weights of one block -> out (portable, in quant.c). */

@@ -102,6 +102,35 @@ static void test_q_linear(int qtype, int64_t M, int64_t N, int64_t K) {
   free(w);
 }
 
+/* A few rows of x in one call (the AVX2 path unpacks each weight block once for
+ * up to 4 of them) give each row the bits a one-row call gives. */
+static void test_rows_match_single_row(int qtype, int64_t M, int64_t N, int64_t K) {
+  int64_t nbk = K / block_size(qtype), bb = block_bytes(qtype);
+  uint8_t* w = malloc((size_t)(N * nbk * bb));
+  fill_blocks(qtype, w, N * nbk);
+  int64_t sx[2] = {M, K}, sw[2] = {N, nbk * bb}, sy[2] = {M, N}, s1[2] = {1, N};
+  tt_t x = tku_alloc(TPU_DTYPE_F32, 2, sx, NULL, 1, 0), y = tku_alloc(TPU_DTYPE_F32, 2, sy, NULL, 1, 0);
+  tt_t y1 = tku_alloc(TPU_DTYPE_F32, 2, s1, NULL, 1, 0);
+  tku_fill(&x, &g_rng, 2.0, false);
+  tpu_tensor_t wt = T_(w, TPU_DTYPE_U8, 2, sw, NULL);
+  tpu_k_value_t args[4] = {vt(&x.t), vt(&wt), vi(qtype), vi(N)};
+  bool s = ok(call_op("tpu::q_linear", 4, args, 1, &y.t));
+  int64_t differ = 0;
+  for (int64_t m = 0; m < M; ++m) {
+    int64_t one[2] = {1, K};
+    tpu_tensor_t xm = T_((float*)x.t.data + m * K, TPU_DTYPE_F32, 2, one, NULL);
+    tpu_k_value_t a1[4] = {vt(&xm), vt(&wt), vi(qtype), vi(N)};
+    s &= ok(call_op("tpu::q_linear", 4, a1, 1, &y1.t));
+    differ += memcmp((const float*)y.t.data + m * N, y1.t.data, sizeof(float) * (size_t)N) != 0;
+  }
+  CHECKF(s && differ == 0, "q_linear qtype=%d M=%lld N=%lld K=%lld: %lld rows differ from one-row calls", qtype,
+         (long long)M, (long long)N, (long long)K, (long long)differ);
+  fr(&x);
+  fr(&y);
+  fr(&y1);
+  free(w);
+}
+
 /* Leading dims of x are rows: x [2, 3, K] -> y [2, 3, N]. */
 static void test_batched_shape(void) {
   int64_t K = 64, N = 3;
@@ -338,6 +367,11 @@ static void run_all(void) {
         for (int k = 0; k < 2; ++k) test_q_linear(t, Ms[i], Ns[j], Kk[k]);
   test_q_linear(3, 1, 300, 1536); /* many tasks */
   test_q_linear(3, 9, 130, 1536);
+  for (int t = 0; t < 3; ++t) {
+    test_rows_match_single_row(types[t], 6, 45, 576);
+    test_rows_match_single_row(types[t], 3, 37, 2560); /* K past the grouped rows' buffer: one row at a time */
+    test_rows_match_single_row(types[t], 8, 150, 1536);
+  }
   RUN_TEST(test_batched_shape);
   RUN_TEST(test_errors);
   static const int64_t Ka[6] = {32, 64, 96, 576, 1536, 4096 + 32}, Na[4] = {1, 2, 7, 40}, Ma[3] = {1, 2, 4};

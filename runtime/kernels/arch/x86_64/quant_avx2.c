@@ -118,23 +118,46 @@ static float qa_row_dot(int qtype, const uint8_t* p, const float* x, int64_t nb)
  * each x load. */
 #define QA_MAXK 8192 /* larger K takes the plain path (stack buffers) */
 #define QA_AHEAD 16   /* rows of W prefetched ahead */
+#define QA_MROWS 4      /* rows of x per pass over W (tpu_k_avx2_qu_gemv with M > 1) */
+#define QA_MROWS_K 2048 /* K up to which rows of x are taken in groups (stack: QA_MROWS x K floats) */
+_Static_assert(QA_MROWS * QA_MROWS_K >= QA_MAXK, "tpu_k_avx2_qu_gemv's x buffer holds one row of QA_MAXK");
 
 static const uint8_t kQaPerm[32] = {0, 4, 8,  12, 16, 20, 24, 28, 1, 5, 9,  13, 17, 21, 25, 29,
                                     2, 6, 10, 14, 18, 22, 26, 30, 3, 7, 11, 15, 19, 23, 27, 31};
 
-static inline __m256 qa_nib_dot(const uint8_t* qs, const __m256* x) {
+/* A block's 16 nibble bytes -> w[0..3] in the order above (times 2^shift_k). */
+static inline void qa_nib_unpack(const uint8_t* qs, __m256* w) {
   const __m256i m0 = _mm256_setr_epi32(0xF, 0xF, 0xF, 0xF, 0xF0, 0xF0, 0xF0, 0xF0);
   const __m256i m1 = _mm256_slli_epi32(m0, 8), m2 = _mm256_slli_epi32(m0, 16);
   __m256i v = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i*)qs));
-  __m256 w0 = _mm256_cvtepi32_ps(_mm256_and_si256(v, m0));
-  __m256 w1 = _mm256_cvtepi32_ps(_mm256_and_si256(v, m1));
-  __m256 w2 = _mm256_cvtepi32_ps(_mm256_and_si256(v, m2));
-  __m256 w3 = _mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srli_epi32(v, 24), m0));
-  __m256 t = _mm256_mul_ps(w0, x[0]);
-  __m256 u = _mm256_mul_ps(w2, x[2]);
-  t = _mm256_fmadd_ps(w1, x[1], t);
-  u = _mm256_fmadd_ps(w3, x[3], u);
+  w[0] = _mm256_cvtepi32_ps(_mm256_and_si256(v, m0));
+  w[1] = _mm256_cvtepi32_ps(_mm256_and_si256(v, m1));
+  w[2] = _mm256_cvtepi32_ps(_mm256_and_si256(v, m2));
+  w[3] = _mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srli_epi32(v, 24), m0));
+}
+
+/* A Q8_0 block's 32 int8 weights -> w[0..3] in their natural order. */
+static inline void qa_i8_unpack(const uint8_t* qs, __m256* w) {
+  w[0] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i*)qs)));
+  w[1] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i*)(qs + 8))));
+  w[2] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i*)(qs + 16))));
+  w[3] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i*)(qs + 24))));
+}
+
+/* The block's 8-lane partial dot product of unpacked weights w and x (every
+ * path sums in this order, so one row of x gives the same bits in each). */
+static inline __m256 qa_wdot(const __m256* w, const __m256* x) {
+  __m256 t = _mm256_mul_ps(w[0], x[0]);
+  __m256 u = _mm256_mul_ps(w[2], x[2]);
+  t = _mm256_fmadd_ps(w[1], x[1], t);
+  u = _mm256_fmadd_ps(w[3], x[3], u);
   return _mm256_add_ps(t, u);
+}
+
+static inline __m256 qa_nib_dot(const uint8_t* qs, const __m256* x) {
+  __m256 w[4];
+  qa_nib_unpack(qs, w);
+  return qa_wdot(w, x);
 }
 
 /* 2^-shift_k of weight j = 8k + i's position in qa_nib_dot's vectors (vector 3: after its shift). */
@@ -145,15 +168,9 @@ static inline float qa_nib_scale(int j) {
 }
 
 static inline __m256 qa_i8_dot(const uint8_t* qs, const __m256* x) {
-  __m256 w0 = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i*)qs)));
-  __m256 w1 = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i*)(qs + 8))));
-  __m256 w2 = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i*)(qs + 16))));
-  __m256 w3 = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i*)(qs + 24))));
-  __m256 t = _mm256_mul_ps(w0, x[0]);
-  __m256 u = _mm256_mul_ps(w2, x[2]);
-  t = _mm256_fmadd_ps(w1, x[1], t);
-  u = _mm256_fmadd_ps(w3, x[3], u);
-  return _mm256_add_ps(t, u);
+  __m256 w[4];
+  qa_i8_unpack(qs, w);
+  return qa_wdot(w, x);
 }
 
 /* d (and m) of a block as floats: lane 0 = d, lane 1 = m. */
@@ -229,6 +246,70 @@ static void qa_gemv_rows(const tpu_qu_ctx_t* c, const float* xp, const float* sx
     case TPU_QU_Q4_0: qa_gemv_rows_t(c, xp, sx, n0, n1, TPU_QU_Q4_0); break;
     case TPU_QU_Q4_1: qa_gemv_rows_t(c, xp, sx, n0, n1, TPU_QU_Q4_1); break;
     case TPU_QU_Q8_0: qa_gemv_rows_t(c, xp, sx, n0, n1, TPU_QU_Q8_0); break;
+    default: break;
+  }
+}
+
+/* ---- a few rows of x (short prefills, small batches) ---------------------------
+ * Each row of x laid out as for one row (xp at stride K, sx at stride nb); per
+ * block the weights are unpacked once and dotted with R <= QA_MROWS rows of x
+ * (R is a constant in each instantiation). The sums run in qa_gemv_rows_t's
+ * order, so every row of y has the bits one-row calls would give. The offsets
+ * (d, m) * sx take a second pass over the row's scales (the row is in L1 by
+ * then), which keeps the main loop's accumulators in registers. */
+static inline __attribute__((always_inline)) void qa_gemv_mrows_t(const tpu_qu_ctx_t* c, const float* xp,
+                                                                  const float* sx, float* y, int64_t n0,
+                                                                  int64_t n1, const int qt, const int R) {
+  const int64_t K = c->K, nb = K / TPU_QU_BLOCK, rb = c->row_bytes, N = c->N;
+  const int qoff = qt == TPU_QU_Q4_1 ? 4 : 2;
+  const int64_t bb = qt == TPU_QU_Q4_0 ? 18 : qt == TPU_QU_Q4_1 ? 20 : 34;
+  for (int64_t n = n0; n < n1; ++n) {
+    const uint8_t* p = c->w + n * rb;
+    __m256 a[QA_MROWS];
+    for (int r = 0; r < R; ++r) a[r] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; ++b, p += bb) {
+      __builtin_prefetch(p + QA_AHEAD * rb, 0, 0);
+      __m256 w[4];
+      if (qt == TPU_QU_Q8_0)
+        qa_i8_unpack(p + 2, w);
+      else
+        qa_nib_unpack(p + qoff, w);
+      const __m256 d = _mm256_broadcastss_ps(qa_scales(p));
+      for (int r = 0; r < R; ++r) {
+        const float* xb = xp + r * K + 32 * b;
+        const __m256 x[4] = {_mm256_load_ps(xb), _mm256_load_ps(xb + 8), _mm256_load_ps(xb + 16),
+                             _mm256_load_ps(xb + 24)};
+        a[r] = _mm256_fmadd_ps(d, qa_wdot(w, x), a[r]);
+      }
+    }
+    for (int r = 0; r < R; ++r) y[r * N + n] = qa_hsum(a[r]);
+    if (qt == TPU_QU_Q8_0) continue;
+    p = c->w + n * rb;
+    __m128 o[QA_MROWS];
+    for (int r = 0; r < R; ++r) o[r] = _mm_setzero_ps();
+    for (int64_t b = 0; b < nb; ++b, p += bb) {
+      const __m128 d = qa_scales(p);
+      for (int r = 0; r < R; ++r) o[r] = _mm_fmadd_ps(d, _mm_broadcast_ss(sx + r * nb + b), o[r]);
+    }
+    for (int r = 0; r < R; ++r) y[r * N + n] += qa_offset(o[r], qt, 8.0f);
+  }
+}
+
+#define QA_MROWS_CASE(QT)                                                         \
+  case QT:                                                                        \
+    switch (R) {                                                                  \
+      case 2: qa_gemv_mrows_t(c, xp, sx, y, n0, n1, QT, 2); break;                \
+      case 3: qa_gemv_mrows_t(c, xp, sx, y, n0, n1, QT, 3); break;                \
+      default: qa_gemv_mrows_t(c, xp, sx, y, n0, n1, QT, 4); break;               \
+    }                                                                             \
+    break;
+
+static void qa_gemv_mrows(const tpu_qu_ctx_t* c, const float* xp, const float* sx, float* y, int64_t n0, int64_t n1,
+                          int R) {
+  switch (c->qtype) {
+    QA_MROWS_CASE(TPU_QU_Q4_0)
+    QA_MROWS_CASE(TPU_QU_Q4_1)
+    QA_MROWS_CASE(TPU_QU_Q8_0)
     default: break;
   }
 }
@@ -318,6 +399,21 @@ static void qa_kquant_rows(const tpu_qu_ctx_t* c, int64_t n0, int64_t n1) {
   }
 }
 
+/* x's nb blocks -> xp in the unpack's order and scaling (Q8_0: as they are), sx
+ * the blocks' sums. */
+static void qa_layout_x(int qtype, const float* x, int64_t nb, float* xp, float* sx) {
+  const bool nibbles = qtype != TPU_QU_Q8_0;
+  for (int64_t b = 0; b < nb; ++b) {
+    const float* xb = x + 32 * b;
+    float s = 0.0f;
+    for (int j = 0; j < 32; ++j) {
+      xp[32 * b + j] = nibbles ? xb[kQaPerm[j]] * qa_nib_scale(j) : xb[j];
+      s += xb[j];
+    }
+    sx[b] = s;
+  }
+}
+
 void tpu_k_avx2_qu_gemv(void* vctx, int64_t n0, int64_t n1) {
   const tpu_qu_ctx_t* c = (const tpu_qu_ctx_t*)vctx;
   const int64_t nb = c->K / TPU_QU_BLOCK;
@@ -331,23 +427,20 @@ void tpu_k_avx2_qu_gemv(void* vctx, int64_t n0, int64_t n1) {
         c->y[m * c->N + n] = qa_row_dot(c->qtype, c->w + n * c->row_bytes, c->x + m * c->K, nb);
     return;
   }
-  float xp[QA_MAXK] __attribute__((aligned(32)));
-  float sx[QA_MAXK / TPU_QU_BLOCK];
-  for (int64_t m = 0; m < c->M; ++m) {
-    const float* x = c->x + m * c->K;
-    const bool nibbles = c->qtype != TPU_QU_Q8_0;
-    for (int64_t b = 0; b < nb; ++b) {
-      const float* xb = x + 32 * b;
-      float s = 0.0f;
-      for (int j = 0; j < 32; ++j) {
-        xp[32 * b + j] = nibbles ? xb[kQaPerm[j]] * qa_nib_scale(j) : xb[j];
-        s += xb[j];
-      }
-      sx[b] = s;
+  /* rows of x in groups of QA_MROWS (one alone: the two-W-row loop) */
+  float xp[QA_MROWS * QA_MROWS_K] __attribute__((aligned(32)));
+  float sx[QA_MROWS * QA_MROWS_K / TPU_QU_BLOCK];
+  const int64_t group = c->K <= QA_MROWS_K ? QA_MROWS : 1;
+  for (int64_t m0 = 0; m0 < c->M; m0 += group) {
+    const int64_t R = c->M - m0 < group ? c->M - m0 : group;
+    for (int64_t r = 0; r < R; ++r) qa_layout_x(c->qtype, c->x + (m0 + r) * c->K, nb, xp + r * c->K, sx + r * nb);
+    if (R == 1) {
+      tpu_qu_ctx_t row = *c;
+      row.y = c->y + m0 * c->N;
+      qa_gemv_rows(&row, xp, sx, n0, n1);
+    } else {
+      qa_gemv_mrows(c, xp, sx, c->y + m0 * c->N, n0, n1, (int)R);
     }
-    tpu_qu_ctx_t row = *c;
-    row.y = c->y + m * c->N;
-    qa_gemv_rows(&row, xp, sx, n0, n1);
   }
 }
 
