@@ -13,6 +13,7 @@ directory (or a hub id already in the local cache).
 """
 import argparse
 import importlib.util
+import inspect
 import os
 import sys
 import time
@@ -156,8 +157,11 @@ def _greedy_graph(mdl, inputs, max_new_tokens: int, device: str, streamer):
     new = []
     with torch.no_grad():
         cache = StaticCache(config=mdl.config, max_cache_len=n_in + max_new_tokens)
+        # the prefill's logits of the last position only (the lm_head is the largest product), as
+        # generate() asks where the model takes logits_to_keep
+        keep = {"logits_to_keep": 1} if "logits_to_keep" in inspect.signature(mdl.forward).parameters else {}
         out = mdl(**inputs, past_key_values=cache, use_cache=True,
-                  cache_position=torch.arange(n_in, device=device))
+                  cache_position=torch.arange(n_in, device=device), **keep)
         ids = out.logits[:, -1:].argmax(-1)
         pos = torch.full((1,), n_in, dtype=torch.long, device=device)
         del out
