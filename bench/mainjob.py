@@ -72,6 +72,9 @@ def _llama_engine(tokens, t_start, path):
     eos = llm.token_eos()
 
     def gen(n):
+        # reset(): generate() would otherwise reuse the cached prompt of the previous call (its
+        # prefix match) and leave the prefill out of the timing, which every other engine includes
+        llm.reset()
         out = []
         for t in llm.generate(prompt, top_k=1, top_p=1.0, temp=0.0, repeat_penalty=1.0, reset=True):
             if t == eos:
