@@ -345,10 +345,24 @@ static tpu_status_t qu_run(const tpu_k_call_t* call) {
     return TPU_OK;
   }
   tpu_parallel_fn_t fn = qu_gemm_portable;
+  float* scratch = NULL;
 #if QU_X86
   if (tpu_ku_use_avx2()) fn = c.M <= TPU_QU_GEMV_MAXM ? tpu_k_avx2_qu_gemv : tpu_k_avx2_qu_gemm;
+  if (fn == tpu_k_avx2_qu_gemv && c.block == TPU_QU_BLOCK && c.K <= TPU_QU_GEMV_MAXK) {
+    const int64_t nb = c.K / TPU_QU_BLOCK;
+    const size_t bytes = (sizeof(float) * (size_t)(c.M * (c.K + nb)) + 31) / 32 * 32;
+    scratch = aligned_alloc(32, bytes); /* the engine's aligned loads */
+    if (!scratch)
+      return TPU_ERROR(TPU_STATUS_OUT_OF_MEMORY, "%s: out of host memory for the activations [%lld, %lld]", call->op,
+                       (long long)c.M, (long long)c.K);
+    for (int64_t m = 0; m < c.M; ++m)
+      tpu_k_avx2_qu_layout_x(c.qtype, c.x + m * c.K, nb, scratch + m * c.K, scratch + c.M * c.K + m * nb);
+    c.xl = scratch;
+    c.xls = scratch + c.M * c.K;
+  }
 #endif
   tpu_parallel_for(call->pool, c.N, grain, fn, &c);
+  free(scratch);
   return TPU_OK;
 }
 

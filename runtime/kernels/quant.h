@@ -57,6 +57,10 @@ typedef struct {
   const float* xd;      /* [M, K / 32] the block's scale d_x = max|x| / 127 */
   const float* xs;      /* [M, K / 32] Q4_1: the exact float sum of the block's x;
                          * Q4_0: 8 * d_x * sum(q) (the -8 offset of the nibbles) */
+  /* the AVX2 float GEMV (M <= TPU_QU_GEMV_MAXM, K <= TPU_QU_GEMV_MAXK, blocks of
+   * 32): x laid out once per call by tpu_k_avx2_qu_layout_x, not once per task */
+  const float* xl;      /* [M, K] */
+  const float* xls;     /* [M, K / 32] the blocks' sums */
 } tpu_qu_ctx_t;
 
 /* The most rows of x that act_bits = 8 serves; more rows take the float path. */
@@ -68,6 +72,8 @@ typedef struct {
  * streamed): M = 2, 4, 6, 8 took 58, 88, 146, 175 us against the GEMM's 88,
  * 125, 164, 200; M = 16 the same on both (346 us). */
 #define TPU_QU_GEMV_MAXM 8
+/* The largest K the AVX2 GEMV engine takes with x laid out (larger: plain dots). */
+#define TPU_QU_GEMV_MAXK 8192
 
 /* Row engines: compute y[:, n] for n in [n0, n1). Portable ones live in
  * quant.c; the AVX2 + FMA + F16C ones in arch/x86_64/quant_avx2.c. */
@@ -75,6 +81,8 @@ typedef struct {
 void tpu_k_qu_dequant_block(int qtype, const uint8_t* b, float* out);
 
 void tpu_k_avx2_qu_gemv(void* vctx, int64_t n0, int64_t n1);
+/* One row of x (nb blocks of 32) -> xl, xls as tpu_k_avx2_qu_gemv reads them. */
+void tpu_k_avx2_qu_layout_x(int qtype, const float* x, int64_t nb, float* xl, float* xls);
 /* act_bits = 8: y[:, n0..n1) from c->xq, xd, xs (AVX2 integer dot products). */
 void tpu_k_avx2_qu_gemv_a8(void* vctx, int64_t n0, int64_t n1);
 /* act_bits = 8: the nb blocks of 32 floats at x -> q, d, s (see tpu_qu_ctx_t;

@@ -105,7 +105,7 @@ static float qa_row_dot(int qtype, const uint8_t* p, const float* x, int64_t nb)
 }
 
 /* ---- one row of x (decode) ----------------------------------------------------
- * x is first rearranged, once per task, into the order in which the nibbles
+ * x is first rearranged, once per call (quant.c), into the order in which the nibbles
  * come out of a cheap unpack: the block's 16 bytes broadcast to both halves
  * of a ymm register as dwords; nibble k (0..3) of lane i sits at bit
  * shift_k = 8k (lanes 0-3) or 8k + 4 (lanes 4-7), so lane i of vector k holds
@@ -116,11 +116,8 @@ static float qa_row_dot(int qtype, const uint8_t* p, const float* x, int64_t nb)
  * would reach the sign bit). Per-block sums of x (unscaled) carry the
  * offsets: Q4_1's m * sum(x) and Q4_0's -8 d * sum(x). Two rows of W share
  * each x load. */
-#define QA_MAXK 8192 /* larger K takes the plain path (stack buffers) */
 #define QA_AHEAD 16   /* rows of W prefetched ahead */
-#define QA_MROWS 4      /* rows of x per pass over W (tpu_k_avx2_qu_gemv with M > 1) */
-#define QA_MROWS_K 2048 /* K up to which rows of x are taken in groups (stack: QA_MROWS x K floats) */
-_Static_assert(QA_MROWS * QA_MROWS_K >= QA_MAXK, "tpu_k_avx2_qu_gemv's x buffer holds one row of QA_MAXK");
+#define QA_MROWS 4    /* rows of x per pass over W (tpu_k_avx2_qu_gemv with M > 1) */
 
 static const uint8_t kQaPerm[32] = {0, 4, 8,  12, 16, 20, 24, 28, 1, 5, 9,  13, 17, 21, 25, 29,
                                     2, 6, 10, 14, 18, 22, 26, 30, 3, 7, 11, 15, 19, 23, 27, 31};
@@ -400,8 +397,8 @@ static void qa_kquant_rows(const tpu_qu_ctx_t* c, int64_t n0, int64_t n1) {
 }
 
 /* x's nb blocks -> xp in the unpack's order and scaling (Q8_0: as they are), sx
- * the blocks' sums. */
-static void qa_layout_x(int qtype, const float* x, int64_t nb, float* xp, float* sx) {
+ * the blocks' sums (once per call, by quant.c). */
+void tpu_k_avx2_qu_layout_x(int qtype, const float* x, int64_t nb, float* xp, float* sx) {
   const bool nibbles = qtype != TPU_QU_Q8_0;
   for (int64_t b = 0; b < nb; ++b) {
     const float* xb = x + 32 * b;
@@ -421,19 +418,16 @@ void tpu_k_avx2_qu_gemv(void* vctx, int64_t n0, int64_t n1) {
     qa_kquant_rows(c, n0, n1);
     return;
   }
-  if (c->K > QA_MAXK) {
+  if (!c->xl) { /* K > TPU_QU_GEMV_MAXK: x not laid out */
     for (int64_t n = n0; n < n1; ++n)
       for (int64_t m = 0; m < c->M; ++m)
         c->y[m * c->N + n] = qa_row_dot(c->qtype, c->w + n * c->row_bytes, c->x + m * c->K, nb);
     return;
   }
   /* rows of x in groups of QA_MROWS (one alone: the two-W-row loop) */
-  float xp[QA_MROWS * QA_MROWS_K] __attribute__((aligned(32)));
-  float sx[QA_MROWS * QA_MROWS_K / TPU_QU_BLOCK];
-  const int64_t group = c->K <= QA_MROWS_K ? QA_MROWS : 1;
-  for (int64_t m0 = 0; m0 < c->M; m0 += group) {
-    const int64_t R = c->M - m0 < group ? c->M - m0 : group;
-    for (int64_t r = 0; r < R; ++r) qa_layout_x(c->qtype, c->x + (m0 + r) * c->K, nb, xp + r * c->K, sx + r * nb);
+  for (int64_t m0 = 0; m0 < c->M; m0 += QA_MROWS) {
+    const int64_t R = c->M - m0 < QA_MROWS ? c->M - m0 : QA_MROWS;
+    const float *xp = c->xl + m0 * c->K, *sx = c->xls + m0 * nb;
     if (R == 1) {
       tpu_qu_ctx_t row = *c;
       row.y = c->y + m0 * c->N;
