@@ -465,3 +465,115 @@ def test_q_linear_act8_under_compile():
     compiled = torch.compile(layer, backend="tpu")(x).cpu()
     torch.testing.assert_close(compiled, eager, rtol=1e-6, atol=1e-6)
     assert not torch.equal(eager, quant.QuantLinear(raw, 2, k, n)(x).cpu())
+
+
+def _decode_logits(model, ids, steps):
+    """Greedy decode on tpu: prefill, then `steps` one-token forwards; the logits of each."""
+    from transformers import DynamicCache
+
+    out, cache, got = None, DynamicCache(), []
+    with torch.no_grad():
+        out = model(input_ids=ids, past_key_values=cache, use_cache=True)
+        got.append(out.logits[:, -1].cpu())
+        nxt = out.logits[:, -1:].argmax(-1)
+        for _ in range(steps):
+            out = model(input_ids=nxt, past_key_values=cache, use_cache=True)
+            got.append(out.logits[:, -1].cpu())
+            nxt = out.logits[:, -1:].argmax(-1)
+    return torch.cat(got)
+
+
+def test_fuse_projections_one_product_same_bits(tmp_path):
+    """q/k/v and gate/up of each layer joined (one q_linear per set when decoding): every
+    step's logits have the bits of the separate products, the state_dict is unchanged, and
+    layers that no longer match (other act_bits, moved weights) compute alone."""
+    model = _tiny_llama(tmp_path).to("tpu")
+    quant.quantize_weights(model, 4)
+    ids = torch.tensor([[3, 17, 90, 5, 64]], device="tpu")
+    ref = _decode_logits(model, ids, 6)
+    sd = {k: v.cpu().clone() for k, v in model.state_dict().items()}
+    assert quant.fuse_projections(model) == 4  # 2 layers x (q/k/v, gate/up)
+    attn = model.model.layers[0].self_attn
+    assert attn.k_proj.qweight.data_ptr() == attn.q_proj.qweight.data_ptr() + attn.q_proj.qweight.numel()
+    sd2 = model.state_dict()
+    assert sd.keys() == sd2.keys() and all(torch.equal(sd[k], sd2[k].cpu()) for k in sd)
+    calls = []
+    real = quant._Q_LINEAR
+
+    def counting(x, w, *a):
+        calls.append(tuple(w.shape))
+        return real(x, w, *a)
+
+    quant._Q_LINEAR = counting
+    try:
+        got = _decode_logits(model, ids, 6)
+    finally:
+        quant._Q_LINEAR = real
+    assert torch.equal(got, ref)
+    # prefill (5 rows): 7 products per layer and the lm_head; each one-row step: q/k/v, o,
+    # gate/up, down per layer and the lm_head
+    assert len(calls) == (2 * 7 + 1) + 6 * (2 * 4 + 1), len(calls)
+    assert (attn.q_proj.out_features + 2 * attn.k_proj.out_features, attn.q_proj.qweight.shape[1]) in calls
+    # one member with other activation bits: the set computes member by member
+    attn.v_proj.act_bits = 8
+    g = attn.q_proj._tpu_siblings
+    assert not quant._siblings_intact(g)
+    attn.v_proj.act_bits = 32
+    # moved away and back: new buffers, no longer rows of the joined tensor
+    model.to("cpu").to("tpu")
+    assert not quant._siblings_intact(attn.q_proj._tpu_siblings)
+    assert torch.equal(_decode_logits(model, ids, 6), ref)
+    quant.unfuse_projections(model)
+    assert "forward" not in vars(attn.q_proj) and not hasattr(attn.q_proj, "_tpu_siblings")
+    assert torch.equal(_decode_logits(model, ids, 6), ref)
+
+
+def test_fuse_projections_under_graph_capture(tmp_path):
+    """A captured decode step with joined projections replays to the eager step's logits."""
+    from transformers import StaticCache
+
+    model = _tiny_llama(tmp_path).to("tpu")
+    quant.quantize_weights(model, 4)
+    ids = torch.tensor([[3, 17, 90, 5, 64]], device="tpu")
+    ref = _decode_logits(model, ids, 4)
+    quant.fuse_projections(model)
+    with torch.no_grad():
+        cache = StaticCache(config=model.config, max_cache_len=16)
+        out = model(input_ids=ids, past_key_values=cache, use_cache=True, cache_position=torch.arange(5, device="tpu"))
+        got = [out.logits[:, -1].cpu()]
+        nxt = out.logits[:, -1:].argmax(-1)
+        pos = torch.full((1,), 5, dtype=torch.long, device="tpu")
+        logits = torch.empty(1, model.config.vocab_size, device="tpu")
+
+        def step():
+            o = model(input_ids=nxt, past_key_values=cache, use_cache=True, cache_position=pos)
+            logits.copy_(o.logits[:, -1])
+            nxt.copy_(o.logits[:, -1:].argmax(-1))
+            pos.add_(1)
+
+        g = torch.tpu.TPUGraph()
+        with torch.tpu.graph(g):
+            step()
+        for _ in range(4):
+            g.replay()
+            got.append(logits.cpu())
+    torch.testing.assert_close(torch.cat(got), ref, rtol=1e-5, atol=1e-5)
+
+
+def test_fuse_projections_input_changed_in_place():
+    """A member called on an input modified in place since the set's product computes it anew."""
+    mods = torch.nn.Module()
+    for n, o in (("q_proj", 64), ("k_proj", 32), ("v_proj", 32)):
+        setattr(mods, n, quant.QuantLinear(random_blocks(3, o, 64, seed=o).to("tpu"), 3, 64, o))
+    assert quant.fuse_projections(mods) == 1
+    x = torch.randn(1, 64, device="tpu")
+    with torch.no_grad():
+        q = mods.q_proj(x)
+        k_before = quant.QuantLinear.forward(mods.k_proj, x)
+        x.mul_(2)
+        k = mods.k_proj(x)
+        v = mods.v_proj(x)
+        assert torch.equal(q.cpu(), quant.QuantLinear.forward(mods.q_proj, x / 2).cpu())
+        assert torch.equal(k.cpu(), quant.QuantLinear.forward(mods.k_proj, x).cpu())
+        assert not torch.equal(k.cpu(), k_before.cpu())
+        assert torch.equal(v.cpu(), quant.QuantLinear.forward(mods.v_proj, x).cpu())

@@ -227,10 +227,13 @@ def fuse_supported(device: str) -> bool:
 
 def fuse(mdl) -> str:
     """The main job's fused kernels on tpu (torch_tpu.optimize: RMSNorm, rotary, gated
-    MLP); returns what was swapped, e.g. "rms_norm x61, swiglu x30, rope x30"."""
+    MLP; quantized q/k/v and gate/up projections joined, quant.fuse_projections); returns
+    what was swapped, e.g. "rms_norm x61, swiglu x30, rope x30, joined projections x60"."""
     import torch_tpu
+    from torch_tpu.quant import fuse_projections
 
-    counts = torch_tpu.optimize(mdl)._tpu_optimized
+    counts = dict(torch_tpu.optimize(mdl)._tpu_optimized)
+    counts["joined projections"] = fuse_projections(mdl)
     return ", ".join(f"{k} x{v}" for k, v in counts.items())
 
 

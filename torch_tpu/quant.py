@@ -24,11 +24,13 @@ boxed path under the names "tpu::q_linear" and "tpu::q_dequantize". CPU
 kernels (dequantize, then ``F.linear``), registered here, let a quantized
 layer run off the device.
 """
+import types
+
 import numpy as np
 import torch
 import torch.nn.functional as F
 
-__all__ = ["QuantLinear", "set_activation_bits", "quantize_activations", "dequantize", "quantize_from_gguf", "quantize_weights", "quantize_blocks",
+__all__ = ["QuantLinear", "set_activation_bits", "fuse_projections", "unfuse_projections", "quantize_activations", "dequantize", "quantize_from_gguf", "quantize_weights", "quantize_blocks",
            "WeightOnlyConfig", "QTYPES"]
 
 # GGML type id -> (name, bytes per block); blocks of 32 weights, super-blocks of 256 for *_K
@@ -178,6 +180,97 @@ class QuantLinear(torch.nn.Module):
     def extra_repr(self):
         r = f"in_features={self.in_features}, out_features={self.out_features}, qtype={QTYPES[self.qtype][0]}"
         return r if self.act_bits == 32 else r + f", act_bits={self.act_bits}"
+
+
+# ---- sibling layers on one input: one product ----------------------------------------------
+# An attention's q/k/v projections and a gated MLP's gate/up read the same input, one after the
+# other. fuse_projections() gives each such set one weight tensor (the members' qweight buffers
+# become row slices of it, so nothing is copied twice and state_dict is unchanged); the first
+# member called on a one-row input (decoding) computes every member's rows in one tpu::q_linear,
+# the others get theirs from it while the input is the same tensor, unmodified.
+
+_SIBLINGS = (("q_proj", "k_proj", "v_proj"), ("gate_proj", "up_proj"))
+
+
+class _Siblings:
+    __slots__ = ("mods", "qweight", "sizes", "x", "version", "outs")
+
+    def __init__(self, mods, qweight):
+        self.mods, self.qweight = mods, qweight
+        self.sizes = [m.out_features for m in mods]
+        self.x = self.version = None
+        self.outs = [None] * len(mods)
+
+
+def _sibling_forward(self, x):
+    g = self._tpu_siblings
+    i = g.mods.index(self)
+    out = g.outs[i]
+    if out is not None and g.x is x and g.version == x._version:
+        g.outs[i] = None
+        if all(o is None for o in g.outs):
+            g.x = None
+        return out
+    g.x, g.outs = None, [None] * len(g.mods)
+    if not (x.device == g.qweight.device and x.dtype == torch.float32 and x.is_contiguous()
+            and x.numel() == self.in_features and not (torch.is_grad_enabled() and x.requires_grad)
+            and _siblings_intact(g)):
+        return QuantLinear.forward(self, x)
+    y = _Q_LINEAR(x, g.qweight, self.qtype, sum(g.sizes), self.act_bits)
+    g.outs = list(y.split(g.sizes, -1))
+    g.x, g.version = x, x._version
+    out, g.outs[i] = g.outs[i], None
+    return out
+
+
+def _siblings_intact(g):
+    """The members still read g.qweight's rows (not moved, reloaded elsewhere, given a bias or
+    other activation bits since fuse_projections)."""
+    row, off, m0 = g.qweight.stride(0), 0, g.mods[0]
+    for m in g.mods:
+        if (m.bias is not None or m.act_bits != m0.act_bits or m.qweight.device != g.qweight.device
+                or m.qweight.data_ptr() != g.qweight.data_ptr() + off * row):
+            return False
+        off += m.out_features
+    return True
+
+
+def fuse_projections(model: torch.nn.Module) -> int:
+    """Gives each set of sibling QuantLinear layers that read one input (q_proj/k_proj/v_proj,
+    gate_proj/up_proj of one module: same qtype, in_features and act_bits, no bias, one tpu
+    device) one product per decoding step (see above); returns how many sets it joined. Undo
+    with unfuse_projections()."""
+    n = 0
+    for parent in model.modules():
+        for names in _SIBLINGS:
+            mods = [getattr(parent, k, None) for k in names]
+            if not all(type(m) is QuantLinear and "forward" not in vars(m) for m in mods):
+                continue
+            m0 = mods[0]
+            if any(m.bias is not None or m.qtype != m0.qtype or m.in_features != m0.in_features
+                   or m.act_bits != m0.act_bits or m.qweight.device != m0.qweight.device for m in mods):
+                continue
+            if m0.qweight.device.type != "tpu":
+                continue
+            qweight = torch.cat([m.qweight for m in mods])
+            g, off = _Siblings(mods, qweight), 0
+            for m in mods:
+                m.qweight = qweight[off:off + m.out_features]
+                off += m.out_features
+                m._tpu_siblings = g
+                m.forward = types.MethodType(_sibling_forward, m)
+            n += 1
+    return n
+
+
+def unfuse_projections(model: torch.nn.Module) -> torch.nn.Module:
+    """Undoes fuse_projections(model): each layer computes its own product again (its qweight
+    stays a slice of the joined tensor). Returns `model`."""
+    for m in model.modules():
+        if getattr(vars(m).get("forward"), "__func__", None) is _sibling_forward:
+            del m.forward
+            del m._tpu_siblings
+    return model
 
 
 def set_activation_bits(model: torch.nn.Module, bits: int) -> int:
