@@ -181,6 +181,14 @@ def test_smollm2_gguf_loader_matches_transformers_path(smollm2_gguf):
         want = ref.generate(**inputs, max_new_tokens=12, do_sample=False).cpu()
     torch.testing.assert_close(logits, ref_logits, rtol=1e-6, atol=1e-6)
     assert got.tolist() == want.tolist()
+    # each layer's q/k/v blocks are consecutive rows of one tensor (gate/up, 2 x 0.55 MB, are
+    # not: see gguf_load._read), so fuse_projections joins them without a copy, to the same tokens
+    at = model.model.layers[3].self_attn
+    assert at.k_proj.qweight.data_ptr() == at.q_proj.qweight.data_ptr() + at.q_proj.qweight.numel()
+    assert at.v_proj.qweight.data_ptr() == at.k_proj.qweight.data_ptr() + at.k_proj.qweight.numel()
+    assert quant.fuse_projections(model) == model.config.num_hidden_layers
+    with torch.no_grad():
+        assert model.generate(**inputs, max_new_tokens=12, do_sample=False).cpu().tolist() == want.tolist()
 
 
 def test_gguf_loader_declines_what_it_does_not_handle(tmp_path):
@@ -483,6 +491,19 @@ def _decode_logits(model, ids, steps):
     return torch.cat(got)
 
 
+def _adjacent_siblings(model):
+    """Places each q/k/v and gate/up set's blocks in consecutive rows of one tensor (as the GGUF
+    loader does)."""
+    for parent in model.modules():
+        for names in quant.SIBLINGS:
+            mods = [getattr(parent, n, None) for n in names]
+            if all(isinstance(m, quant.QuantLinear) for m in mods):
+                joined, off = torch.cat([m.qweight for m in mods]), 0
+                for m in mods:
+                    m.qweight = joined[off:off + m.out_features]
+                    off += m.out_features
+
+
 def test_fuse_projections_one_product_same_bits(tmp_path):
     """q/k/v and gate/up of each layer joined (one q_linear per set when decoding): every
     step's logits have the bits of the separate products, the state_dict is unchanged, and
@@ -491,6 +512,8 @@ def test_fuse_projections_one_product_same_bits(tmp_path):
     quant.quantize_weights(model, 4)
     ids = torch.tensor([[3, 17, 90, 5, 64]], device="tpu")
     ref = _decode_logits(model, ids, 6)
+    assert quant.fuse_projections(model) == 0  # each layer's blocks in a tensor of its own: left alone
+    _adjacent_siblings(model)
     sd = {k: v.cpu().clone() for k, v in model.state_dict().items()}
     assert quant.fuse_projections(model) == 4  # 2 layers x (q/k/v, gate/up)
     attn = model.model.layers[0].self_attn
@@ -536,7 +559,8 @@ def test_fuse_projections_under_graph_capture(tmp_path):
     quant.quantize_weights(model, 4)
     ids = torch.tensor([[3, 17, 90, 5, 64]], device="tpu")
     ref = _decode_logits(model, ids, 4)
-    quant.fuse_projections(model)
+    _adjacent_siblings(model)
+    assert quant.fuse_projections(model) == 4
     with torch.no_grad():
         cache = StaticCache(config=model.config, max_cache_len=16)
         out = model(input_ids=ids, past_key_values=cache, use_cache=True, cache_position=torch.arange(5, device="tpu"))
@@ -565,6 +589,7 @@ def test_fuse_projections_input_changed_in_place():
     mods = torch.nn.Module()
     for n, o in (("q_proj", 64), ("k_proj", 32), ("v_proj", 32)):
         setattr(mods, n, quant.QuantLinear(random_blocks(3, o, 64, seed=o).to("tpu"), 3, 64, o))
+    _adjacent_siblings(mods)
     assert quant.fuse_projections(mods) == 1
     x = torch.randn(1, 64, device="tpu")
     with torch.no_grad():

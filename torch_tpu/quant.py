@@ -184,12 +184,13 @@ class QuantLinear(torch.nn.Module):
 
 # ---- sibling layers on one input: one product ----------------------------------------------
 # An attention's q/k/v projections and a gated MLP's gate/up read the same input, one after the
-# other. fuse_projections() gives each such set one weight tensor (the members' qweight buffers
-# become row slices of it, so nothing is copied twice and state_dict is unchanged); the first
-# member called on a one-row input (decoding) computes every member's rows in one tpu::q_linear,
-# the others get theirs from it while the input is the same tensor, unmodified.
+# other. fuse_projections() joins such a set when its weights already are consecutive rows of one
+# device tensor (the GGUF loader places them so): the first member called on a one-row input
+# (decoding) computes every member's rows in one tpu::q_linear, the others get theirs from it
+# while the input is the same tensor, unmodified. (Sets in separate tensors are left alone: a
+# copy would double their memory while it runs and, on the host driver, cost more than it saves.)
 
-_SIBLINGS = (("q_proj", "k_proj", "v_proj"), ("gate_proj", "up_proj"))
+SIBLINGS = (("q_proj", "k_proj", "v_proj"), ("gate_proj", "up_proj"))
 
 
 class _Siblings:
@@ -223,6 +224,20 @@ def _sibling_forward(self, x):
     return out
 
 
+def _joined_rows(ws):
+    """One [sum of rows, row bytes] view of the blocks ws when they are consecutive rows of one
+    storage (the GGUF loader places siblings so), else None."""
+    w0, rows = ws[0], sum(w.shape[0] for w in ws)
+    rb = w0.shape[1]
+    at = w0.data_ptr()
+    adjacent = w0.is_contiguous() and w0.storage_offset() + rows * rb <= w0.untyped_storage().nbytes()
+    for w in ws:
+        adjacent = adjacent and w.is_contiguous() and w.shape[1] == rb and w.data_ptr() == at and \
+            w.untyped_storage().data_ptr() == w0.untyped_storage().data_ptr()
+        at += w.shape[0] * rb
+    return w0.as_strided((rows, rb), (rb, 1), w0.storage_offset()) if adjacent else None
+
+
 def _siblings_intact(g):
     """The members still read g.qweight's rows (not moved, reloaded elsewhere, given a bias or
     other activation bits since fuse_projections)."""
@@ -237,12 +252,12 @@ def _siblings_intact(g):
 
 def fuse_projections(model: torch.nn.Module) -> int:
     """Gives each set of sibling QuantLinear layers that read one input (q_proj/k_proj/v_proj,
-    gate_proj/up_proj of one module: same qtype, in_features and act_bits, no bias, one tpu
-    device) one product per decoding step (see above); returns how many sets it joined. Undo
-    with unfuse_projections()."""
+    gate_proj/up_proj of one module: same qtype, in_features and act_bits, no bias, weights in
+    consecutive rows of one tpu tensor) one product per decoding step (see above); returns how
+    many sets it joined. Undo with unfuse_projections()."""
     n = 0
     for parent in model.modules():
-        for names in _SIBLINGS:
+        for names in SIBLINGS:
             mods = [getattr(parent, k, None) for k in names]
             if not all(type(m) is QuantLinear and "forward" not in vars(m) for m in mods):
                 continue
@@ -252,11 +267,11 @@ def fuse_projections(model: torch.nn.Module) -> int:
                 continue
             if m0.qweight.device.type != "tpu":
                 continue
-            qweight = torch.cat([m.qweight for m in mods])
-            g, off = _Siblings(mods, qweight), 0
+            qweight = _joined_rows([m.qweight for m in mods])
+            if qweight is None:
+                continue
+            g = _Siblings(mods, qweight)
             for m in mods:
-                m.qweight = qweight[off:off + m.out_features]
-                off += m.out_features
                 m._tpu_siblings = g
                 m.forward = types.MethodType(_sibling_forward, m)
             n += 1
@@ -264,8 +279,7 @@ def fuse_projections(model: torch.nn.Module) -> int:
 
 
 def unfuse_projections(model: torch.nn.Module) -> torch.nn.Module:
-    """Undoes fuse_projections(model): each layer computes its own product again (its qweight
-    stays a slice of the joined tensor). Returns `model`."""
+    """Undoes fuse_projections(model): each layer computes its own product again. Returns `model`."""
     for m in model.modules():
         if getattr(vars(m).get("forward"), "__func__", None) is _sibling_forward:
             del m.forward
