@@ -144,8 +144,9 @@ def run_graph(tok, mdl, prompt: str, max_new_tokens: int, device: str, stream: b
 
 def _greedy_graph(mdl, inputs, max_new_tokens: int, device: str, streamer):
     """run_graph's loop; returns the new token ids. The step is captured right after
-    the prefill; if that fails (the model's step reads a result on the host or draws
-    random numbers), once more after an eager step, then the loop stays eager."""
+    the prefill is queued (the host records it while the device runs the prefill); if
+    that fails (the model's step reads a result on the host or draws random numbers),
+    once more after an eager step, then the loop stays eager."""
     import torch
     from transformers import StaticCache
 
@@ -187,10 +188,12 @@ def _greedy_graph(mdl, inputs, max_new_tokens: int, device: str, streamer):
                 return None, e
             return graph, None
 
+        # recorded while the device still runs the prefill (the step names `ids`, reads nothing)
+        graph, why = capture() if max_new_tokens > 1 else (None, None)
         going = take()
-        graph = None
-        if going:
-            graph, why = capture()
+        if going and graph is None:
+            if why is None:
+                graph, why = capture()
             if graph is None:  # once more after an eager step (lazy set-up done), else stay eager
                 step()
                 going = take()
