@@ -245,33 +245,48 @@ static void qu_gemv_a8_portable(void* vctx, int64_t n0, int64_t n1) {
 #endif
 
 /* Validates the call; fills `c` (may be NULL) with the layout. */
-static tpu_status_t qu_parse(const tpu_k_call_t* call, tpu_qu_ctx_t* c) {
-  const tpu_tensor_t* x = tpu_ku_tensor(call, 0);
-  const tpu_tensor_t* w = tpu_ku_tensor(call, 1);
-  if (!x || !w) return TPU_KU_INVALID(call, "expected tensors x and qweight");
-  int qtype = (int)tpu_ku_int(call, 2, -1);
-  int64_t N = tpu_ku_int(call, 3, -1);
-  int64_t bb = qu_block_bytes(qtype);
+/* The weight format both entries take: a supported qtype, qweight uint8, in_features K a
+ * whole number of blocks; fills c's qtype, K, block, block_bytes, row_bytes and w. */
+static tpu_status_t qu_format(const tpu_k_call_t* call, int qtype, const tpu_tensor_t* w, int64_t K,
+                              tpu_qu_ctx_t* c) {
+  const int64_t bb = qu_block_bytes(qtype);
   if (bb == 0)
     return tpu_status_annotate(
         TPU_ERROR(TPU_STATUS_UNIMPLEMENTED,
                   "quantization type %d is not supported (Q4_0 = 2, Q4_1 = 3, Q8_0 = 8, Q4_K = 12, Q6_K = 14)", qtype),
         "%s", call->op);
+  if (w->dtype != TPU_DTYPE_U8)
+    return TPU_KU_INVALID(call, "qweight must be uint8 (raw %s blocks), got %s", qu_name(qtype),
+                          tpu_dtype_name((tpu_dtype_t)w->dtype));
   const int64_t QK = qu_block(qtype);
+  if (K < 0 || K % QK != 0)
+    return TPU_KU_INVALID(call, "in_features %lld is not a multiple of the %s block size %lld", (long long)K,
+                          qu_name(qtype), (long long)QK);
+  c->qtype = qtype;
+  c->K = K;
+  c->block = QK;
+  c->block_bytes = bb;
+  c->row_bytes = K / QK * bb;
+  c->w = (const uint8_t*)w->data;
+  return TPU_OK;
+}
+
+static tpu_status_t qu_parse(const tpu_k_call_t* call, tpu_qu_ctx_t* out) {
+  const tpu_tensor_t* x = tpu_ku_tensor(call, 0);
+  const tpu_tensor_t* w = tpu_ku_tensor(call, 1);
+  if (!x || !w) return TPU_KU_INVALID(call, "expected tensors x and qweight");
+  int qtype = (int)tpu_ku_int(call, 2, -1);
+  int64_t N = tpu_ku_int(call, 3, -1);
   int64_t act_bits = tpu_ku_int(call, 4, 32);
   if (act_bits != 32 && act_bits != 8)
     return TPU_KU_INVALID(call, "act_bits must be 32 (float32 activations) or 8 (int8 activations), got %lld",
                           (long long)act_bits);
   if (x->dtype != TPU_DTYPE_F32) return tpu_ku_unsupported_dtype(call, x->dtype);
-  if (w->dtype != TPU_DTYPE_U8)
-    return TPU_KU_INVALID(call, "qweight must be uint8 (raw %s blocks), got %s", qu_name(qtype),
-                          tpu_dtype_name((tpu_dtype_t)w->dtype));
   if (x->ndim < 1) return TPU_KU_INVALID(call, "x must have at least 1 dimension");
-  int64_t K = x->sizes[x->ndim - 1];
-  if (K % QK != 0)
-    return TPU_KU_INVALID(call, "in_features %lld is not a multiple of the %s block size %lld", (long long)K,
-                          qu_name(qtype), (long long)QK);
-  int64_t row_bytes = K / QK * bb;
+  tpu_qu_ctx_t f;
+  memset(&f, 0, sizeof(f));
+  TPU_RETURN_IF_ERROR(qu_format(call, qtype, w, x->sizes[x->ndim - 1], &f));
+  const int64_t K = f.K, row_bytes = f.row_bytes;
   if (w->ndim != 2 || w->sizes[0] != N || w->sizes[1] != row_bytes)
     return TPU_KU_INVALID(call,
                           "qweight of %d dims [%lld, %lld] does not hold %lld rows of %lld %s weights (expected "
@@ -281,26 +296,18 @@ static tpu_status_t qu_parse(const tpu_k_call_t* call, tpu_qu_ctx_t* c) {
                           (long long)N, (long long)row_bytes);
   if (!tpu_tensor_is_contiguous(x) || !tpu_tensor_is_contiguous(w))
     return TPU_KU_INVALID(call, "x and qweight must be contiguous");
-  int64_t M = K > 0 ? tpu_tensor_numel(x) / K : 0;
+  f.M = K > 0 ? tpu_tensor_numel(x) / K : 0;
+  f.N = N;
   if (call->outputs && call->num_outputs >= 1) {
     const tpu_tensor_t* y = &call->outputs[0];
-    if (y->dtype != TPU_DTYPE_F32 || !tpu_tensor_is_contiguous(y) || tpu_tensor_numel(y) != M * N ||
+    if (y->dtype != TPU_DTYPE_F32 || !tpu_tensor_is_contiguous(y) || tpu_tensor_numel(y) != f.M * N ||
         (y->ndim > 0 && y->sizes[y->ndim - 1] != N))
       return TPU_KU_INVALID(call, "output must be a contiguous float32 [..., %lld] tensor", (long long)N);
-    if (c) c->y = (float*)y->data;
+    f.y = (float*)y->data;
   }
-  if (c) {
-    c->qtype = qtype;
-    c->act_bits = (int)act_bits;
-    c->M = M;
-    c->N = N;
-    c->K = K;
-    c->block = QK;
-    c->block_bytes = bb;
-    c->row_bytes = row_bytes;
-    c->x = (const float*)x->data;
-    c->w = (const uint8_t*)w->data;
-  }
+  f.act_bits = (int)act_bits;
+  f.x = (const float*)x->data;
+  if (out) *out = f;
   return TPU_OK;
 }
 
@@ -368,73 +375,43 @@ static tpu_status_t qu_run(const tpu_k_call_t* call) {
 
 /* ---- tpu::q_dequantize ------------------------------------------------------------ */
 
-typedef struct {
-  int qtype;
-  int64_t K, block, block_bytes, row_bytes;
-  const uint8_t* w;
-  float* y;
-} qu_deq_ctx_t;
-
 static void qu_deq_rows(void* vctx, int64_t n0, int64_t n1) {
-  const qu_deq_ctx_t* c = (const qu_deq_ctx_t*)vctx;
+  const tpu_qu_ctx_t* c = (const tpu_qu_ctx_t*)vctx;
   for (int64_t n = n0; n < n1; ++n)
     for (int64_t b = 0; b < c->K / c->block; ++b)
       tpu_k_qu_dequant_block(c->qtype, c->w + n * c->row_bytes + b * c->block_bytes, c->y + n * c->K + b * c->block);
 }
 
-static tpu_status_t qu_deq_parse(const tpu_k_call_t* call, qu_deq_ctx_t* c) {
+static tpu_status_t qu_deq_parse(const tpu_k_call_t* call, tpu_qu_ctx_t* out) {
   const tpu_tensor_t* w = tpu_ku_tensor(call, 0);
   if (!w) return TPU_KU_INVALID(call, "expected a tensor qweight");
-  int qtype = (int)tpu_ku_int(call, 1, -1);
-  int64_t K = tpu_ku_int(call, 2, -1);
-  int64_t bb = qu_block_bytes(qtype);
-  if (bb == 0)
-    return tpu_status_annotate(
-        TPU_ERROR(TPU_STATUS_UNIMPLEMENTED,
-                  "quantization type %d is not supported (Q4_0 = 2, Q4_1 = 3, Q8_0 = 8, Q4_K = 12, Q6_K = 14)", qtype),
-        "%s", call->op);
-  const int64_t QK = qu_block(qtype);
-  if (w->dtype != TPU_DTYPE_U8)
-    return TPU_KU_INVALID(call, "qweight must be uint8 (raw %s blocks), got %s", qu_name(qtype),
-                          tpu_dtype_name((tpu_dtype_t)w->dtype));
-  if (K < 0 || K % QK != 0)
-    return TPU_KU_INVALID(call, "in_features %lld is not a multiple of the %s block size %lld", (long long)K,
-                          qu_name(qtype), (long long)QK);
-  int64_t row_bytes = K / QK * bb;
-  if (w->ndim != 2 || w->sizes[1] != row_bytes || !tpu_tensor_is_contiguous(w))
+  tpu_qu_ctx_t f;
+  memset(&f, 0, sizeof(f));
+  TPU_RETURN_IF_ERROR(qu_format(call, (int)tpu_ku_int(call, 1, -1), w, tpu_ku_int(call, 2, -1), &f));
+  if (w->ndim != 2 || w->sizes[1] != f.row_bytes || !tpu_tensor_is_contiguous(w))
     return TPU_KU_INVALID(call, "qweight must be a contiguous [N, %lld] tensor of %lld %s weights per row",
-                          (long long)row_bytes, (long long)K, qu_name(qtype));
-  int64_t N = w->sizes[0];
+                          (long long)f.row_bytes, (long long)f.K, qu_name(f.qtype));
+  f.N = w->sizes[0];
   if (call->outputs && call->num_outputs >= 1) {
     const tpu_tensor_t* y = &call->outputs[0];
-    if (y->dtype != TPU_DTYPE_F32 || !tpu_tensor_is_contiguous(y) || y->ndim != 2 || y->sizes[0] != N ||
-        y->sizes[1] != K)
-      return TPU_KU_INVALID(call, "output must be a contiguous float32 [%lld, %lld] tensor", (long long)N,
-                            (long long)K);
-    if (c) c->y = (float*)y->data;
+    if (y->dtype != TPU_DTYPE_F32 || !tpu_tensor_is_contiguous(y) || y->ndim != 2 || y->sizes[0] != f.N ||
+        y->sizes[1] != f.K)
+      return TPU_KU_INVALID(call, "output must be a contiguous float32 [%lld, %lld] tensor", (long long)f.N,
+                            (long long)f.K);
+    f.y = (float*)y->data;
   }
-  if (c) {
-    c->qtype = qtype;
-    c->K = K;
-    c->block = QK;
-    c->block_bytes = bb;
-    c->row_bytes = row_bytes;
-    c->w = (const uint8_t*)w->data;
-  }
+  if (out) *out = f;
   return TPU_OK;
 }
 
 static tpu_status_t qu_deq_check(const tpu_k_call_t* call) { return qu_deq_parse(call, NULL); }
 
 static tpu_status_t qu_deq_run(const tpu_k_call_t* call) {
-  qu_deq_ctx_t c;
-  memset(&c, 0, sizeof(c));
+  tpu_qu_ctx_t c;
   TPU_RETURN_IF_ERROR(qu_deq_parse(call, &c));
-  const tpu_tensor_t* w = tpu_ku_tensor(call, 0);
-  int64_t N = w->sizes[0];
-  if (N == 0 || c.K == 0) return TPU_OK;
+  if (c.N == 0 || c.K == 0) return TPU_OK;
   if (!c.y) return TPU_KU_INVALID(call, "missing output");
-  tpu_parallel_for(call->pool, N, c.K >= QU_GRAIN ? 1 : QU_GRAIN / c.K, qu_deq_rows, &c);
+  tpu_parallel_for(call->pool, c.N, c.K >= QU_GRAIN ? 1 : QU_GRAIN / c.K, qu_deq_rows, &c);
   return TPU_OK;
 }
 
