@@ -230,8 +230,9 @@ def fuse_supported(device: str) -> bool:
 
 def fuse(mdl) -> str:
     """The main job's fused kernels on tpu (torch_tpu.optimize: RMSNorm, rotary, gated
-    MLP; quantized q/k/v and gate/up projections joined, quant.fuse_projections); returns
-    what was swapped, e.g. "rms_norm x61, swiglu x30, rope x30, joined projections x60"."""
+    MLP; quantized q/k/v and gate/up projections joined where the loader placed them together,
+    quant.fuse_projections); returns what was swapped, e.g. "rms_norm x61, swiglu x30, rope x30,
+    joined projections x30"."""
     import torch_tpu
     from torch_tpu.quant import fuse_projections
 

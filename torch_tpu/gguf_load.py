@@ -137,13 +137,13 @@ def _read(steps, n_head, n_kv, device, dtype):
             continue
         parent, _, child = target.rpartition(".")
         group = [i]
-        for names in quant.SIBLINGS:
+        for names in (n for n in quant.SIBLINGS if n[0] == child):
             js = [blocks.get(f"{parent}.{n}") for n in names]
-            if child == names[0] and None not in js and len({steps[j][2].qtype for j in js}) == 1 and \
-                    len({steps[j][2].data.shape[1] for j in js}) == 1:
-                sizes = [steps[j][2].data.nbytes for j in js]
-                if sum(sizes) <= _JOIN_SMALL or min(sizes) > _JOIN_SMALL:
-                    group = js
+            if None in js or len({(steps[j][2].qtype, steps[j][2].data.shape[1]) for j in js}) != 1:
+                continue
+            sizes = [steps[j][2].data.nbytes for j in js]
+            if sum(sizes) <= _JOIN_SMALL or min(sizes) > _JOIN_SMALL:
+                group = js
         raws = [quant._llama_rows(steps[j][2].name, steps[j][2].data, n_head, n_kv) for j in group]
         joined = torch.from_numpy(np.concatenate(raws)).to(device)  # a copy: the file is mapped read-only
         off = 0
