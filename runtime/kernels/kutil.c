@@ -2,6 +2,7 @@
 #include "kernels/kutil.h"
 
 #include <math.h>
+#include <stdatomic.h>
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <cpuid.h>
@@ -571,9 +572,17 @@ bool tpu_ku_use_avx512bf16(void) {
   if (!__builtin_cpu_supports("avx512f") || !__builtin_cpu_supports("avx512bw") ||
       !__builtin_cpu_supports("avx512vl"))
     return false;
-  unsigned eax, ebx, ecx, edx;
-  if (!__get_cpuid_count(7, 1, &eax, &ebx, &ecx, &edx)) return false;
-  return (eax >> 5) & 1u;
+  /* CPUID is read once: under a hypervisor each execution traps to it (7 us
+   * measured on the KVM guest this was written on), and this is asked on
+   * every bf16 matrix product. 0: not read yet, 1: absent, 2: present. */
+  static _Atomic int bf16_bit = 0;
+  int known = atomic_load_explicit(&bf16_bit, memory_order_relaxed);
+  if (known == 0) {
+    unsigned eax, ebx, ecx, edx;
+    known = __get_cpuid_count(7, 1, &eax, &ebx, &ecx, &edx) && ((eax >> 5) & 1u) ? 2 : 1;
+    atomic_store_explicit(&bf16_bit, known, memory_order_relaxed);
+  }
+  return known == 2;
 #else
   return false;
 #endif
