@@ -59,6 +59,7 @@ enum {
   MO_MB = 64,     /* rows per row block (and per piece of a big group) */
   MO_SMALL = 8,   /* pieces up to this many rows stream the weight */
   MO_KC = 1024,   /* K chunk of the streaming path (x rows converted to f32) */
+  MO_KC_BF16 = 4096, /* K chunk of gather_bmm's bf16 path: weight rows up to 8 KB read whole */
   MO_NB_MAX = 256, /* columns per task */
   MO_TM = 64,     /* scratch tile rows / columns of the packed path */
   MO_TN = 128,
@@ -541,22 +542,22 @@ typedef struct {
 static void gb_task_bf16(const gb_prob_t* p, int64_t e, int64_t m, int64_t n0, int64_t n, const char* const* xrow,
                          char* const* yrow) {
   _Alignas(64) float acc[MO_SMALL * MO_NB_MAX];
-  _Alignas(64) uint16_t xb[MO_SMALL * MO_KC];
+  _Alignas(64) uint16_t xb[MO_SMALL * MO_KC_BF16];
   for (int64_t i = 0; i < m * n; ++i) acc[i] = 0.0f;
   const char* w0 = p->w + (e * p->wbs + n0 * p->wps) * (int64_t)p->wes;
-  for (int64_t kc0 = 0; kc0 < p->K; kc0 += MO_KC) {
-    int64_t kc = mo_min(MO_KC, p->K - kc0);
+  for (int64_t kc0 = 0; kc0 < p->K; kc0 += MO_KC_BF16) {
+    int64_t kc = mo_min(MO_KC_BF16, p->K - kc0);
     for (int64_t i = 0; i < m; ++i) {
       const uint16_t* xr = (const uint16_t*)xrow[i] + kc0 * p->xks;
       if (p->xks == 1) {
-        memcpy(xb + i * MO_KC, xr, (size_t)kc * sizeof(uint16_t));
+        memcpy(xb + i * MO_KC_BF16, xr, (size_t)kc * sizeof(uint16_t));
       } else {
-        for (int64_t k = 0; k < kc; ++k) xb[i * MO_KC + k] = xr[k * p->xks];
+        for (int64_t k = 0; k < kc; ++k) xb[i * MO_KC_BF16 + k] = xr[k * p->xks];
       }
     }
     const uint16_t* wk = (const uint16_t*)w0 + kc0;
     for (int64_t i0 = 0; i0 < m; i0 += 4)
-      tpu_k_avx512bf16_dot_nk(n, kc, wk, p->wps, (int)mo_min(4, m - i0), xb + i0 * MO_KC, MO_KC, acc + i0 * n, n);
+      tpu_k_avx512bf16_dot_nk(n, kc, wk, p->wps, (int)mo_min(4, m - i0), xb + i0 * MO_KC_BF16, MO_KC_BF16, acc + i0 * n, n);
   }
   for (int64_t i = 0; i < m; ++i) mo_store_row(yrow[i], p->ydt, p->yes, p->yps, acc + i * n, n);
 }

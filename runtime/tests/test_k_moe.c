@@ -207,7 +207,12 @@ static void run_all(void) {
   int64_t ids20[20] = {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0, 2, 1, 1, 1, 1, 1, 1, 1}; /* > MO_SMALL pairs of one */
   test_gather_bmm(TPU_DTYPE_F32, 0, 8, 48, 64, 1, ids8, 8, false, 1e-5);
   test_gather_bmm(TPU_DTYPE_F32, 0, 8, 48, 64, 1, ids8, 8, true, 1e-5);
-  test_gather_bmm(TPU_DTYPE_BF16, 0, 3, 40, 2100, 2, ids20, 20, false, 1e-2); /* two K chunks */
+  test_gather_bmm(TPU_DTYPE_BF16, 0, 3, 40, 4200, 2, ids20, 20, false, 1e-2); /* two K chunks */
+  /* bf16, one vector per pair: 1, 3, 4 + 3 and 2 rows per expert (each row count of the
+   * dot kernel), K with and without a whole unrolled step before its tail, 37 columns */
+  int64_t ids13[13] = {2, 1, 2, 3, 2, 0, 1, 2, 2, 3, 1, 2, 2};
+  test_gather_bmm(TPU_DTYPE_BF16, 0, 4, 37, 100, 1, ids13, 13, false, 1e-2);
+  test_gather_bmm(TPU_DTYPE_BF16, 0, 4, 37, 300, 1, ids13, 13, false, 1e-2);
   test_gather_bmm(TPU_DTYPE_F16, 1, 8, 3, 37, 300, ids8, 8, true, 2e-3);
   test_gather_bmm(TPU_DTYPE_F32, 1, 3, 1, 33, 17, ids20, 20, false, 1e-5);
   test_gather_bmm_errors();
